@@ -1,0 +1,1 @@
+"""The vLLM engine room: profiles, the embedded model builder, Engine and its scheduler."""

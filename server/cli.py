@@ -1,0 +1,126 @@
+"""The `tandem` command: serve a profile, list profiles, build the embedded models."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from engine.home import tandem_home
+from engine.profiles import (
+    MEMORY_MODES,
+    ProfileError,
+    default_profile_name,
+    load_profile,
+    load_profile_file,
+    profile_names,
+    with_overrides,
+)
+
+
+def _say(message: str) -> None:
+    print(f"[tandem] {message}", flush=True)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # vLLM's own INFO logs would bury the progress lines; TANDEM users can raise them back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    import uvicorn
+
+    from server.app import create_app
+
+    profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer)
+    started = time.monotonic()
+
+    def ready() -> None:
+        _say(f"ready in {time.monotonic() - started:.0f} s: http://{args.host}:{args.port}/v1 "
+             f"(profile {profile.name}, memory {profile.memory.mode})")
+
+    app = create_app(profile, tandem_home(), progress=_say, on_ready=ready)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _resolve_profile(name: str | None):
+    if name and (name.endswith((".yaml", ".yml")) or os.sep in name):
+        return load_profile_file(Path(name))
+    return load_profile(name or default_profile_name())
+
+
+def _profiles(_args: argparse.Namespace) -> int:
+    default = default_profile_name()
+    rows = []
+    for name in profile_names():
+        try:
+            profile = load_profile(name)
+            rows.append((name, profile.model, profile.memory.mode, profile.device))
+        except ProfileError as exc:
+            rows.append((name, f"(invalid: {exc})", "-", "-"))
+    width = max(len(r[0]) for r in rows) + 2
+    print(f"{'PROFILE':<{width}}{'DEVICE':<8}{'MEMORY':<8}MODEL")
+    for name, model, memory, device in rows:
+        mark = " (default)" if name == default else ""
+        print(f"{name:<{width}}{device:<8}{memory:<8}{model}{mark}")
+    return 0
+
+
+def _build_model(args: argparse.Namespace) -> int:
+    from engine.model_builder import BUILTIN_MODELS, ensure_model
+
+    names = args.names or ["tiny-qwen3"]
+    for name in names:
+        if name not in BUILTIN_MODELS:
+            raise ProfileError(f"unknown embedded model {name!r}; known: "
+                               f"{', '.join(BUILTIN_MODELS)}")
+        ensure_model(tandem_home(), name, _say)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tandem", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a profile on an OpenAI-compatible API")
+    serve.add_argument("--profile", help="profile name or YAML path (default: tiny without a "
+                       "GPU, chat with one)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--memory", choices=MEMORY_MODES, help="override the profile's memory mode")
+    serve.add_argument("--writer", choices=MEMORY_MODES,
+                       help="override the profile's background writer mode")
+    serve.set_defaults(func=_serve)
+
+    profiles = commands.add_parser("profiles", help="list the profiles")
+    profiles.set_defaults(func=_profiles)
+
+    build = commands.add_parser("build-model", help="build the embedded models (no download)")
+    build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape")
+    build.set_defaults(func=_build_model)
+
+    _register_optional_commands(commands)
+    return parser
+
+
+def _register_optional_commands(commands) -> None:
+    try:
+        from conductor import notes_cli
+    except ImportError:
+        return
+    notes_cli.register(commands)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ProfileError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
