@@ -1,0 +1,107 @@
+"""The append-only journal: one JSON line per write, refusal, injection, user edit and
+nightly run.
+
+It must never hold a title or a body (the journal outlives deletions), so an entry may
+only use the keys in ``ALLOWED_KEYS`` and its values are codes, ids and counts. Free text
+(archive reasons, titles, bodies) has no key to travel in.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from conductor.atomic import FILE_MODE, ensure_dir
+from conductor.note_format import format_time, utc_now
+
+ALLOWED_KEYS = frozenset(
+    {
+        "at",
+        "user",
+        "op",
+        "ok",
+        "reason",
+        "id",
+        "ids",
+        "scope",
+        "kind",
+        "status",
+        "project",
+        "session",
+        "source",
+        "by",
+        "via",
+        "revised_existing",
+        "revision",
+        "redactions",
+        "request_id",
+        "counts",
+    }
+)
+MAX_STRING = 200
+
+
+class Journal:
+    """Appends entries to ``journal.jsonl``; safe across threads and processes."""
+
+    def __init__(self, path: Path, clock: Callable[[], datetime] = utc_now) -> None:
+        self.path = path
+        self._clock = clock
+
+    def append(self, **entry: Any) -> dict[str, Any]:
+        """Write one entry; ValueError for a key or value the journal does not take."""
+        unknown = set(entry) - ALLOWED_KEYS
+        if unknown:
+            raise ValueError(f"journal keys not allowed: {sorted(unknown)}")
+        record = {"at": format_time(self._clock()), **{k: v for k, v in entry.items()}}
+        _check_value(record)
+        line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+        ensure_dir(self.path.parent)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        try:
+            # O_APPEND makes each write land at the end; the flock keeps lines whole
+            # even if a write were split.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # closing releases the flock
+        return record
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        """Every entry, oldest first (a torn last line is skipped)."""
+        try:
+            handle = self.path.open("r", encoding="utf-8")
+        except FileNotFoundError:
+            return
+        with handle:
+            for line in handle:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+
+
+def _check_value(value: Any) -> None:
+    """Only short strings, numbers, booleans, None, and lists/dicts of them."""
+    if value is None or isinstance(value, bool | int | float):
+        return
+    if isinstance(value, str):
+        if len(value) > MAX_STRING or "\n" in value:
+            raise ValueError("journal strings are short codes, not text")
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_value(item)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_value(str(key))
+            _check_value(item)
+        return
+    raise ValueError(f"journal value of type {type(value).__name__} not allowed")

@@ -1,0 +1,149 @@
+"""Where the memory files live: the folder layout under ``$TANDEM_HOME/memory``.
+
+memory/
+  journal.jsonl                 append-only journal, every user
+  locks/<user>.lock             the write lock of one user's tree
+  index/<user>/                 tantivy index (derived, rebuilt from the files)
+  notes/<user>/
+    user/<kind>-<slug>--<id>.md
+    projects/<name>-<hash8>/<kind>-<slug>--<id>.md
+    sessions/<session>/<kind>-<slug>--<id>.md
+    revisions/<id>/<n>.md       every earlier text of a note
+    archive/<yyyy-mm>/<scope path>/<kind>-<slug>--<id>.md
+    INDEX.md, usage.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+USER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+SESSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SLUG_MAX = 48
+
+
+class StoreRootError(ValueError):
+    """The memory root cannot be used (for example it lies inside a git work tree)."""
+
+
+def default_home() -> Path:
+    """``$TANDEM_HOME``, or ``~/.tandem`` when it is unset."""
+    return Path(os.environ.get("TANDEM_HOME") or "~/.tandem").expanduser()
+
+
+def default_memory_root(home: Path | None = None) -> Path:
+    """The memory root: ``<home>/memory``."""
+    return (home if home is not None else default_home()) / "memory"
+
+
+def valid_user(user: str) -> bool:
+    return isinstance(user, str) and USER_RE.fullmatch(user) is not None
+
+
+def valid_session(session: str) -> bool:
+    return isinstance(session, str) and SESSION_RE.fullmatch(session) is not None
+
+
+def slugify(text: str, limit: int = SLUG_MAX) -> str:
+    """Lower-case ASCII words joined by hyphens, at most ``limit`` characters."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    words = re.findall(r"[a-z0-9]+", folded.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    return slug or (words[0][:limit] if words else "note")
+
+
+def project_key(project: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(key, absolute path)`` of a working directory: ``<base name>-<hash8>``.
+
+    The hash is over the absolute path, so two checkouts with one base name stay apart.
+    """
+    absolute = os.path.abspath(os.path.expanduser(os.fspath(project)))
+    digest = hashlib.sha256(absolute.encode("utf-8")).hexdigest()[:8]
+    name = slugify(os.path.basename(absolute.rstrip("/")) or "root", limit=40)
+    return f"{name}-{digest}", absolute
+
+
+def git_work_tree_of(path: Path) -> Path | None:
+    """The top of the git work tree that ``path`` lies in, or None.
+
+    Notes hold personal facts; a root inside a repository would get them committed.
+    """
+    probe = Path(os.path.abspath(path))
+    # Resolve symlinks on the part of the path that exists.
+    existing = probe
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    resolved = Path(os.path.realpath(existing)) / probe.relative_to(existing)
+    for folder in (resolved, *resolved.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one user's tree under a memory root."""
+
+    root: Path
+    user: str
+
+    @property
+    def user_dir(self) -> Path:
+        return self.root / "notes" / self.user
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.user_dir / "archive"
+
+    @property
+    def revisions_dir(self) -> Path:
+        return self.user_dir / "revisions"
+
+    @property
+    def index_md(self) -> Path:
+        return self.user_dir / "INDEX.md"
+
+    @property
+    def usage_json(self) -> Path:
+        return self.user_dir / "usage.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "locks" / f"{self.user}.lock"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index" / self.user
+
+    @property
+    def journal_path(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    def scope_dir(self, scope: str, key: str | None) -> Path:
+        """The live folder of a scope: ``user/``, ``projects/<key>/``, ``sessions/<key>/``."""
+        if scope == "user":
+            return self.user_dir / "user"
+        if scope == "project":
+            return self.user_dir / "projects" / str(key)
+        return self.user_dir / "sessions" / str(key)
+
+    def revision_path(self, note_id: str, revision: int) -> Path:
+        return self.revisions_dir / note_id / f"{revision}.md"
+
+
+def users_under(root: Path) -> list[str]:
+    """The users that have a tree under a memory root."""
+    notes = root / "notes"
+    if not notes.is_dir():
+        return []
+    return sorted(p.name for p in notes.iterdir() if p.is_dir() and valid_user(p.name))

@@ -1,0 +1,215 @@
+"""BM25 search over notes with tantivy.
+
+The index is derived data: it lives under ``<root>/index/<user>/`` next to a
+``fingerprint.json`` that names the exact set of note files (path, inode, mtime, size)
+it was built from. When the files no longer match (a crash mid-write, a hand edit, an
+older schema), the store rebuilds the index from the files; the files stay the truth.
+
+Queries are built from the words of the text only (lower-cased ``\\w+`` runs), so no user
+or model text is ever read as query syntax.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import tantivy
+
+from conductor.atomic import DIR_MODE, FILE_MODE, atomic_write, ensure_dir
+from conductor.note_format import Note
+
+SCHEMA_VERSION = 1
+TEXT_FIELDS = ("title", "tags", "body")
+# A title word says more about what a note is than a body word.
+FIELD_BOOSTS = {"title": 2.0, "tags": 1.5, "body": 1.0}
+FILTER_FIELDS = ("scope", "kind", "status", "project", "session", "state")
+MAX_QUERY_TERMS = 256
+# tantivy's tokenizers drop tokens of 40 bytes or more; such words can never match.
+MAX_TERM_BYTES = 39
+WRITER_HEAP = 15_000_000
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """The distinct lower-cased words of ``text``, in order, at most ``limit``."""
+    words = dict.fromkeys(
+        w for w in re.findall(r"\w+", text.lower()) if len(w.encode()) <= MAX_TERM_BYTES
+    )
+    return list(words)[:limit]
+
+
+def note_text(note: Note) -> str:
+    """The searchable text of a note: title, tags and body."""
+    return "\n".join([note.title, " ".join(note.tags), note.body])
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw")
+    for name in TEXT_FIELDS:
+        # en_stem lower-cases and stems, so "runs" finds "running".
+        builder.add_text_field(name, tokenizer_name="en_stem")
+    for name in FILTER_FIELDS:
+        builder.add_text_field(name, tokenizer_name="raw")
+    return builder.build()
+
+
+def _document(note: Note) -> tantivy.Document:
+    values = {
+        "id": note.id,
+        "title": note.title,
+        "tags": " ".join(note.tags),
+        "body": note.body,
+        "scope": note.scope,
+        "kind": note.kind,
+        "status": note.status,
+        "project": note.project,
+        "session": note.session,
+        "state": "archived" if note.archived else "live",
+    }
+    return tantivy.Document(**{k: v for k, v in values.items() if v})
+
+
+class NoteIndex:
+    """One user's tantivy index. Writers must hold the user's store lock."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.schema = _schema()
+        self._index: tantivy.Index | None = None
+
+    # -- freshness ---------------------------------------------------------------
+
+    def stored_fingerprint(self) -> str | None:
+        try:
+            data = json.loads((self.directory / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+            return None
+        value = data.get("fingerprint")
+        return value if isinstance(value, str) else None
+
+    def is_fresh(self, fingerprint: str) -> bool:
+        return self.stored_fingerprint() == fingerprint and self._exists()
+
+    def _exists(self) -> bool:
+        return (self.directory / "meta.json").exists()
+
+    def _save_fingerprint(self, fingerprint: str) -> None:
+        payload = json.dumps({"schema": SCHEMA_VERSION, "fingerprint": fingerprint})
+        atomic_write(self.directory / FINGERPRINT_FILE, payload + "\n")
+
+    def _forget_fingerprint(self) -> None:
+        try:
+            os.unlink(self.directory / FINGERPRINT_FILE)
+        except FileNotFoundError:
+            pass
+
+    # -- writing -----------------------------------------------------------------
+
+    def _open(self) -> tantivy.Index:
+        if self._index is None:
+            ensure_dir(self.directory)
+            try:
+                self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
+            except (OSError, ValueError):
+                # A broken or foreign index: it is derived data, start again.
+                self.wipe()
+                ensure_dir(self.directory)
+                self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=False)
+        return self._index
+
+    def wipe(self) -> None:
+        """Delete the index folder (it is rebuilt from the files when next needed)."""
+        self._index = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def rebuild(self, notes: Iterable[Note], fingerprint: str) -> None:
+        """Index exactly ``notes`` and record the files' fingerprint."""
+        self._forget_fingerprint()
+        index = self._open()
+        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        writer.delete_all_documents()
+        for note in notes:
+            writer.add_document(_document(note))
+        self._commit(writer, fingerprint)
+
+    def apply(self, upserts: Iterable[Note], removed: Iterable[str], fingerprint: str) -> None:
+        """Replace the documents of ``upserts``, drop ``removed`` ids, record the fingerprint."""
+        self._forget_fingerprint()  # a crash before the commit leaves the index "stale"
+        index = self._open()
+        writer = index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        for note_id in removed:
+            writer.delete_documents_by_term("id", note_id)
+        for note in upserts:
+            writer.delete_documents_by_term("id", note.id)
+            writer.add_document(_document(note))
+        self._commit(writer, fingerprint)
+
+    def _commit(self, writer: tantivy.IndexWriter, fingerprint: str) -> None:
+        writer.commit()
+        writer.wait_merging_threads()  # also releases tantivy's own writer lock
+        self._private_modes()
+        self._save_fingerprint(fingerprint)
+
+    def _private_modes(self) -> None:
+        os.chmod(self.directory, DIR_MODE)
+        for entry in os.scandir(self.directory):
+            if entry.is_file(follow_symlinks=False):
+                os.chmod(entry.path, FILE_MODE)
+
+    # -- reading -----------------------------------------------------------------
+
+    def _searcher(self) -> tantivy.Searcher:
+        index = self._open()
+        index.reload()  # see commits made by other store objects and processes
+        return index.searcher()
+
+    def _query(self, text: str, filters: Mapping[str, str | None]) -> tantivy.Query | None:
+        terms = query_terms(text)
+        if not terms:
+            return None
+        index = self._open()
+        try:
+            text_query = index.parse_query(
+                " ".join(terms), list(TEXT_FIELDS), field_boosts=dict(FIELD_BOOSTS)
+            )
+        except ValueError:  # every word was dropped by the tokenizer
+            return None
+        clauses = [(tantivy.Occur.Must, text_query)]
+        for name, value in filters.items():
+            if value is None:
+                continue
+            if name not in (*FILTER_FIELDS, "id"):
+                raise ValueError(f"unknown filter {name!r}")
+            term = tantivy.Query.term_query(self.schema, name, value)
+            # Filters select, they do not score: a zero constant score keeps BM25 pure.
+            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(term, 0.0)))
+        return tantivy.Query.boolean_query(clauses)
+
+    def search(
+        self, text: str, filters: Mapping[str, str | None] | None = None, limit: int = 10
+    ) -> list[tuple[str, float]]:
+        """``(id, BM25 score)`` pairs, best first."""
+        query = self._query(text, filters or {})
+        if query is None or limit <= 0:
+            return []
+        searcher = self._searcher()
+        hits = searcher.search(query, limit=limit).hits
+        out: list[tuple[str, float]] = []
+        for score, address in hits:
+            ids = searcher.doc(address)["id"]
+            if ids:
+                out.append((ids[0], float(score)))
+        return out
+
+    def score(self, text: str, note_id: str) -> float:
+        """The BM25 score ``text`` gets against one note (0.0 when it does not match)."""
+        hits = self.search(text, {"id": note_id}, limit=1)
+        return hits[0][1] if hits else 0.0

@@ -1,0 +1,168 @@
+"""``tandem notes ...`` through an argparse parser built like the real one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conductor import notes_cli
+from conductor.notes import NoteStore
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tandem")
+    commands = parser.add_subparsers(dest="command", required=True)
+    notes_cli.register(commands)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "tandem"
+
+
+@pytest.fixture
+def cli_store(home: Path) -> NoteStore:
+    return NoteStore(home / "memory", "carol")
+
+
+def opts(home: Path) -> list[str]:
+    return ["--user", "carol", "--home", str(home)]
+
+
+def test_list_shows_live_notes(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = cli_store.add(title="Prefers tea", kind="reference", scope="user").note
+    assert note is not None
+    assert run(["notes", "list", *opts(home)]) == 0
+    out = capsys.readouterr().out
+    assert note.id in out and "Prefers tea" in out and "provisional" in out
+
+
+def test_list_json_and_filters(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli_store.add(title="Prefers tea", kind="reference", scope="user")
+    cli_store.add(title="Use uv", kind="gotcha", scope="project", project="/w/app")
+    assert run(["notes", "list", *opts(home), "--scope", "project", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["title"] for d in data] == ["Use uv"]
+    assert data[0]["usage"]["uses_7d"] == 0
+
+
+def test_show_prints_the_note_file(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = cli_store.add(
+        title="Prefers tea", body="Green, no sugar.", kind="reference", scope="user"
+    ).note
+    assert note is not None
+    assert run(["notes", "show", note.id, *opts(home)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("---\n") and "Green, no sugar." in out
+
+
+def test_search_prints_scores(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = cli_store.add(title="Prefers green tea", kind="reference", scope="user").note
+    assert note is not None
+    assert run(["notes", "search", "green", "tea", *opts(home)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[0]
+    assert float(line.split()[0]) > 0 and note.id in line
+
+
+def test_ratify_and_archive(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = cli_store.add(title="Prefers tea", kind="reference", scope="user").note
+    assert note is not None
+    assert run(["notes", "ratify", note.id, *opts(home)]) == 0
+    assert cli_store.get(note.id).status == "ratified"  # type: ignore[union-attr]
+    assert run(["notes", "archive", note.id, "--reason", "moved on", *opts(home)]) == 0
+    archived = cli_store.get(note.id)
+    assert archived is not None and archived.archived
+    assert archived.changelog[-1]["source"] == "cli"
+
+
+def test_delete_one_and_all(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = cli_store.add(title="a", kind="gotcha", scope="user").note
+    cli_store.add(title="b", kind="gotcha", scope="user")
+    assert a is not None
+    assert run(["notes", "delete", a.id, *opts(home)]) == 0
+    assert cli_store.get(a.id) is None
+    assert run(["notes", "delete", "--all", *opts(home)]) == 2
+    assert "--yes" in capsys.readouterr().err
+    assert len(cli_store.list()) == 1
+    assert run(["notes", "delete", "--all", "--yes", *opts(home)]) == 0
+    assert cli_store.list() == []
+
+
+def test_export_writes_a_zip_of_the_users_tree(
+    home: Path, cli_store: NoteStore, tmp_path: Path
+) -> None:
+    note = cli_store.add(title="Prefers tea", kind="reference", scope="user").note
+    assert note is not None
+    out = tmp_path / "out" / "notes.zip"
+    assert run(["notes", "export", "--out", str(out), *opts(home)]) == 0
+    with zipfile.ZipFile(out) as archive:
+        names = archive.namelist()
+    assert f"carol/user/reference-prefers-tea--{note.id}.md" in names
+    assert out.stat().st_mode & 0o777 == 0o600
+
+
+def test_nightly_by_hand(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli_store.add(title="Prefers tea", kind="reference", scope="user")
+    assert run(["notes", "nightly", *opts(home)]) == 0
+    assert "carol: 1 live notes" in capsys.readouterr().out
+    assert cli_store.layout.index_md.exists()
+    assert run(["notes", "nightly", "--all-users", "--home", str(home)]) == 0
+
+
+def test_unknown_id_is_a_clear_error_not_a_traceback(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in (["show", "nope"], ["ratify", "nope"], ["archive", "nope"], ["delete", "nope"]):
+        assert run(["notes", *command, *opts(home)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("tandem notes:") and "Traceback" not in err
+        assert "nope" in err or "not_found" in err
+
+
+def test_home_inside_a_git_tree_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    code = run(["notes", "list", "--home", str(tmp_path / "repo" / "home")])
+    assert code == 1
+    assert "git work tree" in capsys.readouterr().err
+
+
+def test_defaults_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "envhome"))
+    monkeypatch.setattr(notes_cli.getpass, "getuser", lambda: "dave")
+    NoteStore(tmp_path / "envhome" / "memory", "dave").add(title="x", kind="gotcha", scope="user")
+    assert run(["notes", "list"]) == 0
+    assert "x" in capsys.readouterr().out
+
+
+def test_odd_os_user_name_falls_back_to_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notes_cli.getpass, "getuser", lambda: "we ird/name")
+    assert notes_cli.default_user() == "local"
+
+
+def test_bad_user_name_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["notes", "list", "--user", "../x", "--home", str(home)]) == 1
+    assert "bad user name" in capsys.readouterr().err

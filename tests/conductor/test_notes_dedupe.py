@@ -1,0 +1,142 @@
+"""An add of a fact already stored becomes a revision of that note."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dedupe_pairs import BASE, PROBES
+from notes_helpers import read_front
+
+from conductor.dedupe import DEDUPE_THRESHOLD
+from conductor.notes import NoteStore
+
+
+def test_same_normalised_title_turns_the_add_into_a_revision(store: NoteStore) -> None:
+    first = store.add(
+        title="Run tests with make test", body="It wraps pytest.", kind="runbook", scope="user"
+    )
+    assert first.ok and first.note is not None
+    again = store.add(
+        title="  run TESTS with make-test! ",
+        body="Use `make test -j4`.",
+        kind="runbook",
+        scope="user",
+    )
+    assert again.ok and again.revised_existing and again.note is not None
+    assert again.note.id == first.note.id
+    assert again.note.revision == 2
+    assert again.note.body == "Use `make test -j4`."
+    revision = store.layout.revision_path(first.note.id, 1)
+    assert revision.exists()
+    assert "It wraps pytest." in revision.read_text()
+    assert read_front(revision)["revision"] == 1
+    assert len(store.list()) == 1
+
+
+def test_close_bm25_match_turns_the_add_into_a_revision(store: NoteStore) -> None:
+    base = store.add(
+        title="Staging database runs PostgreSQL 15 on port 5433",
+        body="The staging database is PostgreSQL 15 listening on port 5433 on host db-staging.",
+        kind="reference",
+        scope="project",
+        project="/srv/app",
+    )
+    assert base.note is not None
+    again = store.add(
+        title="Staging Postgres listens on 5433",
+        body="The staging PostgreSQL 15 database on db-staging listens on port 5433.",
+        kind="reference",
+        scope="project",
+        project="/srv/app",
+    )
+    assert again.ok and again.revised_existing
+    assert again.note is not None and again.note.id == base.note.id
+    assert store.layout.revision_path(base.note.id, 1).exists()
+    assert again.note.title == "Staging Postgres listens on 5433"
+
+
+def test_another_fact_on_the_same_topic_is_a_new_note(store: NoteStore) -> None:
+    store.add(
+        title="Staging database runs PostgreSQL 15 on port 5433",
+        body="The staging database is PostgreSQL 15 on port 5433.",
+        kind="reference",
+        scope="user",
+    )
+    other = store.add(
+        title="Staging database is reset every Sunday",
+        body="It is restored from a snapshot every Sunday night.",
+        kind="reference",
+        scope="user",
+    )
+    assert other.ok and not other.revised_existing
+    assert len(store.list()) == 2
+
+
+def test_dedupe_only_searches_the_same_scope(store: NoteStore) -> None:
+    store.add(
+        title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="project", project="/a/one"
+    )
+    elsewhere = store.add(
+        title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="project", project="/b/one"
+    )
+    in_user = store.add(title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="user")
+    session = store.add(
+        title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="session", session="s1"
+    )
+    assert not (elsewhere.revised_existing or in_user.revised_existing or session.revised_existing)
+    assert len(store.list()) == 4
+
+
+def test_archived_notes_are_not_revived_by_dedupe(store: NoteStore) -> None:
+    first = store.add(title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="user")
+    assert first.note is not None
+    store.archive(first.note.id, "wrong")
+    again = store.add(title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="user")
+    assert again.ok and not again.revised_existing and again.note is not None
+    assert again.note.id != first.note.id
+
+
+def test_identical_add_is_a_no_op_revision(store: NoteStore) -> None:
+    first = store.add(title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="user")
+    again = store.add(title="Use tabs", body="Indent with tabs.", kind="gotcha", scope="user")
+    assert again.revised_existing and again.note is not None and first.note is not None
+    assert again.note.revision == 1
+    assert not store.layout.revision_path(first.note.id, 1).exists()
+
+
+@pytest.fixture(scope="module")
+def labelled_ratios(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, float, bool]]:
+    """(label, best normalised BM25 ratio, best match is the base note) for every probe."""
+    store = NoteStore(Path(tmp_path_factory.mktemp("dedupe")) / "memory", "eval")
+    ids = []
+    for title, body, tags in BASE:
+        result = store.add(title=title, body=body, tags=tags, kind="reference", scope="user")
+        assert result.ok and not result.revised_existing and result.note is not None
+        ids.append(result.note.id)
+    rows = []
+    for base, label, title, body, tags in PROBES:
+        match = store.dedupe_match(title=title, body=body, tags=tags, scope="user")
+        assert match is not None
+        rows.append((label, match[1], match[0].id == ids[base]))
+    return rows
+
+
+def test_threshold_separates_the_labelled_set(
+    labelled_ratios: list[tuple[str, float, bool]],
+) -> None:
+    dups = [r for r in labelled_ratios if r[0] == "dup"]
+    news = [r for r in labelled_ratios if r[0] == "new"]
+    assert len(dups) == len(news) == len(BASE)
+    # Every restatement finds its own note, above the threshold...
+    assert all(found and ratio >= DEDUPE_THRESHOLD for _, ratio, found in dups)
+    # ...and no other fact on the same topic reaches it.
+    assert all(ratio < DEDUPE_THRESHOLD for _, ratio, _ in news)
+
+
+def test_threshold_sits_in_the_middle_of_the_gap(
+    labelled_ratios: list[tuple[str, float, bool]],
+) -> None:
+    lowest_dup = min(r for label, r, _ in labelled_ratios if label == "dup")
+    highest_new = max(r for label, r, _ in labelled_ratios if label == "new")
+    assert highest_new + 0.05 < DEDUPE_THRESHOLD < lowest_dup - 0.05

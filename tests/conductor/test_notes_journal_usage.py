@@ -1,0 +1,149 @@
+"""The journal (never a title or a body), usage counts and INDEX.md."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from notes_helpers import FakeClock
+
+from conductor.journal import Journal
+from conductor.nightly import run_nightly
+from conductor.notes import NoteStore
+
+CANARY_TITLE = "Canarytitle Qz7xw"
+CANARY_BODY = "canarybody Vb3kp lives in this body"
+CANARY_REASON = "canaryreason Mm4tz"
+CANARY_KIND = "canarykind_Pp2rr"
+
+
+def test_canary_title_and_body_never_appear_in_the_journal(store: NoteStore) -> None:
+    note = store.add(
+        title=CANARY_TITLE, body=CANARY_BODY, kind="gotcha", scope="user", tags=["canarytag Xy9"]
+    ).note
+    assert note is not None
+    store.add(title=CANARY_TITLE + " again", body=CANARY_BODY, kind="gotcha", scope="user")
+    store.update(
+        note.id, title=CANARY_TITLE + " two", body=CANARY_BODY + " two", reason=CANARY_REASON
+    )
+    store.add(title=CANARY_TITLE + "x" * 130, body=CANARY_BODY, kind="gotcha", scope="user")
+    store.add(title=CANARY_TITLE, body=CANARY_BODY, kind=CANARY_KIND, scope="user")
+    store.add(title=CANARY_TITLE, body=CANARY_BODY, kind="gotcha", scope=CANARY_KIND)
+    store.edit(note.id, body=CANARY_BODY + " edited")
+    store.search(CANARY_TITLE)
+    store.record_injection([note.id], "req-1")
+    store.archive(note.id, CANARY_REASON)
+    run_nightly(store)
+    text = store.layout.journal_path.read_text()
+    assert text.count("\n") >= 9
+    for canary in (
+        "canarytitle",
+        "qz7xw",
+        "canarybody",
+        "vb3kp",
+        "canaryreason",
+        "mm4tz",
+        "canarykind",
+        "canarytag",
+    ):
+        assert canary not in text.lower(), canary
+
+
+def test_journal_records_writes_refusals_injections_and_nightly(store: NoteStore) -> None:
+    note = store.add(title="t", body="b", kind="gotcha", scope="user").note
+    assert note is not None
+    store.add(title="x" * 121, kind="gotcha", scope="user")
+    body = f"key {'sk-' + 'a1' * 15} and many more words around it, so not mostly secret"
+    store.add(title="t", body=body, kind="gotcha", scope="user")
+    store.record_injection([note.id, "unknown"], "req-7")
+    store.ratify(note.id, via="cli")
+    run_nightly(store)
+    entries = list(store.journal.entries())
+    ops = [(e["op"], e["ok"]) for e in entries]
+    assert ops == [
+        ("add", True),
+        ("add", False),
+        ("add", True),
+        ("inject", True),
+        ("ratify", True),
+        ("nightly", True),
+    ]
+    assert entries[0]["id"] == note.id and entries[0]["scope"] == "user"
+    assert entries[0]["kind"] == "gotcha" and entries[0]["user"] == "alice"
+    assert entries[1]["reason"] == "title_too_long"
+    assert entries[2]["revised_existing"] is True and entries[2]["redactions"] == {"openai": 1}
+    assert entries[3]["ids"] == [note.id] and entries[3]["request_id"] == "req-7"
+    assert entries[4]["by"] == "user" and entries[4]["via"] == "cli"
+    assert "counts" in entries[5]
+
+
+def test_journal_refuses_free_text_keys(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    with pytest.raises(ValueError):
+        journal.append(op="add", title="secret title")
+    with pytest.raises(ValueError):
+        journal.append(op="add", reason="a long\nmultiline text")
+    assert not (tmp_path / "j.jsonl").exists()
+
+
+def test_journal_is_append_only_json_lines(store: NoteStore) -> None:
+    store.add(title="a", kind="gotcha", scope="user")
+    first = store.layout.journal_path.read_text()
+    store.add(title="b", kind="gotcha", scope="user")
+    second = store.layout.journal_path.read_text()
+    assert second.startswith(first)
+    for line in second.splitlines():
+        json.loads(line)
+
+
+def test_usage_counts_and_uses_in_7_days(store: NoteStore, clock: FakeClock) -> None:
+    a = store.add(title="a", kind="gotcha", scope="user").note
+    b = store.add(title="b", kind="gotcha", scope="user").note
+    assert a is not None and b is not None
+    assert store.record_injection([a.id, b.id, "missing"], "r1") == 2
+    clock.advance(days=3)
+    store.record_injection([a.id], "r2")
+    clock.advance(days=5)  # the first use is now 8 days old
+    store.record_injection([a.id], "r3")
+    assert store.uses_in_days(a.id) == 2
+    assert store.uses_in_days(b.id) == 0
+    assert store.uses_in_days(a.id, days=30) == 3
+    usage = store.usage(a.id)
+    assert usage["total"] == 3 and usage["uses_7d"] == 2
+    data = json.loads(store.layout.usage_json.read_text())
+    assert data["notes"][a.id]["total"] == 3
+    assert "missing" not in data["notes"]
+
+
+def test_uses_in_7_days_at_a_given_moment(store: NoteStore, clock: FakeClock) -> None:
+    a = store.add(title="a", kind="gotcha", scope="user").note
+    assert a is not None
+    start = clock.now
+    store.record_injection([a.id], "r1")
+    assert store.uses_in_days(a.id, now=start + timedelta(days=6)) == 1
+    assert store.uses_in_days(a.id, now=start + timedelta(days=8)) == 0
+
+
+def test_index_md_has_one_line_per_live_note(store: NoteStore) -> None:
+    a = store.add(title="Prefers tea", kind="reference", scope="user").note
+    b = store.add(title="Use uv", kind="gotcha", scope="project", project="/w/app").note
+    c = store.add(
+        title="Bisecting",
+        kind="program_state",
+        scope="session",
+        session="s1",
+        verify_by="2025-03-11",
+    ).note
+    gone = store.add(title="Gone", kind="gotcha", scope="user").note
+    assert a and b and c and gone
+    store.user_archive(gone.id)
+    store.record_injection([a.id], "r")
+    path = store.regenerate_index()
+    text = path.read_text()
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lines) == 3
+    assert any("Prefers tea" in line and a.id in line and "uses 7d: 1" in line for line in lines)
+    assert "Gone" not in text
+    assert "## About you" in text and "## Session s1" in text and f"## Project {b.project}" in text

@@ -1,0 +1,133 @@
+"""BM25 search with scores and filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.notes import NoteStore
+
+
+@pytest.fixture
+def filled(store: NoteStore) -> dict[str, str]:
+    def add(**kw: object) -> str:
+        result = store.add(**kw)  # type: ignore[arg-type]
+        assert result.ok and result.note is not None and not result.revised_existing
+        return result.note.id
+
+    ids = {
+        "tea": add(
+            title="User drinks green tea",
+            body="No sugar, no milk.",
+            kind="reference",
+            scope="user",
+            tags=["food"],
+        ),
+        "pytest": add(
+            title="Run pytest with -n auto",
+            body="xdist speeds up the tests.",
+            kind="runbook",
+            scope="project",
+            project="/w/app",
+        ),
+        "pytest_other": add(
+            title="Pytest fixtures live in conftest",
+            body="Shared fixtures.",
+            kind="reference",
+            scope="project",
+            project="/w/lib",
+        ),
+        "session": add(
+            title="Currently bisecting the pytest failure",
+            body="At commit abc.",
+            kind="program_state",
+            scope="session",
+            session="s9",
+            verify_by="2025-03-11",
+        ),
+        "rule": add(
+            title="Never run the full pytest suite on battery",
+            body="Too slow.",
+            kind="rule",
+            scope="user",
+            has_user_message=True,
+        ),
+    }
+    store.ratify(ids["rule"])
+    return ids
+
+
+def test_search_returns_notes_with_bm25_scores_best_first(
+    store: NoteStore, filled: dict[str, str]
+) -> None:
+    hits = store.search("green tea")
+    assert hits and hits[0][0].id == filled["tea"]
+    assert all(isinstance(score, float) and score > 0 for _, score in hits)
+    scores = [s for _, s in store.search("pytest")]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_search_stems_words(store: NoteStore, filled: dict[str, str]) -> None:
+    assert store.search("drinking teas")[0][0].id == filled["tea"]
+
+
+def test_search_filters(store: NoteStore, filled: dict[str, str]) -> None:
+    def ids(**kw: object) -> set[str]:
+        return {n.id for n, _ in store.search("pytest", **kw)}  # type: ignore[arg-type]
+
+    assert ids() == {filled["pytest"], filled["pytest_other"], filled["session"], filled["rule"]}
+    assert ids(scope="project") == {filled["pytest"], filled["pytest_other"]}
+    assert ids(project="/w/app") == {filled["pytest"]}
+    assert ids(kind="rule") == {filled["rule"]}
+    assert ids(status="ratified") == {filled["rule"]}
+    assert ids(session="s9") == {filled["session"]}
+    assert ids(scope="user", kind="runbook") == set()
+
+
+def test_project_filter_takes_a_key_or_a_path(store: NoteStore, filled: dict[str, str]) -> None:
+    key = store.get(filled["pytest"]).project  # type: ignore[union-attr]
+    assert key is not None
+    assert {n.id for n, _ in store.search("pytest", project=key)} == {filled["pytest"]}
+    assert [n.id for n in store.list(project=key)] == [filled["pytest"]]
+
+
+def test_search_live_archived_or_all(store: NoteStore, filled: dict[str, str]) -> None:
+    store.user_archive(filled["pytest"])
+    live = {n.id for n, _ in store.search("pytest")}
+    archived = {n.id for n, _ in store.search("pytest", state="archived")}
+    everything = {n.id for n, _ in store.search("pytest", state="all")}
+    assert filled["pytest"] not in live
+    assert archived == {filled["pytest"]}
+    assert everything == live | archived
+
+
+def test_search_limit(store: NoteStore, filled: dict[str, str]) -> None:
+    assert len(store.search("pytest", limit=2)) == 2
+
+
+@pytest.mark.parametrize("query", ["", "   ", "!!!", "AND OR NOT", 'title:"x', "a" * 60])
+def test_query_text_is_never_query_syntax(
+    store: NoteStore, filled: dict[str, str], query: str
+) -> None:
+    store.search(query)  # no exception
+
+
+def test_search_sees_status_changes(store: NoteStore, filled: dict[str, str]) -> None:
+    store.ratify(filled["tea"])
+    assert {n.id for n, _ in store.search("tea", status="ratified")} == {filled["tea"]}
+
+
+def test_list_filters_and_order(store: NoteStore, filled: dict[str, str], clock) -> None:
+    clock.advance(minutes=1)
+    store.ratify(filled["pytest_other"])
+    listed = store.list()
+    assert listed[0].id == filled["pytest_other"]
+    assert {n.id for n in store.list(scope="session")} == {filled["session"]}
+    assert {n.id for n in store.list(status="ratified")} == {filled["rule"], filled["pytest_other"]}
+
+
+def test_stale_notes_can_be_left_out(store: NoteStore, filled: dict[str, str], clock) -> None:
+    assert {n.id for n in store.list(scope="session")} == {filled["session"]}
+    clock.advance(days=2)  # past verify_by 2025-03-11
+    assert store.list(scope="session", include_stale=False) == []
+    assert store.search("bisecting", include_stale=False) == []
+    assert [n.id for n, _ in store.search("bisecting")] == [filled["session"]]

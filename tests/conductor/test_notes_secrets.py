@@ -1,0 +1,153 @@
+"""The secret-pattern check: each family refused in a title, redacted in a body."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.notes import NoteStore
+from conductor.secrets import FAMILIES, find_secrets, redact
+
+# Built by concatenation so no scanner mistakes this file for a leak.
+A20 = "aB3dE5gH7jK9mN1pQ3sT"
+SAMPLES: dict[str, str] = {
+    "openai": "sk-proj-" + A20 + A20,
+    "anthropic": "sk-ant-api03-" + A20 + A20,
+    "stripe": "sk_" + "live_" + A20 + "x1",
+    "github": "ghp_" + A20 + A20[:16],
+    "gitlab": "glpat-" + A20,
+    "huggingface": "hf_" + A20 + A20[:12],
+    "aws": "AKIA" + "IOSFODNN7EXAMPLE",
+    "google": "AIza" + "SyA" + A20 + "abcdefghijkl",
+    "azure": "AccountKey=" + "Zm9v" * 12 + "==",
+    "slack": "xoxb-" + "1234567890-" + A20,
+    "jwt": "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0" + ".dozjgNryP4J3jVmNHl0w5N",
+    "bearer": "Authorization: Bearer " + A20 + "xyz",
+    "private_key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow"
+    + A20
+    + "\n-----END RSA PRIVATE KEY-----",
+    "url_password": "postgres://app:" + "s3cr3tPass" + "@db.internal:5432/app",
+    "password_assignment": "password = " + "hunter2hunter2",
+}
+EXTRA: list[tuple[str, str]] = [
+    ("aws", "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"),
+    ("password_assignment", "passwd: " + "correct-horse-battery"),
+    ("password_assignment", "API_KEY=" + "0123456789abcdef0123"),
+    ("github", "github_pat_" + A20 + "_" + A20),
+    ("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA"),
+]
+
+
+def test_every_family_has_a_sample() -> None:
+    assert set(SAMPLES) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("family", sorted(SAMPLES))
+def test_each_family_is_found(family: str) -> None:
+    findings = find_secrets(f"note: {SAMPLES[family]} end")
+    assert [f.family for f in findings] == [family]
+
+
+@pytest.mark.parametrize(("family", "text"), EXTRA)
+def test_other_forms_of_a_family_are_found(family: str, text: str) -> None:
+    assert [f.family for f in find_secrets(text)] == [family]
+
+
+@pytest.mark.parametrize("family", sorted(SAMPLES))
+def test_secret_in_a_title_is_refused(store: NoteStore, family: str) -> None:
+    secret = SAMPLES[family].replace("\n", " ")
+    result = store.add(title=f"key {secret}"[:120], kind="reference", scope="user")
+    assert (result.ok, result.reason) == (False, "secret")
+    assert store.list() == []
+
+
+def test_secret_in_a_tag_is_refused(store: NoteStore) -> None:
+    result = store.add(title="t", kind="reference", scope="user", tags=[SAMPLES["github"]])
+    assert result.reason == "secret"
+
+
+@pytest.mark.parametrize("family", sorted(SAMPLES))
+def test_secret_in_a_body_is_redacted_and_counted(store: NoteStore, family: str) -> None:
+    secret = SAMPLES[family]
+    body = (
+        "Context for the deploy of the billing service next week with the team. "
+        f"The credential is {secret} and it lives in the vault under the ops folder, "
+        "rotate it every quarter and tell the team on the ops channel afterwards please."
+    )
+    result = store.add(title=f"Billing deploy {family}", body=body, kind="reference", scope="user")
+    assert result.ok and result.note is not None
+    assert result.redactions == 1
+    assert result.redaction_counts == {family: 1}
+    assert f"[redacted:{family}]" in result.note.body
+    stored = result.note.path.read_text()  # type: ignore[union-attr]
+    assert find_secrets(stored) == []
+    assert A20 not in stored and "hunter2" not in stored and "s3cr3t" not in stored
+
+
+def test_two_secrets_in_a_body_are_both_counted(store: NoteStore) -> None:
+    body = (
+        "The staging and production keys are kept here for the migration script run "
+        f"later today: {SAMPLES['openai']} and {SAMPLES['aws']} with both rotated after."
+    )
+    result = store.add(title="Migration keys", body=body, kind="reference", scope="user")
+    assert result.ok and result.redactions == 2
+    assert result.redaction_counts == {"openai": 1, "aws": 1}
+
+
+def test_body_that_is_mostly_secret_is_refused(store: NoteStore) -> None:
+    result = store.add(
+        title="OpenAI key", body=f"key: {SAMPLES['openai']}", kind="reference", scope="user"
+    )
+    assert (result.ok, result.reason) == (False, "secret")
+
+
+def test_private_key_block_is_mostly_secret(store: NoteStore) -> None:
+    block = "-----BEGIN PRIVATE KEY-----\n" + (A20 * 3 + "\n") * 10 + "-----END PRIVATE KEY-----"
+    result = store.add(
+        title="Server key", body=f"The key:\n{block}", kind="reference", scope="user"
+    )
+    assert result.reason == "secret"
+
+
+def test_secret_in_an_update_is_redacted_too(store: NoteStore) -> None:
+    note = store.add(
+        title="DB access", body="Ask ops for access.", kind="runbook", scope="user"
+    ).note
+    assert note is not None
+    body = (
+        f"Connect with {SAMPLES['url_password']} from the bastion host, never from a "
+        "laptop, and close the tunnel when the migration is done."
+    )
+    result = store.update(note.id, body=body)
+    assert result.ok and result.redactions == 1
+    assert "postgres://app:[redacted:url_password]@db.internal" in result.note.body  # type: ignore[union-attr]
+
+
+def test_user_edit_with_a_secret_title_is_refused(store: NoteStore) -> None:
+    note = store.add(title="DB access", kind="runbook", scope="user").note
+    assert note is not None
+    assert store.edit(note.id, title=f"token {SAMPLES['slack']}").reason == "secret"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password: ${DB_PASSWORD}",
+        "password=<your password>",
+        "the password is stored in the vault",
+        "set api_key: $OPENAI_API_KEY before running",
+        "https://example.com/path?x=1",
+        "ssh://git@github.com/org/repo.git",
+        "sk-short",
+        "a JWT looks like eyJ... and is signed",
+    ],
+)
+def test_references_and_prose_are_not_secrets(text: str) -> None:
+    assert find_secrets(text) == []
+
+
+def test_redacted_text_has_no_secret_left() -> None:
+    text = " ".join(SAMPLES.values())
+    once = redact(text)
+    assert once.total == len(SAMPLES)
+    assert find_secrets(once.text) == []
+    assert redact(once.text).total == 0
