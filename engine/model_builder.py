@@ -26,7 +26,7 @@ from typing import Any
 from engine.qwen_tokens import ENDOFTEXT, IM_END, SPECIAL_TOKENS, VOCAB_SIZE
 
 MANIFEST = "tandem-manifest.json"
-BUILD_VERSION = 2  # bump when the builder's output changes, so old builds are rebuilt
+BUILD_VERSION = 3  # bump when the builder's output changes, so old builds are rebuilt
 SEED = 1234
 
 Progress = Callable[[str], None]
@@ -116,6 +116,8 @@ def is_intact(path: Path) -> bool:
         return False
     if manifest.get("build_version") != BUILD_VERSION:
         return False
+    if manifest.get("chat_template_sha256") != _text_sha256(chat_template()):
+        return False  # the template changed since this build: rebuild with the new one
     files: dict[str, str] = manifest.get("files", {})
     return bool(files) and all(
         (path / name).is_file() and _sha256(path / name) == digest
@@ -210,9 +212,13 @@ def _write_manifest(folder: Path) -> None:
     files = {
         p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
     }
-    (folder / MANIFEST).write_text(
-        json.dumps({"build_version": BUILD_VERSION, "files": files}, indent=2)
-    )
+    manifest = {"build_version": BUILD_VERSION,
+                "chat_template_sha256": _text_sha256(chat_template()), "files": files}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+
+
+def _text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _sha256(path: Path) -> str:

@@ -105,7 +105,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         except ValidationError as exc:
             raise _validation_error(exc) from None
         engine_ = state.ready_engine()
-        prepared = chat.prepare(engine_, parsed)
+        prepared = chat.prepare(engine_, profile, parsed)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
             return StreamingResponse(chat.stream(engine_, prepared, include_usage),

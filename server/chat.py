@@ -35,8 +35,8 @@ def model_names(profile: Profile) -> set[str]:
     return {profile.name, profile.model, profile.model.removeprefix("builtin:")}
 
 
-def prepare(engine: Engine, request: ChatCompletionRequest) -> PreparedChat:
-    profile = engine.profile
+def prepare(engine: Engine, profile: Profile, request: ChatCompletionRequest) -> PreparedChat:
+    """Validate against the served profile and render; raises APIError for bad requests."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")

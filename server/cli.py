@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from conductor import notes_cli
 from engine.home import tandem_home
 from engine.profiles import (
     MEMORY_MODES,
@@ -99,16 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape")
     build.set_defaults(func=_build_model)
 
-    _register_optional_commands(commands)
-    return parser
-
-
-def _register_optional_commands(commands) -> None:
-    try:
-        from conductor import notes_cli
-    except ImportError:
-        return
     notes_cli.register(commands)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,18 @@
+# Tandem: `make setup` once, then `.venv/bin/tandem serve`; `make test` runs the suite.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.tandem-installed
+
+.PHONY: setup test lint serve
+
+setup:
+	@bash scripts/setup.sh
+
+test:
+	@$(PY) -m pytest -q
+
+lint:
+	@$(VENV)/bin/ruff check .
+
+serve:
+	@$(VENV)/bin/tandem serve

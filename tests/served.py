@@ -1,0 +1,61 @@
+"""Runs the real app (real engine) under uvicorn in a thread, for the whole test session."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServedApp:
+    """uvicorn on its own event loop thread; `run` executes a coroutine on that loop."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.loop = asyncio.new_event_loop()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                loop="none", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name="tandem-test-server",
+                                        daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._server.serve())
+
+    def start(self, ready_timeout: float = 600.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            try:
+                response = httpx.get(f"{self.base_url}/readyz", timeout=2)
+                if response.status_code == 200:
+                    return
+                if response.json().get("status") == "failed":
+                    raise RuntimeError(f"engine failed: {response.json()}")
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError("the engine did not become ready")
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=60)

@@ -1,0 +1,119 @@
+"""Bad requests get an OpenAI-style error body with the right status, never a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import httpx
+import pytest
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def client(served) -> httpx.Client:
+    with httpx.Client(base_url=served.base_url, timeout=60) as c:
+        yield c
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and error["type"]
+    if code:
+        assert error["code"] == code
+    return error
+
+
+def test_malformed_json_is_400(client):
+    response = client.post("/v1/chat/completions", content=b"{not json",
+                           headers={"content-type": "application/json"})
+    assert_error(response, 400, "invalid_json")
+
+
+def test_a_body_that_is_not_an_object_is_400(client):
+    assert_error(client.post("/v1/chat/completions", json=[1, 2]), 400, "invalid_json")
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"model": "tiny", "messages": "hi"}, "messages"),
+    ({"model": "tiny", "messages": []}, "messages"),
+    ({"model": "tiny", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+    ({"model": 7, "messages": USER}, "model"),
+    ({"messages": USER}, "model"),
+    ({"model": "tiny", "messages": USER, "stream": "yes"}, "stream"),
+])
+def test_wrong_types_are_400_naming_the_field(client, body, param):
+    error = assert_error(client.post("/v1/chat/completions", json=body), 400, "invalid_value")
+    assert error["param"] == param
+
+
+def test_unknown_model_is_404(client):
+    response = client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": USER})
+    assert_error(response, 404, "model_not_found")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", -0.1), ("temperature", 2.5), ("top_p", 0), ("top_p", 1.5),
+    ("max_tokens", 0), ("n", 2), ("presence_penalty", 3), ("top_k", 0),
+    ("stop", ["a", "b", "c", "d", "e"]),
+])
+def test_out_of_range_sampling_values_are_400(client, field, value):
+    response = client.post("/v1/chat/completions",
+                           json={"model": "tiny", "messages": USER, field: value})
+    assert assert_error(response, 400, "invalid_value")["param"] == field
+
+
+def test_a_prompt_over_max_model_len_is_400(client, tiny_profile):
+    long = "word " * (tiny_profile.max_model_len + 10)
+    response = client.post("/v1/chat/completions",
+                           json={"model": "tiny", "messages": [{"role": "user", "content": long}]})
+    assert_error(response, 400, "context_length_exceeded")
+
+
+def test_max_tokens_past_the_context_is_400(client, tiny_profile):
+    response = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": USER, "max_tokens": tiny_profile.max_model_len})
+    assert_error(response, 400, "context_length_exceeded")
+
+
+def test_non_text_content_parts_are_400(client):
+    content = [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]
+    response = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": [{"role": "user", "content": content}]})
+    assert_error(response, 400, "invalid_value")
+
+
+def test_script_is_refused_by_a_profile_that_is_not_scripted(served, engine, test_home):
+    from server.app import create_app
+
+    plain = dataclasses.replace(engine.profile, scripted=False)
+    app = create_app(plain, test_home, engine=engine)
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+            return await c.post("/v1/chat/completions",
+                                json={"model": "tiny", "messages": USER, "script": "x"})
+
+    error = assert_error(served.run(ask()), 400, "invalid_value")
+    assert error["param"] == "script"
+
+
+def test_chat_before_the_engine_is_ready_is_503(tiny_profile, test_home):
+    import asyncio
+
+    from server.app import create_app
+
+    app = create_app(tiny_profile, test_home)  # lifespan not run: no engine loads
+
+    async def ask() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+            ready = await c.get("/readyz")
+            answer = await c.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+            return ready, answer
+
+    ready, answer = asyncio.run(ask())
+    assert ready.status_code == 503
+    assert_error(answer, 503, "engine_not_ready")

@@ -1,0 +1,140 @@
+"""The OpenAI chat route against the real engine (tiny profile, scripted answers)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+SCRIPT = "Hello! The build needs node 20, and the tests run with make test."
+USER = [{"role": "user", "content": "What does the build need?"}]
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def client(served) -> httpx.Client:
+    with httpx.Client(base_url=served.base_url, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sdk(served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
+
+
+def chat(client: httpx.Client, **body) -> httpx.Response:
+    return client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, **body})
+
+
+def stream_events(client: httpx.Client, **body) -> list[dict]:
+    events = []
+    with client.stream("POST", "/v1/chat/completions",
+                       json={"model": "tiny", "messages": USER, "stream": True, **body}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[len("data: "):]))
+    return events
+
+
+def test_non_streamed_scripted_answer_equals_the_script(client):
+    body = chat(client, script=SCRIPT).json()
+    choice = body["choices"][0]
+    assert choice["message"]["content"] == SCRIPT
+    assert choice["finish_reason"] == "stop"
+    assert body["usage"]["completion_tokens"] > 5
+
+
+def test_streamed_scripted_answer_equals_the_script(client):
+    events = stream_events(client, script=SCRIPT, stream_options={"include_usage": True})
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == SCRIPT
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
+    assert events[-1]["usage"]["prompt_tokens"] > 0
+
+
+def test_sdk_non_streamed_and_streamed_answers_equal_the_script(sdk):
+    whole = sdk.chat.completions.create(model="tiny", messages=USER, extra_body={"script": SCRIPT})
+    assert whole.choices[0].message.content == SCRIPT
+    pieces = sdk.chat.completions.create(model="tiny", messages=USER, stream=True,
+                                         extra_body={"script": SCRIPT})
+    assert "".join(c.choices[0].delta.content or "" for c in pieces if c.choices) == SCRIPT
+
+
+def test_scripted_tool_call_comes_back_as_tool_calls(sdk):
+    script = ('Let me look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}'
+              '\n</tool_call>')
+    answer = sdk.chat.completions.create(model="tiny", messages=USER, tools=TOOLS,
+                                         extra_body={"script": script})
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content.strip() == "Let me look."
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "read_file"
+    assert json.loads(call.function.arguments) == {"path": "a.py"}
+
+
+def test_streamed_tool_call_comes_back_as_tool_calls(sdk):
+    script = '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.py"}}\n</tool_call>'
+    chunks = list(sdk.chat.completions.create(model="tiny", messages=USER, tools=TOOLS,
+                                              stream=True, extra_body={"script": script}))
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [c.function.name for c in calls] == ["read_file"]
+    assert json.loads(calls[0].function.arguments) == {"path": "b.py"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_scripted_think_comes_back_as_reasoning_content(client):
+    script = "<think>\nThe user asks about the build.\n</think>\n\nNode 20."
+    message = chat(client, script=script,
+                   chat_template_kwargs={"enable_thinking": True}).json()["choices"][0]["message"]
+    assert message["reasoning_content"].strip() == "The user asks about the build."
+    assert message["content"] == "Node 20."
+    events = stream_events(client, script=script)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert "".join(d.get("reasoning_content", "") for d in deltas).strip() == (
+        "The user asks about the build.")
+    assert "".join(d.get("content", "") for d in deltas) == "Node 20."
+
+
+def test_second_turn_is_served_from_the_prefix_cache(client, tiny_profile):
+    first = chat(client, script=SCRIPT * 3).json()
+    turn1 = first["usage"]
+    history = USER + [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                      {"role": "user", "content": "And the tests?"}]
+    second = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": history, "script": "make test"}).json()
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    floor = turn1["prompt_tokens"] + turn1["completion_tokens"] - tiny_profile.block_size
+    assert cached >= floor, (cached, turn1)
+
+
+def test_tool_message_round_trip_is_rendered_and_answered(client):
+    history = USER + [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": "{\"path\": \"a.py\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "print('hi')"},
+    ]
+    body = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": history, "tools": TOOLS, "script": "It prints hi."}).json()
+    assert body["choices"][0]["message"]["content"] == "It prints hi."
+
+
+def test_models_health_and_readiness(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    models = client.get("/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+
+
+def test_metrics_count_requests_tokens_and_ttft(client):
+    chat(client, script="counted")
+    text = client.get("/metrics").text
+    assert 'tandem_requests_finished_total{kind="client"}' in text
+    assert 'tandem_ttft_seconds_count{kind="client"}' in text
+    assert 'tandem_http_responses_total{route="/v1/chat/completions",status="200"}' in text

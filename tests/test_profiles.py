@@ -1,0 +1,74 @@
+"""Profiles load strictly; a bad one stops with a message naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.profiles import ProfileError, load_profile, load_profile_file, profile_names
+from server.cli import main
+
+SHIPPED = {"tiny", "bench-0.6b", "chat", "coding", "hermes", "chat-app", "reasoning"}
+
+
+def test_the_shipped_profiles_all_load():
+    assert SHIPPED <= set(profile_names())
+    for name in profile_names():
+        load_profile(name)
+    assert load_profile("tiny").memory.mode == "on"
+    assert load_profile("bench-0.6b").load_format == "dummy"
+    assert load_profile("reasoning").memory.mode == "off"
+    assert load_profile("coding").model == "Qwen/Qwen3-30B-A3B"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
+
+
+@pytest.mark.parametrize("text, key", [
+    (BASE + "colour: blue\n", "'colour'"),
+    (BASE + "max_model_len: lots\n", "'max_model_len'"),
+    (BASE + "max_model_len: true\n", "'max_model_len'"),
+    (BASE + "enforce_eager: 1\n", "'enforce_eager'"),
+    (BASE + "memory:\n  mode: sometimes\n", "'memory.mode'"),
+    (BASE + "memory:\n  writer:\n    mode: always\n", "'memory.writer.mode'"),
+    (BASE + "memory:\n  depth: 3\n", "'memory.depth'"),
+    (BASE + "device: tpu\n".replace("device: tpu\n", "") + "block_size: 0\n", "'block_size'"),
+    ("device: cpu\n", "'model'"),
+    (BASE.replace("cpu", "tpu"), "'device'"),
+])
+def test_a_bad_profile_names_the_file_and_the_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ProfileError) as error:
+        load_profile_file(path)
+    assert str(path) in str(error.value) and key in str(error.value)
+
+
+def test_yaml_on_and_off_read_as_memory_modes(tmp_path):
+    profile = load_profile_file(write(tmp_path, BASE + "memory:\n  mode: off\n  writer:\n"
+                                                       "    mode: on\n"))
+    assert (profile.memory.mode, profile.memory.writer_mode) == ("off", "on")
+
+
+def test_serve_with_a_bad_profile_prints_a_message_not_a_traceback(tmp_path, capsys):
+    path = write(tmp_path, BASE + "colour: blue\n")
+    assert main(["serve", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'colour'" in err and str(path) in err and "Traceback" not in err
+
+
+def test_an_unknown_profile_name_lists_the_known_ones(capsys):
+    assert main(["serve", "--profile", "nope"]) == 2
+    assert "known: " in capsys.readouterr().err
+
+
+def test_profiles_command_lists_model_and_memory_mode(capsys):
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "builtin:tiny-qwen3" in out and "Qwen/Qwen3-8B" in out
