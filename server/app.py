@@ -19,6 +19,8 @@ from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
 from server.errors import APIError, install_error_handlers
+from server.memory import MemoryServices, MemorySettings
+from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
 from server.schema import ChatCompletionRequest
 
@@ -29,6 +31,7 @@ log = logging.getLogger("tandem.server")
 class ServerState:
     profile: Profile
     home: Path
+    memory: MemoryServices
     engine: Engine | None = None
     load_error: str | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
@@ -44,9 +47,11 @@ class ServerState:
 
 def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                progress: Callable[[str], None] = log.info,
-               on_ready: Callable[[], None] | None = None) -> FastAPI:
+               on_ready: Callable[[], None] | None = None,
+               memory_settings: MemorySettings | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background."""
-    state = ServerState(profile=profile, home=home, engine=engine)
+    memory = MemoryServices(home, memory_settings or MemorySettings())
+    state = ServerState(profile=profile, home=home, memory=memory, engine=engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -64,6 +69,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app = FastAPI(title="Tandem", lifespan=lifespan)
     app.state.tandem = state
     install_error_handlers(app)
+    app.include_router(memory_router(memory))
 
     @app.middleware("http")
     async def count_responses(request: Request, call_next):
@@ -105,13 +111,15 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         except ValidationError as exc:
             raise _validation_error(exc) from None
         engine_ = state.ready_engine()
-        prepared = chat.prepare(engine_, profile, parsed)
+        peer = request.client.host if request.client else None
+        prepared = chat.prepare(engine_, profile, memory, parsed, request.headers, peer)
+        headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            return StreamingResponse(chat.stream(engine_, prepared, include_usage),
+            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage),
                                      media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return await chat.complete(engine_, prepared)
+                                     headers={"Cache-Control": "no-cache", **headers})
+        return JSONResponse(await chat.complete(engine_, memory, prepared), headers=headers)
 
     return app
 

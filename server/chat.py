@@ -1,4 +1,10 @@
-"""POST /v1/chat/completions: render, generate, parse, answer (streamed or whole)."""
+"""POST /v1/chat/completions: build the prompt, generate, filter, answer, record.
+
+One request: the ledger's exact ids for the conversation so far plus the new messages
+(and, with memory, tail notes) -> engine -> output parser (reasoning, content, tool calls)
+-> memory filter on the content -> the client; at the end the turn is recorded in the
+ledger, so the next turn's prompt starts with this one's exact ids.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,16 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from conductor.card import memory_card
+from conductor.ledger import Match, Record, Span, VisibleMessage
 from engine.engine import Delta, Engine, GenerationParams
 from engine.profiles import Profile
+from engine.qwen_tokens import IM_END
 from server.errors import APIError
-from server.output_parser import OutputParser, ParsedDelta, ToolCall
-from server.prompt import render_prompt_ids, tools_for_template
+from server.memblock import MemoryFilter
+from server.memory import MemoryContext, MemoryServices, resolve_context
+from server.output_parser import OutputParser, ParsedDelta
+from server.prompt import Tail, build_prompt, tools_for_template, visible_messages
 from server.schema import ChatCompletionRequest
 
 DEFAULT_TEMPERATURE = 0.7
@@ -20,14 +31,22 @@ DEFAULT_TEMPERATURE = 0.7
 
 @dataclass
 class PreparedChat:
-    """A validated request, rendered to ids, with the engine parameters it runs with."""
+    """A validated request, with its prompt ids, its memory context and engine parameters."""
 
     completion_id: str
     model: str
     prompt_ids: list[int]
     params: GenerationParams
     parse_tools: bool
+    memory: MemoryContext
+    visible: list[VisibleMessage]
+    spans: list[Span]
+    token: str | None  # the session's memory-routes token, when memory is on for it
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def ledger_user(self) -> str:
+        return self.memory.user or "-relayed-"
 
 
 def model_names(profile: Profile) -> set[str]:
@@ -35,24 +54,36 @@ def model_names(profile: Profile) -> set[str]:
     return {profile.name, profile.model, profile.model.removeprefix("builtin:")}
 
 
-def prepare(engine: Engine, profile: Profile, request: ChatCompletionRequest) -> PreparedChat:
-    """Validate against the served profile and render; raises APIError for bad requests."""
+def prepare(engine: Engine, profile: Profile, services: MemoryServices,
+            request: ChatCompletionRequest, headers, peer: str | None) -> PreparedChat:
+    """Validate against the served profile and build the prompt; APIError when bad."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
     if request.script is not None and not profile.scripted:
         raise APIError(400, f"'script' is only accepted by scripted profiles; {profile.name!r} "
                        "is not one", code="invalid_value", param="script")
-    prompt_ids = render_prompt_ids(engine.tokenizer, request,
-                                   request.enable_thinking(profile.thinking))
-    room = profile.max_model_len - len(prompt_ids)
+    switch = headers.get("x-tandem-memory")
+    if switch is not None and switch.strip().lower() not in ("off", "read"):
+        raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
+                       param="X-Tandem-Memory")
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings)
+    visible = visible_messages(request)
+    match = services.ledger.find(memory.user or "-relayed-", visible)
+    if match is not None and request.tools and tools_for_template(request):
+        match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
+    token, tails = _memory_tails(services, memory, match, completion_id)
+    built = build_prompt(engine.tokenizer, request, request.enable_thinking(profile.thinking),
+                         match, tails)
+    room = profile.max_model_len - len(built.ids)
     if room < 1:
-        raise APIError(400, f"the prompt is {len(prompt_ids)} tokens; this model's context is "
+        raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
                        f"{profile.max_model_len} tokens", code="context_length_exceeded",
                        param="messages")
     max_tokens = request.requested_max_tokens()
     if max_tokens is not None and max_tokens > room:
-        raise APIError(400, f"max_tokens {max_tokens} plus the prompt's {len(prompt_ids)} tokens "
+        raise APIError(400, f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} tokens "
                        f"exceed this model's context of {profile.max_model_len} tokens",
                        code="context_length_exceeded", param="max_tokens")
     script_ids = None
@@ -69,63 +100,121 @@ def prepare(engine: Engine, profile: Profile, request: ChatCompletionRequest) ->
         frequency_penalty=request.frequency_penalty or 0.0,
         script_ids=script_ids,
     )
+    # Replayed ids bring their hidden spans along: they sit where they were.
+    inherited = list(match.record.spans) if match is not None and built.replayed_tokens else []
     return PreparedChat(
-        completion_id=f"chatcmpl-{uuid.uuid4().hex}",
-        model=request.model,
-        prompt_ids=prompt_ids,
-        params=params,
-        parse_tools=tools_for_template(request) is not None,
+        completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
+        parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
+        spans=inherited + built.spans, token=token,
     )
 
 
-def _usage(last: Delta | None, prompt_tokens: int, completion_tokens: int) -> dict:
-    cached = last.cached_tokens if last else 0
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
+def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match | None,
+                  request_id: str) -> tuple[str | None, list[Tail]]:
+    """The session token and the hidden messages this turn adds (the card on turn one)."""
+    if memory.off_reason is not None:
+        if memory.user is not None and memory.off_reason == "header_off":
+            services.store(memory.user).journal.append(
+                op="memory_off", reason="header_off", session=memory.session,
+                request_id=request_id)
+        return None, []
+    token = services.token_for(memory.user, memory.session)
+    first_turn = match is None and services.ledger.latest(memory.user, memory.session) is None
+    tails = [Tail("card", memory_card(token))] if memory.shows_card and first_turn else []
+    return token, tails
 
 
-def _finish_reason(engine_reason: str | None, calls: list[ToolCall]) -> str:
-    if calls:
-        return "tool_calls"
-    return engine_reason if engine_reason in ("stop", "length") else "stop"
+@dataclass
+class Answer:
+    """Turns engine deltas into what the client sees, and records the turn at the end."""
 
-
-async def complete(engine: Engine, chat: PreparedChat) -> dict:
-    """The whole answer as one chat.completion object."""
-    parser = OutputParser(parse_tools=chat.parse_tools)
-    reasoning, content = [], []
+    chat: PreparedChat
+    services: MemoryServices
+    parser: OutputParser
+    memory_filter: MemoryFilter
+    output_ids: list[int] = field(default_factory=list)
     last: Delta | None = None
-    output_tokens = 0
+
+    @classmethod
+    def start(cls, chat: PreparedChat, services: MemoryServices) -> Answer:
+        action = chat.memory.block_action
+        store = services.store(chat.memory.user) if action == "store" else None
+        return cls(chat, services, OutputParser(parse_tools=chat.parse_tools),
+                   MemoryFilter(action, chat.memory, store, chat.completion_id))
+
+    def feed(self, delta: Delta) -> ParsedDelta:
+        first = len(self.output_ids)
+        self.output_ids += delta.token_ids
+        self.last = delta
+        return self._filtered(self.parser.feed(delta.text), first)
+
+    def finish(self) -> ParsedDelta:
+        rest = self._filtered(self.parser.finish(), len(self.output_ids))
+        rest.content += self.memory_filter.finish(len(self.output_ids))
+        self._record()
+        return rest
+
+    def _filtered(self, parsed: ParsedDelta, first: int) -> ParsedDelta:
+        if parsed.content:
+            parsed.content = self.memory_filter.feed(parsed.content, first, len(self.output_ids))
+        return parsed
+
+    def _record(self) -> None:
+        chat = self.chat
+        calls = [(c.name, c.arguments) for c in self.parser.tool_calls]
+        answer = VisibleMessage.of("assistant", self.memory_filter.visible_text, calls)
+        offset = len(chat.prompt_ids)
+        blocks = [Span(offset + h.start, offset + h.end, "block", h.note_ids)
+                  for h in self.memory_filter.hidden]
+        self.services.ledger.record(Record(
+            user=chat.ledger_user, session=chat.memory.session,
+            messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *self.output_ids),
+            ended_cleanly=bool(self.output_ids) and self.output_ids[-1] == IM_END,
+            spans=(*chat.spans, *blocks),
+        ))
+
+    @property
+    def finish_reason(self) -> str:
+        if self.parser.tool_calls:
+            return "tool_calls"
+        reason = self.last.finish_reason if self.last else None
+        return reason if reason in ("stop", "length") else "stop"
+
+    def usage(self) -> dict:
+        prompt_tokens = len(self.chat.prompt_ids)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(self.output_ids),
+            "total_tokens": prompt_tokens + len(self.output_ids),
+            "prompt_tokens_details": {"cached_tokens": self.last.cached_tokens if self.last else 0},
+        }
+
+
+async def _engine_deltas(engine: Engine, chat: PreparedChat) -> AsyncIterator[Delta]:
     async for delta in engine.generate(chat.prompt_ids, chat.params, request_id=chat.completion_id):
-        output_tokens += len(delta.token_ids)
-        last = delta
-        parsed = parser.feed(delta.text)
-        reasoning.append(parsed.reasoning)
-        content.append(parsed.content)
-    rest = parser.finish()
-    reasoning.append(rest.reasoning)
-    content.append(rest.content)
-    message: dict = {"role": "assistant", "content": "".join(content) or None}
-    if "".join(reasoning):
-        message["reasoning_content"] = "".join(reasoning)
-    if parser.tool_calls:
-        message["tool_calls"] = [c.as_openai() for c in parser.tool_calls]
+        yield delta
+
+
+async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat) -> dict:
+    """The whole answer as one chat.completion object."""
+    answer = Answer.start(chat, services)
+    parts: list[ParsedDelta] = []
+    async for delta in _engine_deltas(engine, chat):
+        parts.append(answer.feed(delta))
+    parts.append(answer.finish())
+    reasoning = "".join(p.reasoning for p in parts)
+    message: dict = {"role": "assistant", "content": "".join(p.content for p in parts) or None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if answer.parser.tool_calls:
+        message["tool_calls"] = [c.as_openai() for c in answer.parser.tool_calls]
     return {
         "id": chat.completion_id,
         "object": "chat.completion",
         "created": chat.created,
         "model": chat.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": _finish_reason(last.finish_reason if last else None,
-                                            parser.tool_calls),
-        }],
-        "usage": _usage(last, len(chat.prompt_ids), output_tokens),
+        "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
+        "usage": answer.usage(),
     }
 
 
@@ -152,30 +241,29 @@ def _delta_fields(parsed: ParsedDelta, first_call_index: int) -> dict:
     return out
 
 
-async def stream(engine: Engine, chat: PreparedChat, include_usage: bool) -> AsyncIterator[str]:
+async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
+                 include_usage: bool) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
-    parser = OutputParser(parse_tools=chat.parse_tools)
-    last: Delta | None = None
-    output_tokens = 0
+    answer = Answer.start(chat, services)
     calls_sent = 0
     yield _chunk(chat, {"role": "assistant", "content": ""})
-    async for delta in engine.generate(chat.prompt_ids, chat.params, request_id=chat.completion_id):
-        output_tokens += len(delta.token_ids)
-        last = delta
-        parsed = parser.feed(delta.text)
+    async for delta in _engine_deltas(engine, chat):
+        parsed = answer.feed(delta)
         if parsed:
             yield _chunk(chat, _delta_fields(parsed, calls_sent))
             calls_sent += len(parsed.tool_calls)
-    rest = parser.finish()
+    rest = answer.finish()
     if rest:
         yield _chunk(chat, _delta_fields(rest, calls_sent))
-    reason = _finish_reason(last.finish_reason if last else None, parser.tool_calls)
-    yield _chunk(chat, {}, finish_reason=reason)
+    yield _chunk(chat, {}, finish_reason=answer.finish_reason)
     if include_usage:
-        usage_body = {
-            "id": chat.completion_id, "object": "chat.completion.chunk", "created": chat.created,
-            "model": chat.model, "choices": [],
-            "usage": _usage(last, len(chat.prompt_ids), output_tokens),
-        }
+        usage_body = {"id": chat.completion_id, "object": "chat.completion.chunk",
+                      "created": chat.created, "model": chat.model, "choices": [],
+                      "usage": answer.usage()}
         yield f"data: {json.dumps(usage_body)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def response_headers(chat: PreparedChat) -> dict[str, str]:
+    return {"X-Tandem-Memory-Token": chat.token} if chat.token else {}
+

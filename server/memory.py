@@ -1,0 +1,148 @@
+"""Who a request is for and what memory may do with it: user, session, mode, token, store."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import re
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from conductor.ledger import Ledger
+from conductor.notes import NoteStore
+from server.schema import ChatCompletionRequest
+
+MEMORY_HEADER = "x-tandem-memory"
+USER_HEADER = "x-tandem-user"
+SESSION_HEADER = "x-tandem-session"
+PROJECT_HEADER = "x-tandem-project"
+TOKEN_HEADER = "x-tandem-memory-token"
+
+BlockAction = Literal["store", "drop", "pass"]
+
+STATUS_LINE = re.compile(r"\n*^› (?:remembered|archived): [^\n]*$", re.MULTILINE)
+
+
+def status_line(verb: str, title: str) -> str:
+    return f"› {verb}: {title}"
+
+
+def strip_status_lines(text: str) -> str:
+    """The client's copy of an answer, without the status lines the server added."""
+    return STATUS_LINE.sub("", text)
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Server-wide memory settings (the CLI and environment set them)."""
+
+    user_name: str = field(default_factory=lambda: os.environ.get("TANDEM_USER")
+                           or _os_user())
+    trusted_proxies: frozenset[str] = frozenset(
+        a.strip() for a in os.environ.get("TANDEM_TRUSTED_PROXIES", "").split(",") if a.strip())
+
+
+def _os_user() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return "local"
+    return re.sub(r"[^a-z0-9_-]", "-", name.lower()) or "local"
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What memory does for one request."""
+
+    user: str | None  # None: a relayed request without a user; memory does nothing
+    session: str
+    project: str | None
+    mode: str  # the profile's: off, shadow, on
+    header: str | None  # the request's X-Tandem-Memory: off, read or None
+    has_user_message: bool
+
+    @property
+    def off_reason(self) -> str | None:
+        if self.user is None:
+            return "relayed_without_user"
+        if self.header == "off":
+            return "header_off"
+        if self.mode == "off":
+            return "profile_off"
+        return None
+
+    @property
+    def block_action(self) -> BlockAction:
+        if self.off_reason is not None:
+            return "pass"  # memory is off: a block is just text
+        if self.header == "read":
+            return "drop"  # reads only: a block the model writes anyway is not stored
+        return "store"
+
+    @property
+    def shows_card(self) -> bool:
+        return self.off_reason is None and self.header != "read"
+
+    @property
+    def reads(self) -> bool:
+        return self.off_reason is None and self.mode == "on"
+
+
+def derive_session(request: ChatCompletionRequest) -> str:
+    """A conversation's id from its first messages, when the client sends none."""
+    head = json.dumps([(m.role, m.content) for m in request.messages[:2]], sort_keys=True)
+    return "s-" + hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
+
+
+def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
+                    settings: MemorySettings) -> MemoryContext:
+    relayed = peer is not None and peer in settings.trusted_proxies
+    user = (headers.get(USER_HEADER) or None) if relayed else settings.user_name
+    if user is not None and not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", user):
+        user = None  # not a name the store can file under
+    header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
+    session = headers.get(SESSION_HEADER) or derive_session(request)
+    last_role = request.messages[-1].role
+    return MemoryContext(user=user, session=session, project=headers.get(PROJECT_HEADER) or None,
+                         mode=mode, header=header, has_user_message=last_role == "user")
+
+
+@dataclass
+class MemoryServices:
+    """The server's memory state: stores per user, session tokens, the ledger."""
+
+    home: Path
+    settings: MemorySettings = field(default_factory=MemorySettings)
+    ledger: Ledger = field(default_factory=Ledger)
+    _stores: dict[str, NoteStore] = field(default_factory=dict)
+    _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
+    _by_session: dict[tuple[str, str], str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def root(self) -> Path:
+        return self.home / "memory"
+
+    def store(self, user: str) -> NoteStore:
+        with self._lock:
+            if user not in self._stores:
+                self._stores[user] = NoteStore(self.root, user)
+            return self._stores[user]
+
+    def token_for(self, user: str, session: str) -> str:
+        """The session's token for the memory routes, issued once."""
+        with self._lock:
+            token = self._by_session.get((user, session))
+            if token is None:
+                token = secrets.token_urlsafe(24)
+                self._by_session[(user, session)] = token
+                self._tokens[token] = (user, session)
+            return token
+
+    def resolve_token(self, token: str | None) -> tuple[str, str] | None:
+        return self._tokens.get(token) if token else None

@@ -1,0 +1,60 @@
+"""Requests to a second app that shares the session's engine, run on the server's loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import httpx
+
+
+class InProcessApp:
+    """An app variant (other profile switches, other memory settings) over the same engine."""
+
+    def __init__(self, served, home: Path, memory_mode: str | None = None,
+                 scripted: bool = True, trusted_proxies: frozenset[str] = frozenset(),
+                 client_host: str = "127.0.0.1") -> None:
+        from engine.profiles import MemorySettings as ProfileMemory
+        from server.app import create_app
+        from server.memory import MemorySettings
+
+        engine = served.app.state.tandem.engine
+        profile = engine.profile
+        if memory_mode is not None:
+            profile = dataclasses.replace(profile, memory=ProfileMemory(mode=memory_mode))
+        profile = dataclasses.replace(profile, scripted=scripted)
+        settings = MemorySettings(user_name="tester", trusted_proxies=trusted_proxies)
+        self.app = create_app(profile, home, engine=engine, memory_settings=settings)
+        self.memory = self.app.state.tandem.memory
+        self._served = served
+        self._client_host = client_host
+
+    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app, client=(self._client_host, 5000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://app",
+                                         timeout=120) as client:
+                response = await client.request(method, path, **kwargs)
+                await response.aread()
+                return response
+        return self._served.run(go())
+
+    def chat(self, messages: list[dict], script: str, headers: dict | None = None,
+             stream: bool = False, **body) -> tuple[str, dict, httpx.Response]:
+        """(content the client saw, usage, response) for one scripted turn."""
+        response = self.request("POST", "/v1/chat/completions", headers=headers or {}, json={
+            "model": "tiny", "messages": messages, "script": script, "stream": stream,
+            "stream_options": {"include_usage": True} if stream else None, **body})
+        assert response.status_code == 200, response.text
+        if not stream:
+            data = response.json()
+            return data["choices"][0]["message"]["content"] or "", data["usage"], response
+        content, usage = "", {}
+        for line in response.text.splitlines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                if event["choices"]:
+                    content += event["choices"][0]["delta"].get("content") or ""
+                usage = event.get("usage") or usage
+        return content, usage, response
