@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from conductor.card import memory_card
 from conductor.ledger import Match, Record, Span, VisibleMessage
+from conductor.tail_notes import build_index, build_matches, visible_notes
 from engine.engine import Delta, Engine, GenerationParams
 from engine.profiles import Profile
 from engine.qwen_tokens import IM_END
@@ -73,7 +74,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", visible)
     if match is not None and request.tools and tools_for_template(request):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    token, tails = _memory_tails(services, memory, match, completion_id)
+    tokenizer = engine.tokenizer
+    token, tails = _memory_tails(services, memory, match, request,
+                                 lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
     built = build_prompt(engine.tokenizer, request, request.enable_thinking(profile.thinking),
                          match, tails)
     room = profile.max_model_len - len(built.ids)
@@ -100,6 +103,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         frequency_penalty=request.frequency_penalty or 0.0,
         script_ids=script_ids,
     )
+    _record_injections(services, memory, tails, completion_id)
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(match.record.spans) if match is not None and built.replayed_tokens else []
     return PreparedChat(
@@ -110,18 +114,52 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
 
 
 def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match | None,
-                  request_id: str) -> tuple[str | None, list[Tail]]:
-    """The session token and the hidden messages this turn adds (the card on turn one)."""
+                  request: ChatCompletionRequest, count_tokens) -> tuple[str | None, list[Tail]]:
+    """The session token and the hidden messages this turn adds after its new messages:
+    the card (a session's first turn), the index (first turn, or after a compaction), and
+    the notes that match a new user message."""
     if memory.off_reason is not None:
-        if memory.user is not None and memory.off_reason == "header_off":
-            services.store(memory.user).journal.append(
-                op="memory_off", reason="header_off", session=memory.session,
-                request_id=request_id)
         return None, []
     token = services.token_for(memory.user, memory.session)
-    first_turn = match is None and services.ledger.latest(memory.user, memory.session) is None
-    tails = [Tail("card", memory_card(token))] if memory.shows_card and first_turn else []
+    seen_session = services.ledger.latest(memory.user, memory.session) is not None
+    first_turn = match is None and not seen_session
+    tails: list[Tail] = []
+    if memory.shows_card and first_turn:
+        tails.append(Tail("card", memory_card(token)))
+    if not memory.reads:
+        return token, tails
+    store = services.store(memory.user)
+    notes = visible_notes(store, memory.project, memory.session)
+    if match is None:  # first turn, or a compaction: the client's history is not ours
+        index = build_index(notes, count_tokens)
+        if index is not None:
+            tails.append(Tail(index.kind, index.text, index.note_ids))
+    if memory.has_user_message:
+        already = services.injected(memory.user, memory.session)
+        found = build_matches(store, request.messages[-1].text(), notes, already, count_tokens)
+        if found is not None:
+            tails.append(Tail(found.kind, found.text, found.note_ids))
     return token, tails
+
+
+def _record_injections(services: MemoryServices, memory: MemoryContext, tails: list[Tail],
+                       request_id: str) -> None:
+    """usage.json and the journal learn which notes went in (ids only)."""
+    if memory.user is None:
+        return
+    if memory.off_reason == "header_off":
+        services.store(memory.user).journal.append(
+            op="memory_off", reason="header_off", session=memory.session,
+            request_id=request_id)
+        return
+    for tail in tails:
+        if tail.kind == "notes":
+            services.store(memory.user).record_injection(tail.note_ids, request_id)
+            services.mark_injected(memory.user, memory.session, tail.note_ids)
+        elif tail.kind == "index":
+            services.store(memory.user).journal.append(
+                op="inject_index", ok=True, ids=list(tail.note_ids), request_id=request_id,
+                session=memory.session)
 
 
 @dataclass

@@ -122,6 +122,7 @@ class MemoryServices:
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
     _by_session: dict[tuple[str, str], str] = field(default_factory=dict)
+    _injected: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -143,6 +144,15 @@ class MemoryServices:
                 self._by_session[(user, session)] = token
                 self._tokens[token] = (user, session)
             return token
+
+    def injected(self, user: str, session: str) -> set[str]:
+        """Ids of the matching notes already put into this session's prompts."""
+        with self._lock:
+            return set(self._injected.get((user, session), ()))
+
+    def mark_injected(self, user: str, session: str, note_ids) -> None:
+        with self._lock:
+            self._injected.setdefault((user, session), set()).update(note_ids)
 
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
         return self._tokens.get(token) if token else None

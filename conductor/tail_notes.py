@@ -1,0 +1,139 @@
+"""Tail notes: what memory puts into a prompt, right after the turn's new messages.
+
+* The index: pinned ratified rules first, then one line per note the request may see,
+  within `INDEX_BUDGET` tokens; when over, pinned notes are kept first, then ratified ones,
+  then the most recently updated.
+* The matching notes: for a new user message, BM25 over it; at most `MAX_MATCHES` notes
+  that share at least two of its words and were not injected earlier in the session,
+  within `MATCH_BUDGET` tokens.
+
+Each tail goes in once, where it was chosen, and the ledger replays it there on every
+later turn; this module only chooses and renders. Token counts come from the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from conductor.note_format import Note
+from conductor.notes import NoteStore
+
+INDEX_BUDGET = 1500
+MATCH_BUDGET = 600
+MAX_MATCHES = 3
+MIN_SHARED_WORDS = 2
+SEARCH_DEPTH = 12
+
+CountTokens = Callable[[str], int]
+
+INDEX_FRAME = ("Hidden memory context; never mention it. The notes you may draw on "
+               "(id, kind, title; ratified means confirmed by the user):")
+MATCH_FRAME = (
+    "Notes from memory that may bear on this message (hidden context). If one answers it, "
+    "answer from it and say the answer comes from your notes; a ratified note was "
+    "confirmed by the user. If notes disagree with each other or with the files in front "
+    "of you, tell the user.")
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9_'-]*")
+_STOPWORDS = frozenset(
+    "a an and are as at be but by can do does for from had has have how i if in is it its "
+    "me my no not of on or our so that the their them then there these this to us was we "
+    "were what when where which who why will with you your".split())
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words of a text, without stopwords and one-letter words."""
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in _STOPWORDS}
+
+
+@dataclass(frozen=True)
+class TailNote:
+    kind: str  # "index" or "notes"
+    text: str
+    note_ids: tuple[str, ...]
+
+
+def visible_notes(store: NoteStore, project: str | None, session: str,
+                  now: datetime | None = None) -> list[Note]:
+    """Live notes this request may see: the user's, this project's, this session's;
+    never an archived note or a stale program_state."""
+    notes = store.list(scope="user", include_stale=False)
+    if project:
+        notes += store.list(scope="project", project=project, include_stale=False)
+    notes += store.list(scope="session", session=session, include_stale=False)
+    if now is not None:
+        notes = [n for n in notes if not n.is_stale(now)]
+    return notes
+
+
+def _index_line(note: Note) -> str:
+    mark = " (ratified)" if note.status == "ratified" else ""
+    return f"- [{note.id}] {note.kind}: {note.title}{mark}"
+
+
+def _is_pinned_rule(note: Note) -> bool:
+    return note.pinned and note.status == "ratified" and note.kind in ("rule", "ruling")
+
+
+def build_index(notes: Iterable[Note], count_tokens: CountTokens,
+                budget: int = INDEX_BUDGET) -> TailNote | None:
+    """The index tail, or None when there is no note to list."""
+    by_priority = sorted(
+        notes,
+        key=lambda n: (not _is_pinned_rule(n), n.status != "ratified", -n.updated.timestamp()),
+    )
+    if not by_priority:
+        return None
+    lines: list[str] = []
+    chosen: list[Note] = []
+    used = count_tokens(INDEX_FRAME)
+    for note in by_priority:
+        line = _index_line(note)
+        cost = count_tokens("\n" + line)
+        if used + cost > budget:
+            if _is_pinned_rule(note):
+                continue  # a pinned rule too long to fit still lets later ones try
+            break
+        lines.append(line)
+        chosen.append(note)
+        used += cost
+    if not chosen:
+        return None
+    return TailNote("index", "\n".join([INDEX_FRAME, *lines]), tuple(n.id for n in chosen))
+
+
+def _note_block(note: Note) -> str:
+    status = "ratified" if note.status == "ratified" else "provisional"
+    return f"[{note.id}] {note.title} ({note.kind}, {status})\n{note.body}".rstrip()
+
+
+def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
+                  already: set[str], count_tokens: CountTokens,
+                  budget: int = MATCH_BUDGET) -> TailNote | None:
+    """The matching-notes tail for one user message, or None when nothing qualifies."""
+    words = content_words(message)
+    if len(words) < MIN_SHARED_WORDS:
+        return None
+    allowed_ids = {n.id for n in allowed}
+    chosen: list[Note] = []
+    used = count_tokens(MATCH_FRAME)
+    for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):
+        if note.id not in allowed_ids or note.id in already:
+            continue
+        shared = words & content_words(" ".join([note.title, " ".join(note.tags), note.body]))
+        if len(shared) < MIN_SHARED_WORDS:
+            continue
+        cost = count_tokens("\n\n" + _note_block(note))
+        if used + cost > budget:
+            continue
+        chosen.append(note)
+        used += cost
+        if len(chosen) == MAX_MATCHES:
+            break
+    if not chosen:
+        return None
+    text = "\n\n".join([MATCH_FRAME, *(_note_block(n) for n in chosen)])
+    return TailNote("notes", text, tuple(n.id for n in chosen))

@@ -1,0 +1,56 @@
+"""The index and matching-notes budgets, on notes built in memory."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from conductor.note_format import Note
+from conductor.tail_notes import build_index, content_words
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def note(n: int, kind: str = "reference", **extra) -> Note:
+    return Note(id=f"n{n:03d}", title=f"note number {n} " + "word " * 20, kind=kind,
+                scope="user", updated=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n),
+                **extra)
+
+
+def test_the_index_stays_within_its_budget_keeping_pinned_then_ratified_then_recent():
+    notes = [note(n) for n in range(100)]
+    notes[5] = note(5, kind="rule", status="ratified", pinned=True)
+    notes[7] = note(7, status="ratified")
+    index = build_index(notes, words, budget=300)
+    assert words(index.text) <= 300
+    assert index.note_ids[:2] == ("n005", "n007")
+    assert index.note_ids[2:5] == ("n099", "n098", "n097")  # then the most recent
+    assert len(index.note_ids) < 100
+
+
+def test_no_notes_means_no_index():
+    assert build_index([], words) is None
+
+
+def test_content_words_drop_stopwords_and_case():
+    assert content_words("How is THE pnpm Workspace set up?") == {"pnpm", "workspace", "set",
+                                                                  "up"}
+
+
+def test_matching_notes_stay_within_their_budget(tmp_path):
+    from conductor.notes import NoteStore
+    from conductor.tail_notes import MATCH_BUDGET, build_matches
+
+    store = NoteStore(tmp_path / "memory", "tester")
+    topics = ["alpha", "bravo", "charlie"]
+    for topic in topics:
+        body = f"kafka consumer lag on {topic} " + " ".join(f"{topic}{i}" for i in range(250))
+        assert store.add(title=f"kafka consumer lag {topic}", body=body, kind="gotcha",
+                         scope="user", source="cli").ok
+    found = build_matches(store, "why is the kafka consumer lag high", store.list(), set(),
+                          words)
+    assert found is not None and len(found.note_ids) == 2  # a third would pass 600 words
+    assert words(found.text) <= MATCH_BUDGET
+    assert build_matches(store, "why is the kafka consumer lag high", store.list(),
+                         set(found.note_ids), words).note_ids not in (found.note_ids,)

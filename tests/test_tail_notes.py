@@ -1,0 +1,171 @@
+"""Tail notes on the real engine: the card, the index and matching notes go in once, right
+after the turn they were chosen for, and every later turn replays them where they were."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.inprocess import InProcessApp
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    return InProcessApp(served, tmp_path)
+
+
+def add(app: InProcessApp, title: str, body: str, kind: str = "reference", **extra):
+    result = app.memory.store("tester").add(title=title, body=body, kind=kind, scope="user",
+                                            source="cli", has_user_message=True, **extra)
+    assert result.ok, result.reason
+    return result.note
+
+
+def spans(app: InProcessApp, session: str, kind: str):
+    record = app.memory.ledger.latest("tester", session)
+    return [s for s in record.spans if s.kind == kind], record
+
+
+def span_text(app: InProcessApp, record, span) -> str:
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    return tokenizer.decode(list(record.ids[span.start:span.end]))
+
+
+def test_the_card_goes_in_on_turn_one_and_sits_at_the_same_offset_in_turn_two(app):
+    session = {"X-Tandem-Session": "card-offset"}
+    content, _, _ = app.chat(user("hello there"), "Hi.", headers=session)
+    (card,), first = spans(app, "card-offset", "card")
+    history = [*user("hello there"), {"role": "assistant", "content": content},
+               *user("and now?")]
+    app.chat(history, "Now this.", headers=session)
+    cards, second = spans(app, "card-offset", "card")
+    assert cards == [card]
+    assert second.ids[card.start:card.end] == first.ids[card.start:card.end]
+    assert second.ids[: len(first.ids)] == first.ids
+
+
+def test_the_index_lists_pinned_rules_first_then_ratified_then_recent(app):
+    store = app.memory.store("tester")
+    old = add(app, "staging hostname", "staging runs on alpha.internal")
+    ratified = add(app, "ratified gotcha", "flaky test on mondays", kind="gotcha")
+    store.ratify(ratified.id, via="cli")
+    rule = add(app, "always answer in english", "the user asked for english", kind="rule")
+    store.ratify(rule.id, via="cli")
+    store.pin(rule.id, via="cli")
+    new = add(app, "cache directory", "the cache lives in /var/cache/app")
+    app.chat(user("hi"), "Hello.", headers={"X-Tandem-Session": "index"})
+    (index,), record = spans(app, "index", "index")
+    assert index.note_ids == (rule.id, ratified.id, new.id, old.id)
+    text = span_text(app, record, index)
+    assert text.index("always answer in english") < text.index("ratified gotcha")
+    assert "never mention" in text
+
+
+def test_matching_notes_need_two_shared_words_and_stop_at_three(app):
+    facts = [("pnpm workspace root", "packages live under apps and libs folders"),
+             ("pnpm workspace filters", "run one package with the filter flag and its name"),
+             ("pnpm workspace protocol", "local dependencies are linked by version star"),
+             ("pnpm workspace catalogs", "shared versions sit in one catalog section"),
+             ("pnpm workspace hoisting", "nothing is hoisted except eslint plugins")]
+    for title, body in facts:
+        add(app, title, body)
+    add(app, "unrelated pnpm", "only one word in common with the question")
+    app.chat(user("How is the pnpm workspace set up?"), "Like this.",
+             headers={"X-Tandem-Session": "match"})
+    (notes,), record = spans(app, "match", "notes")
+    assert len(notes.note_ids) == 3
+    titles = span_text(app, record, notes)
+    assert "unrelated pnpm" not in titles and "say the answer comes from your notes" in titles
+
+
+def test_a_note_goes_in_once_per_session_and_never_on_a_tool_turn(app):
+    add(app, "deploy runbook", "deploy with make deploy from the release branch", kind="runbook")
+    session = {"X-Tandem-Session": "once"}
+    question = "How do we deploy the release branch?"
+    content, _, _ = app.chat(user(question), "Let me check.", headers=session)
+    assert len(spans(app, "once", "notes")[0]) == 1
+    history = [*user(question), {"role": "assistant", "content": content}, *user(question)]
+    content2, _, _ = app.chat(history, "As before.", headers=session)
+    assert len(spans(app, "once", "notes")[0]) == 1  # the first one, replayed; none added
+    tool_turn = [*history, {"role": "assistant", "content": content2, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "deploy", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "deploy the release branch now"}]
+    app.chat(tool_turn, "Done.", headers=session)
+    assert len(spans(app, "once", "notes")[0]) == 1
+
+
+def test_a_stale_program_state_is_never_injected(app):
+    add(app, "nightly build version", "the nightly build server runs version 3",
+        kind="program_state", verify_by="2020-01-01")
+    add(app, "release checklist", "tag the commit, push it, announce it")
+    app.chat(user("Which version does the nightly build server run?"), "Checking.",
+             headers={"X-Tandem-Session": "stale"})
+    (index,), record = spans(app, "stale", "index")
+    notes = spans(app, "stale", "notes")[0]
+    injected = set(index.note_ids) | {i for s in notes for i in s.note_ids}
+    stale = [n.id for n in app.memory.store("tester").list() if n.kind == "program_state"]
+    assert stale and not set(stale) & injected
+    assert "nightly build version" not in span_text(app, record, index)
+
+
+def test_a_compaction_brings_the_index_back(app):
+    add(app, "coding style", "four spaces, no tabs")
+    session = {"X-Tandem-Session": "compaction"}
+    content, _, _ = app.chat(user("first question"), "First answer.", headers=session)
+    summarised = [{"role": "system", "content": "Summary: we talked about a first question."},
+                  *user("second question")]
+    app.chat(summarised, "Second answer.", headers=session)
+    indexes, record = spans(app, "compaction", "index")
+    assert len(indexes) == 1 and indexes[0].start > 0
+    assert spans(app, "compaction", "card")[0] == []  # the card is for a session's first turn
+
+
+def test_memory_off_by_header_injects_nothing(app):
+    add(app, "deploy runbook", "deploy with make deploy from the release branch")
+    app.chat(user("How do we deploy the release branch?"), "Hm.",
+             headers={"X-Tandem-Session": "off", "X-Tandem-Memory": "off"})
+    record = app.memory.ledger.latest("tester", "off")
+    assert record.spans == ()
+
+
+def test_injections_are_counted_in_usage(app):
+    note = add(app, "deploy runbook", "deploy with make deploy from the release branch")
+    app.chat(user("How do we deploy the release branch?"), "Like so.",
+             headers={"X-Tandem-Session": "usage"})
+    assert app.memory.store("tester").usage(note.id)["total"] == 1
+
+
+BLOCK = ('<tandem_memory op="add" scope="session" kind="gotcha">\ntitle: turn {n} fact\n\n'
+         "Fact number {n} about the deploy pipeline.\n</tandem_memory>")
+
+
+@pytest.mark.parametrize("memory_mode", ["on", "off"])
+def test_six_turns_with_fifty_notes_keep_every_prefix_cached(served, tmp_path, memory_mode,
+                                                            tiny_profile):
+    """The measurement that matters: each turn's cached tokens are at least the previous
+    turn's prompt plus output less one block, with memory on as with memory off."""
+    app = InProcessApp(served, tmp_path, memory_mode=memory_mode)
+    store = app.memory.store("tester")
+    for n in range(50):
+        store.add(title=f"pipeline note {n}", body=f"stage {n} of the deploy pipeline runs "
+                  f"step {n}", kind="reference", scope="user", source="cli")
+    session = {"X-Tandem-Session": f"six-{memory_mode}"}
+    history: list[dict] = []
+    previous = None
+    for turn in range(6):
+        history.append({"role": "user", "content": f"What does stage {turn} of the deploy "
+                                                   f"pipeline run?"})
+        script = f"Stage {turn} runs step {turn}. " + BLOCK.replace("{n}", str(turn))
+        content, usage, _ = app.chat(history, script, headers=session)
+        if previous is not None:
+            floor = (previous["prompt_tokens"] + previous["completion_tokens"]
+                     - tiny_profile.block_size)
+            assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (turn, usage)
+        previous = usage
+        history.append({"role": "assistant", "content": content})
+    if memory_mode == "on":
+        kinds = {s.kind for s in app.memory.ledger.latest("tester", f"six-{memory_mode}").spans}
+        assert {"card", "index", "notes", "block"} <= kinds
