@@ -38,6 +38,8 @@ class GenerationParams:
     frequency_penalty: float = 0.0
     script_ids: tuple[int, ...] | None = None  # scripted profiles only: force these ids
     ban_tool_call: bool | None = None  # default: on for background, off for client
+    choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
+    logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
 
 
 @dataclass
@@ -52,6 +54,9 @@ class Delta:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     timings: RequestTimings | None = None
+    # Per new token: {token id: log-probability} for GenerationParams.logprob_token_ids,
+    # after the logits processors and the grammar (what the sampler chose from).
+    logprobs: list[dict[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +93,7 @@ class Engine:
     @classmethod
     async def start(cls, profile: Profile, home: Path,
                     progress: Callable[[str], None] = print) -> Engine:
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -116,6 +122,10 @@ class Engine:
             # import, ~20 s on two cores) fewer at start.
             distributed_executor_backend="uni" if profile.tensor_parallel_size == 1 else None,
             logits_processors=list(kernels.ALL),
+            # Log-probabilities as the sampler saw them (after the scripted driver, the
+            # tool-call ban and the grammar): the writer's gate reads its answer's odds.
+            logprobs_mode="processed_logprobs",
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
             disable_log_stats=True,
             **({"gpu_memory_utilization": profile.gpu_memory_utilization}
                if profile.gpu_memory_utilization is not None else {}),
@@ -132,7 +142,7 @@ class Engine:
     ) -> AsyncIterator[Delta]:
         """Stream a generation; closing the iterator early aborts the engine request."""
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         extra: dict = {KIND_KEY: kind}
@@ -154,6 +164,10 @@ class Engine:
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
             extra_args=extra,
+            structured_outputs=(StructuredOutputsParams(choice=list(params.choices))
+                                if params.choices else None),
+            logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
+            else None,
         )
         priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids))
@@ -177,6 +191,8 @@ class Engine:
                     finish_reason=completion.finish_reason if out.finished else None,
                     prompt_tokens=len(prompt_token_ids),
                     cached_tokens=out.num_cached_tokens or 0,
+                    logprobs=[{t: lp.logprob for t, lp in step.items()}
+                              for step in completion.logprobs or ()],
                 )
                 if out.finished:
                     timings.cached_tokens = delta.cached_tokens

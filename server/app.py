@@ -18,11 +18,13 @@ from pydantic import ValidationError
 from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
+from server.conductor_routes import conductor_router
 from server.errors import APIError, install_error_handlers
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
 from server.schema import ChatCompletionRequest
+from server.writer_service import WriterService
 
 log = logging.getLogger("tandem.server")
 
@@ -34,8 +36,13 @@ class ServerState:
     memory: MemoryServices
     engine: Engine | None = None
     load_error: str | None = None
+    writer: WriterService | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
     started_at: float = field(default_factory=time.time)
+
+    def engine_ready(self, engine: Engine) -> None:
+        self.engine = engine
+        self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -51,16 +58,20 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                memory_settings: MemorySettings | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background."""
     memory = MemoryServices(home, memory_settings or MemorySettings())
-    state = ServerState(profile=profile, home=home, memory=memory, engine=engine)
+    state = ServerState(profile=profile, home=home, memory=memory)
+    if engine is not None:
+        state.engine_ready(engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
+        writer_loop = asyncio.create_task(_run_writer_when_ready(state))
         try:
             yield
         finally:
+            writer_loop.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()
             if engine is None and state.engine is not None:
@@ -70,6 +81,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.state.tandem = state
     install_error_handlers(app)
     app.include_router(memory_router(memory))
+    app.include_router(conductor_router(state))
 
     @app.middleware("http")
     async def count_responses(request: Request, call_next):
@@ -145,6 +157,13 @@ def _validation_error(exc: ValidationError) -> APIError:
 LOADING_TICK_S = 5.0
 
 
+async def _run_writer_when_ready(state: ServerState) -> None:
+    """The background writer's idle loop, from the moment the engine is ready."""
+    while state.writer is None:
+        await asyncio.sleep(0.5)
+    await state.writer.loop()
+
+
 async def _tick_while_loading(progress: Callable[[str], None], started: float) -> None:
     while True:
         await asyncio.sleep(LOADING_TICK_S)
@@ -157,7 +176,7 @@ async def _load_engine(state: ServerState, progress: Callable[[str], None],
     progress(f"loading engine: profile {state.profile.name}, model {state.profile.model}")
     ticker = asyncio.create_task(_tick_while_loading(progress, started))
     try:
-        state.engine = await Engine.start(state.profile, state.home, progress)
+        state.engine_ready(await Engine.start(state.profile, state.home, progress))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # shown on /readyz and in the log, never as a traceback to clients

@@ -8,6 +8,7 @@ ledger, so the next turn's prompt starts with this one's exact ids.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -43,6 +44,7 @@ class PreparedChat:
     visible: list[VisibleMessage]
     spans: list[Span]
     token: str | None  # the session's memory-routes token, when memory is on for it
+    replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -109,7 +111,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
-        spans=inherited + built.spans, token=token,
+        spans=inherited + built.spans, token=token, replayed_tokens=built.replayed_tokens,
     )
 
 
@@ -130,6 +132,8 @@ def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match 
         return token, tails
     store = services.store(memory.user)
     notes = visible_notes(store, memory.project, memory.session)
+    if match is None and seen_session and memory.writes:
+        services.triggers.compaction(memory.user, memory.session)
     if match is None:  # first turn, or a compaction: the client's history is not ours
         index = build_index(notes, count_tokens)
         if index is not None:
@@ -210,6 +214,14 @@ class Answer:
             ended_cleanly=bool(self.output_ids) and self.output_ids[-1] == IM_END,
             spans=(*chat.spans, *blocks),
         ))
+        if chat.memory.writes:
+            new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
+            self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)
+
+    def gave_up(self) -> None:
+        """The client left mid-answer: the writer should look at what it had said."""
+        if self.chat.memory.writes:
+            self.services.triggers.give_up(self.chat.memory.user, self.chat.memory.session)
 
     @property
     def finish_reason(self) -> str:
@@ -285,11 +297,15 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     answer = Answer.start(chat, services)
     calls_sent = 0
     yield _chunk(chat, {"role": "assistant", "content": ""})
-    async for delta in _engine_deltas(engine, chat):
-        parsed = answer.feed(delta)
-        if parsed:
-            yield _chunk(chat, _delta_fields(parsed, calls_sent))
-            calls_sent += len(parsed.tool_calls)
+    try:
+        async for delta in _engine_deltas(engine, chat):
+            parsed = answer.feed(delta)
+            if parsed:
+                yield _chunk(chat, _delta_fields(parsed, calls_sent))
+                calls_sent += len(parsed.tool_calls)
+    except (GeneratorExit, asyncio.CancelledError):
+        answer.gave_up()
+        raise
     rest = answer.finish()
     if rest:
         yield _chunk(chat, _delta_fields(rest, calls_sent))

@@ -15,6 +15,7 @@ from typing import Literal
 
 from conductor.ledger import Ledger
 from conductor.notes import NoteStore
+from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
 
 MEMORY_HEADER = "x-tandem-memory"
@@ -89,6 +90,11 @@ class MemoryContext:
         return self.off_reason is None and self.header != "read"
 
     @property
+    def writes(self) -> bool:
+        """Notes may be written for this request (inline blocks, and later the writer)."""
+        return self.block_action == "store"
+
+    @property
     def reads(self) -> bool:
         return self.off_reason is None and self.mode == "on"
 
@@ -119,6 +125,8 @@ class MemoryServices:
     home: Path
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
+    triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
+        idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
     _by_session: dict[tuple[str, str], str] = field(default_factory=dict)

@@ -1,0 +1,72 @@
+"""When the background writer should look at a session: its end, a give-up, a compaction."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+SESSION_IDLE_S = 180.0
+MIN_NEW_TOKENS = 1500
+
+SessionKey = tuple[str, str]  # (user, session)
+
+
+@dataclass
+class _SessionState:
+    last_seen: float
+    new_tokens: int = 0
+
+
+@dataclass
+class WriterTriggers:
+    """Bookkeeping only: which sessions are due, and why. The clock is injectable."""
+
+    idle_s: float = SESSION_IDLE_S
+    min_new_tokens: int = MIN_NEW_TOKENS
+    clock: Callable[[], float] = time.monotonic
+    _sessions: dict[SessionKey, _SessionState] = field(default_factory=dict)
+    _pending: dict[SessionKey, str] = field(default_factory=dict)  # explicit triggers
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def turn_done(self, user: str, session: str, new_tokens: int) -> None:
+        """A client turn of the session finished; it read or wrote `new_tokens` new ids."""
+        with self._lock:
+            state = self._sessions.setdefault((user, session), _SessionState(self.clock()))
+            state.last_seen = self.clock()
+            state.new_tokens += new_tokens
+
+    def give_up(self, user: str, session: str) -> None:
+        """The client disconnected mid-answer."""
+        self._mark(user, session, "give_up")
+
+    def compaction(self, user: str, session: str) -> None:
+        """The client's history no longer extends what the engine holds."""
+        self._mark(user, session, "compaction")
+
+    def _mark(self, user: str, session: str, trigger: str) -> None:
+        with self._lock:
+            self._pending[(user, session)] = trigger
+
+    def due(self) -> list[tuple[str, str, str]]:
+        """(user, session, trigger) for every session the writer should visit now."""
+        now = self.clock()
+        with self._lock:
+            due = [(u, s, t) for (u, s), t in self._pending.items()]
+            for (user, session), state in self._sessions.items():
+                if (user, session) in self._pending:
+                    continue
+                if now - state.last_seen >= self.idle_s and state.new_tokens >= self.min_new_tokens:
+                    due.append((user, session, "session_end"))
+            return due
+
+    def visited(self, user: str, session: str, preempted: bool) -> None:
+        """The writer ran on the session; a preempted run leaves it due for the next window."""
+        if preempted:
+            return
+        with self._lock:
+            self._pending.pop((user, session), None)
+            state = self._sessions.get((user, session))
+            if state is not None:
+                state.new_tokens = 0

@@ -1,0 +1,60 @@
+"""When the background writer visits a session."""
+
+from __future__ import annotations
+
+from conductor.writer_triggers import WriterTriggers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def triggers() -> tuple[WriterTriggers, Clock]:
+    clock = Clock()
+    return WriterTriggers(idle_s=180, min_new_tokens=1500, clock=clock), clock
+
+
+def test_a_session_ends_after_180_idle_seconds_with_1500_new_tokens():
+    t, clock = triggers()
+    t.turn_done("u", "s", 1500)
+    clock.now += 179
+    assert t.due() == []
+    clock.now += 1
+    assert t.due() == [("u", "s", "session_end")]
+
+
+def test_a_quiet_session_with_few_new_tokens_is_not_due():
+    t, clock = triggers()
+    t.turn_done("u", "s", 1499)
+    clock.now += 10_000
+    assert t.due() == []
+
+
+def test_a_new_turn_restarts_the_idle_clock():
+    t, clock = triggers()
+    t.turn_done("u", "s", 2000)
+    clock.now += 170
+    t.turn_done("u", "s", 10)
+    clock.now += 170
+    assert t.due() == []
+
+
+def test_give_up_and_compaction_are_due_at_once():
+    t, _ = triggers()
+    t.give_up("u", "a")
+    t.compaction("u", "b")
+    assert sorted(t.due()) == [("u", "a", "give_up"), ("u", "b", "compaction")]
+
+
+def test_a_visit_resets_the_session_but_a_preempted_one_does_not():
+    t, clock = triggers()
+    t.turn_done("u", "s", 2000)
+    clock.now += 200
+    t.visited("u", "s", preempted=True)
+    assert t.due() == [("u", "s", "session_end")]
+    t.visited("u", "s", preempted=False)
+    assert t.due() == []

@@ -1,0 +1,175 @@
+"""The background writer on the real engine, its output scripted through the tiny profile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from tests.inprocess import InProcessApp
+
+BLOCK = ('<tandem_memory op="add" scope="session" kind="gotcha">\ntitle: {title}\n\n'
+         "The integration tests need the local database running.\n</tandem_memory>")
+
+
+def user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    app = InProcessApp(served, tmp_path)
+    app.app.state.tandem.writer.writer.mode = "on"
+    return app
+
+
+def converse(app: InProcessApp, session: str) -> tuple[list[dict], dict]:
+    history = user("The integration tests fail unless the local database runs.")
+    content, usage, _ = app.chat(history, "Start it with make db first.",
+                                 headers={"X-Tandem-Session": session})
+    return [*history, {"role": "assistant", "content": content}], usage
+
+
+def run_writer(app: InProcessApp, session: str, **body) -> dict:
+    response = app.request("POST", "/v1/conductor/writer/run",
+                           json={"session": session, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def run_files(app: InProcessApp) -> list[dict]:
+    folder = app.memory.root / "cognition" / "runs"
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))]
+
+
+def test_a_confident_no_at_the_gate_skips_the_turn(app):
+    converse(app, "gate")
+    run = run_writer(app, "gate", gate_script="no", script=BLOCK.replace("{title}", "x"))
+    assert run["outcome"] == "gated" and run["gate_answer"] == "no"
+    assert run["gate_probability"] >= 0.8 and run["tokens_generated"] == 0
+    assert app.memory.store("tester").list() == []
+    assert run_files(app)[-1]["outcome"] == "gated"
+
+
+def test_the_writer_stores_provisional_notes_from_its_blocks(app):
+    converse(app, "write")
+    run = run_writer(app, "write", gate_script="yes",
+                     script=BLOCK.replace("{title}", "tests need the local database"))
+    assert run["outcome"] == "wrote" and run["notes_written"] == 1
+    assert run["record_tokens"] > 0 and run["tokens_generated"] > 10
+    (note,) = app.memory.store("tester").list()
+    assert note.source == "writer" and note.status == "provisional"
+    record = run_files(app)[-1]
+    assert record["note_ids"] == [note.id]
+    assert "local database" not in json.dumps(record)  # ids and counts, never text
+
+
+def test_a_rule_about_the_user_is_refused_in_a_writer_turn(app):
+    converse(app, "rule")
+    script = ('<tandem_memory op="add" scope="user" kind="rule">\ntitle: always use tabs\n\n'
+              "The user wants tabs.\n</tandem_memory>")
+    run = run_writer(app, "rule", gate_script="yes", script=script)
+    assert run["outcome"] == "refused" and app.memory.store("tester").list() == []
+
+
+def test_shadow_mode_counts_blocks_and_stores_nothing(app):
+    app.app.state.tandem.writer.writer.mode = "shadow"
+    converse(app, "shadow")
+    script = BLOCK.replace("{title}", "one") + BLOCK.replace("{title}", "two")
+    run = run_writer(app, "shadow", gate_script="yes", script=script)
+    assert run["outcome"] == "shadow" and run["blocks_seen"] == 2
+    assert app.memory.store("tester").list() == []
+    shadow = (app.memory.root / "cognition" / "writer-shadow.jsonl").read_text()
+    assert '"blocks": 2' in shadow and "one" not in shadow
+
+
+def test_a_tool_call_written_another_way_ends_the_turn_at_its_name(app):
+    converse(app, "call")
+    script = ('<tool_call>\n{"name": "delete_database", "arguments": {"force": true}}\n'
+              "</tool_call>" + " and then a very long explanation" * 40)
+    run = run_writer(app, "call", gate_script="yes", script=script)
+    assert run["stopped_at_tool_call"] and run["outcome"] == "wrote_nothing"
+    assert run["tokens_generated"] < 20
+
+
+def test_the_admin_routes_set_the_mode_and_refuse_scripts_elsewhere(app, served, tmp_path):
+    assert app.request("PUT", "/v1/conductor/writer", json={"mode": "shadow"}).json() == {
+        "mode": "shadow"}
+    assert app.request("GET", "/v1/conductor/writer").json()["mode"] == "shadow"
+    assert app.request("PUT", "/v1/conductor/writer", json={"mode": "loud"}).status_code == 400
+    plain = InProcessApp(served, tmp_path / "plain", scripted=False)
+    plain.app.state.tandem.writer.writer.mode = "on"
+    response = plain.request("POST", "/v1/conductor/writer/run",
+                             json={"session": "s", "script": "x"})
+    assert response.status_code == 400
+    remote = InProcessApp(served, tmp_path / "remote", client_host="192.0.2.7")
+    assert remote.request("GET", "/v1/conductor/writer").status_code == 403
+
+
+def test_a_client_request_preempts_the_writer_and_keeps_the_prefix_cache(app, served,
+                                                                         tiny_profile):
+    history, first = converse(app, "preempt")
+    writer = app.app.state.tandem.writer.writer
+    long_script = BLOCK.replace("{title}", "long") + " more detail" * 600
+
+    async def scenario():
+        task = asyncio.create_task(writer.run("tester", "preempt", "admin", script=long_script,
+                                              gate_script="yes"))
+        while writer.live_tokens < 5:
+            await asyncio.sleep(0.005)
+        transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            at_arrival = writer.live_tokens
+            answer = await client.post("/v1/chat/completions", json={
+                "model": "tiny", "messages": user("quick question"), "script": "Quick answer."})
+        run = await task
+        return run, at_arrival, answer.json()
+
+    run, at_arrival, answer = served.run(scenario())
+    assert run.outcome == "preempted"
+    assert run.tokens_generated - at_arrival <= 2  # stopped within two engine steps
+    assert answer["choices"][0]["message"]["content"] == "Quick answer."
+    _, second, _ = app.chat([*history, *user("And after that?")], "Then run the tests.",
+                            headers={"X-Tandem-Session": "preempt"})
+    floor = first["prompt_tokens"] + first["completion_tokens"] - tiny_profile.block_size
+    assert second["prompt_tokens_details"]["cached_tokens"] >= floor
+
+
+def test_one_background_turn_at_a_time(app, served):
+    converse(app, "one-a")
+    converse(app, "one-b")
+    writer = app.app.state.tandem.writer.writer
+    backend = writer.backend
+    original = backend.generate
+    live = {"now": 0, "max": 0}
+
+    async def counted(*args, **kwargs):
+        live["now"] += 1
+        live["max"] = max(live["max"], live["now"])
+        try:
+            async for piece in original(*args, **kwargs):
+                yield piece
+        finally:
+            live["now"] -= 1
+
+    backend.generate = counted
+    script = BLOCK.replace("{title}", "parallel") + " detail" * 30
+
+    async def both():
+        return await asyncio.gather(
+            writer.run("tester", "one-a", "admin", script=script, gate_script="yes"),
+            writer.run("tester", "one-b", "admin", script=script, gate_script="yes"))
+
+    runs = served.run(both())
+    assert [r.outcome for r in runs] == ["wrote", "wrote"]
+    assert live["max"] == 1
+
+
+def test_the_idle_loop_visits_a_session_after_a_give_up(app, served):
+    converse(app, "loop")
+    app.memory.triggers.give_up("tester", "loop")
+    runs = served.run(app.app.state.tandem.writer.tick())
+    assert [(r.session, r.trigger) for r in runs] == [("loop", "give_up")]
+    assert app.memory.triggers.due() == []
