@@ -76,9 +76,10 @@ class Match:
     matched_messages: int  # the client's first N messages are this record's
 
 
-def _prefix_keys(user: str, messages: list[VisibleMessage] | tuple[VisibleMessage, ...]):
+def _prefix_keys(user: str, session: str,
+                 messages: list[VisibleMessage] | tuple[VisibleMessage, ...]):
     """One key per prefix length (1..n): a hash chain, so all prefixes cost O(n)."""
-    running = hashlib.blake2b(user.encode(), digest_size=16)
+    running = hashlib.blake2b(f"{user}\0{session}".encode(), digest_size=16)
     keys = []
     for message in messages:
         running.update(message.digest())
@@ -88,23 +89,27 @@ def _prefix_keys(user: str, messages: list[VisibleMessage] | tuple[VisibleMessag
 
 @dataclass
 class Ledger:
-    """Records by (user, visible messages); least recently used ones are dropped first."""
+    """Records by (user, session, visible messages); least recently used ones go first.
+
+    The session is part of the key: a record carries its session's tail notes, which
+    another session with the same messages must not inherit.
+    """
 
     max_records: int = MAX_RECORDS
     _records: OrderedDict[bytes, Record] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, record: Record) -> None:
-        key = _prefix_keys(record.user, record.messages)[-1]
+        key = _prefix_keys(record.user, record.session, record.messages)[-1]
         with self._lock:
             self._records[key] = record
             self._records.move_to_end(key)
             while len(self._records) > self.max_records:
                 self._records.popitem(last=False)
 
-    def find(self, user: str, messages: list[VisibleMessage]) -> Match | None:
+    def find(self, user: str, session: str, messages: list[VisibleMessage]) -> Match | None:
         """The record of the longest proper prefix of `messages` (the last one is new)."""
-        keys = _prefix_keys(user, messages)
+        keys = _prefix_keys(user, session, messages)
         with self._lock:
             for length in range(len(messages) - 1, 0, -1):
                 record = self._records.get(keys[length - 1])

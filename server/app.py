@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
+from conductor.nightly import nightly_loop
 from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
@@ -68,10 +69,12 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
         writer_loop = asyncio.create_task(_run_writer_when_ready(state))
+        nightly = asyncio.create_task(nightly_loop(memory.root, memory.settings.nightly_hour))
         try:
             yield
         finally:
             writer_loop.cancel()
+            nightly.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()
             if engine is None and state.engine is not None:

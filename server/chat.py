@@ -73,7 +73,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings)
     visible = visible_messages(request)
-    match = services.ledger.find(memory.user or "-relayed-", visible)
+    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
     tokenizer = engine.tokenizer

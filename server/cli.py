@@ -39,7 +39,19 @@ def _serve(args: argparse.Namespace) -> int:
         _say(f"ready in {time.monotonic() - started:.0f} s: http://{args.host}:{args.port}/v1 "
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
-    app = create_app(profile, tandem_home(), progress=_say, on_ready=ready)
+    from conductor.paths import valid_user
+    from server.memory import MemorySettings
+
+    if args.user is not None and not valid_user(args.user):
+        raise ProfileError(f"--user {args.user!r}: use letters, digits and . _ @ - only")
+    settings = MemorySettings()
+    settings = MemorySettings(
+        user_name=args.user or settings.user_name,
+        trusted_proxies=frozenset(args.trusted_proxy) or settings.trusted_proxies,
+        nightly_hour=settings.nightly_hour if args.nightly_hour is None else args.nightly_hour,
+    )
+    app = create_app(profile, tandem_home(), progress=_say, on_ready=ready,
+                     memory_settings=settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -79,6 +91,16 @@ def _build_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # bench/ sits beside server/ in the checkout; it is not an installed package.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.run import run_bench
+
+    run_bench(_resolve_profile(args.profile), quick=args.quick, out_dir=args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -91,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--memory", choices=MEMORY_MODES, help="override the profile's memory mode")
     serve.add_argument("--writer", choices=MEMORY_MODES,
                        help="override the profile's background writer mode")
+    serve.add_argument("--user", help="the engine's own user name for local clients "
+                       "(default: $TANDEM_USER or the OS user)")
+    serve.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                       help="a proxy address whose requests carry X-Tandem-User (repeatable)")
+    serve.add_argument("--nightly-hour", type=int, choices=range(24), metavar="0-23",
+                       help="hour of the daily notes job (default: $TANDEM_NIGHTLY_HOUR or 3)")
     serve.set_defaults(func=_serve)
 
     profiles = commands.add_parser("profiles", help="list the profiles")
@@ -99,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build-model", help="build the embedded models (no download)")
     build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape")
     build.set_defaults(func=_build_model)
+
+    bench = commands.add_parser("bench", help="measure TTFT, decode and prefix reuse per "
+                                "memory mode, and background-turn preemption")
+    bench.add_argument("--profile", default="bench-0.6b", help="profile name or YAML path "
+                       "(default: bench-0.6b)")
+    bench.add_argument("--quick", action="store_true", help="a short run (about 2 minutes on "
+                       "tiny)")
+    bench.add_argument("--out", type=Path, help="results folder (default: "
+                       "bench/results/<profile>-<timestamp>)")
+    bench.set_defaults(func=_bench)
 
     notes_cli.register(commands)
     return parser

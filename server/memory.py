@@ -15,6 +15,7 @@ from typing import Literal
 
 from conductor.ledger import Ledger
 from conductor.notes import NoteStore
+from conductor.paths import valid_session, valid_user
 from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
 
@@ -46,6 +47,9 @@ class MemorySettings:
                            or _os_user())
     trusted_proxies: frozenset[str] = frozenset(
         a.strip() for a in os.environ.get("TANDEM_TRUSTED_PROXIES", "").split(",") if a.strip())
+    # The hour (local time) of the daily nightly job: INDEX.md, archive expiry, staleness.
+    nightly_hour: int = field(default_factory=lambda: int(
+        os.environ.get("TANDEM_NIGHTLY_HOUR") or 3))
 
 
 def _os_user() -> str:
@@ -109,10 +113,12 @@ def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, m
                     settings: MemorySettings) -> MemoryContext:
     relayed = peer is not None and peer in settings.trusted_proxies
     user = (headers.get(USER_HEADER) or None) if relayed else settings.user_name
-    if user is not None and not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", user):
+    if user is not None and not valid_user(user):
         user = None  # not a name the store can file under
     header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
     session = headers.get(SESSION_HEADER) or derive_session(request)
+    if not valid_session(session):  # any header value is accepted, filed under its hash
+        session = "h-" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
     last_role = request.messages[-1].role
     return MemoryContext(user=user, session=session, project=headers.get(PROJECT_HEADER) or None,
                          mode=mode, header=header, has_user_message=last_role == "user")

@@ -179,3 +179,12 @@ def test_the_turn_after_a_block_is_served_from_the_prefix_cache(served, tmp_path
         prompt_text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
         assert "› remembered: cache check" not in prompt_text
         assert "title: cache check on" in prompt_text  # the hidden block, replayed
+
+
+def test_any_session_header_value_files_its_notes(app):
+    session_block = block("odd session").replace('scope="user"', 'scope="session"')
+    content, _, _ = app.chat(user("x"), f"Ok. {session_block}",
+                             headers={"X-Tandem-Session": "my chat / #1"})
+    assert content.endswith("› remembered: odd session")
+    (note,) = app.memory.store("tester").list(scope="session")
+    assert note.session.startswith("h-")

@@ -20,9 +20,9 @@ def test_the_longest_recorded_prefix_wins():
     two = [*one, msg("user", "c"), msg("assistant", "d")]
     ledger.record(record("u", one, [1, 2]))
     ledger.record(record("u", two, [1, 2, 3, 4]))
-    match = ledger.find("u", [*two, msg("user", "e")])
+    match = ledger.find("u", "s", [*two, msg("user", "e")])
     assert match.record.ids == (1, 2, 3, 4) and match.matched_messages == 4
-    assert ledger.find("u", [*one, msg("user", "x")]).record.ids == (1, 2)
+    assert ledger.find("u", "s", [*one, msg("user", "x")]).record.ids == (1, 2)
 
 
 def test_whitespace_and_argument_formatting_do_not_break_a_match():
@@ -31,22 +31,23 @@ def test_whitespace_and_argument_formatting_do_not_break_a_match():
     ledger.record(record("u", shown, [7]))
     sent_back = [msg("user", "a "), msg("assistant", "b\n", [("f", {"y": 2, "x": 1})]),
                  msg("tool", "r")]
-    assert ledger.find("u", sent_back).record.ids == (7,)
+    assert ledger.find("u", "s", sent_back).record.ids == (7,)
 
 
-def test_a_different_user_or_a_changed_message_finds_nothing():
+def test_a_different_user_session_or_message_finds_nothing():
     ledger = Ledger()
     shown = [msg("user", "a"), msg("assistant", "b")]
     ledger.record(record("u", shown, [7]))
-    assert ledger.find("v", [*shown, msg("user", "c")]) is None
-    assert ledger.find("u", [msg("user", "a"), msg("assistant", "B"), msg("user", "c")]) is None
+    assert ledger.find("v", "s", [*shown, msg("user", "c")]) is None
+    assert ledger.find("u", "other", [*shown, msg("user", "c")]) is None
+    assert ledger.find("u", "s", [msg("user", "a"), msg("assistant", "B"), msg("user", "c")]) is None
 
 
 def test_the_last_message_is_never_matched_against_itself():
     ledger = Ledger()
     shown = [msg("user", "a"), msg("assistant", "b")]
     ledger.record(record("u", shown, [7]))
-    assert ledger.find("u", shown) is None
+    assert ledger.find("u", "s", shown) is None
 
 
 def test_old_records_are_dropped_beyond_the_limit():
@@ -54,4 +55,4 @@ def test_old_records_are_dropped_beyond_the_limit():
     for n in range(3):
         ledger.record(record("u", [msg("user", str(n)), msg("assistant", "x")], [n]))
     assert len(ledger) == 2
-    assert ledger.find("u", [msg("user", "0"), msg("assistant", "x"), msg("user", "?")]) is None
+    assert ledger.find("u", "s", [msg("user", "0"), msg("assistant", "x"), msg("user", "?")]) is None
