@@ -40,7 +40,8 @@ def test_a_different_user_session_or_message_finds_nothing():
     ledger.record(record("u", shown, [7]))
     assert ledger.find("v", "s", [*shown, msg("user", "c")]) is None
     assert ledger.find("u", "other", [*shown, msg("user", "c")]) is None
-    assert ledger.find("u", "s", [msg("user", "a"), msg("assistant", "B"), msg("user", "c")]) is None
+    changed = [msg("user", "a"), msg("assistant", "B"), msg("user", "c")]
+    assert ledger.find("u", "s", changed) is None
 
 
 def test_the_last_message_is_never_matched_against_itself():
@@ -55,4 +56,5 @@ def test_old_records_are_dropped_beyond_the_limit():
     for n in range(3):
         ledger.record(record("u", [msg("user", str(n)), msg("assistant", "x")], [n]))
     assert len(ledger) == 2
-    assert ledger.find("u", "s", [msg("user", "0"), msg("assistant", "x"), msg("user", "?")]) is None
+    oldest = [msg("user", "0"), msg("assistant", "x"), msg("user", "?")]
+    assert ledger.find("u", "s", oldest) is None
