@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from conductor.atomic import atomic_write
+from conductor.block_writes import write_block
 from conductor.blocks import Block, BlockRefusal, BlockScanner, parse_block
 from conductor.ledger import Ledger, Record
 from conductor.notes import NoteStore
@@ -185,7 +186,7 @@ class Writer:
             if isinstance(request, BlockRefusal):
                 run.refusals.append(request.reason)
                 continue
-            result = self._write(store, session, request)
+            result = write_block(store, request, source="writer", session=session)
             if result.ok and result.note is not None:
                 run.note_ids.append(result.note.id)
             elif not result.ok:
@@ -197,18 +198,6 @@ class Writer:
             run.outcome = "refused"
         else:
             run.outcome = "wrote_nothing"
-
-    @staticmethod
-    def _write(store: NoteStore, session: str, request):
-        if request.op == "add":
-            return store.add(title=request.title or "", body=request.body, kind=request.kind,
-                             scope=request.scope, tags=list(request.tags), session=session,
-                             source="writer", has_user_message=False)
-        if request.op == "update":
-            return store.update(request.note_id, title=request.title, body=request.body or None,
-                                tags=list(request.tags) or None, kind=request.kind,
-                                source="writer", has_user_message=False)
-        return store.archive(request.note_id, request.reason or "", source="writer")
 
     def _log_shadow(self, run: WriterRun) -> None:
         line = json.dumps({"at": run.started_at, "run_id": run.run_id, "session": run.session,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from conductor.blocks import Block, BlockRefusal, BlockRequest, BlockScanner, TextPiece, parse_block
-from conductor.notes import NoteStore, WriteResult
+from conductor.block_writes import write_block
+from conductor.blocks import Block, BlockRefusal, BlockScanner, TextPiece, parse_block
+from conductor.notes import NoteStore
 from server.memory import BlockAction, MemoryContext, status_line
 
 log = logging.getLogger("tandem.memory")
@@ -84,7 +85,9 @@ class MemoryFilter:
             self.store.journal.append(op="block", ok=False, reason=request.reason,
                                       session=self.context.session, request_id=self.request_id)
             return False, ()
-        result = self._write(request)
+        ctx = self.context
+        result = write_block(self.store, request, source="inline", session=ctx.session,
+                             project=ctx.project, has_user_message=ctx.has_user_message)
         if not result.ok:
             return False, ()  # the store journaled why
         if result.note is not None:
@@ -92,20 +95,6 @@ class MemoryFilter:
             self.status_lines.append(status_line(verb, result.note.title))
             return True, (result.note.id,)
         return True, ()
-
-    def _write(self, request: BlockRequest) -> WriteResult:
-        store, ctx = self.store, self.context
-        if request.op == "add":
-            return store.add(title=request.title or "", body=request.body, kind=request.kind,
-                             scope=request.scope, tags=list(request.tags), project=ctx.project,
-                             session=ctx.session, source="inline",
-                             has_user_message=ctx.has_user_message)
-        if request.op == "update":
-            return store.update(request.note_id, title=request.title, body=request.body or None,
-                                tags=list(request.tags) or None, kind=request.kind,
-                                source="inline", has_user_message=ctx.has_user_message)
-        return store.archive(request.note_id, request.reason or "", source="inline",
-                             has_user_message=ctx.has_user_message)
 
     @property
     def visible_text(self) -> str:
