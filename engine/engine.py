@@ -115,6 +115,12 @@ class Engine:
             load_format=profile.load_format,
             max_num_seqs=profile.max_num_seqs,
             enable_prefix_caching=True,
+            # vLLM's CPU sampler cannot rewind a seeded generator after a partial prefill
+            # chunk ("CPU Generator does not use offset" kills the engine), so the CPU
+            # engine prefills each prompt whole.
+            **({"enable_chunked_prefill": False,
+                "max_num_batched_tokens": profile.max_model_len}
+               if profile.device == "cpu" else {}),
             scheduling_policy="priority",
             scheduler_cls=SCHEDULER_CLS,
             async_scheduling=False,

@@ -138,3 +138,13 @@ def test_metrics_count_requests_tokens_and_ttft(client):
     assert 'tandem_requests_finished_total{kind="client"}' in text
     assert 'tandem_ttft_seconds_count{kind="client"}' in text
     assert 'tandem_http_responses_total{route="/v1/chat/completions",status="200"}' in text
+
+
+def test_a_seeded_request_with_a_long_prompt_is_answered(client):
+    """vLLM's CPU sampler crashed on seeded requests whose prefill was chunked."""
+    long = [{"role": "user", "content": "token " * 3000}]
+    response = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": long, "seed": 7, "temperature": 1.0, "max_tokens": 4})
+    assert response.status_code == 200
+    assert chat(client, script="still alive").json()["choices"][0]["message"]["content"] == (
+        "still alive")
