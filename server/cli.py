@@ -93,8 +93,6 @@ def _build_model(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # bench/ sits beside server/ in the checkout; it is not an installed package.
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench.run import run_bench
 
     run_bench(_resolve_profile(args.profile), quick=args.quick, out_dir=args.out)

@@ -1,0 +1,1 @@
+"""Tandem's bench: TTFT, decode, prefix reuse and background-turn preemption, per memory mode."""

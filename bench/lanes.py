@@ -1,0 +1,157 @@
+"""A lane: one app over the shared engine, in one memory mode, talking through real HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.conversation import Turn, naive_system_prompt, system_prompt
+from bench.probe import EngineProbe
+from conductor.notes import NoteStore
+from engine.profiles import Profile
+from server.app import create_app
+from server.memory import MemorySettings
+
+USER = "bench"
+MODES = ("off", "shadow", "on", "naive")  # naive: memory off, every note in the system prompt
+TAIL_KINDS = ("card", "index", "notes")
+
+
+@dataclass
+class TurnResult:
+    """What one chat turn cost, as the client and the engine saw it."""
+
+    mode: str
+    turn: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    memory_tokens: int  # memory context new in this turn's prompt (tail notes, naive block)
+    ttft_s: float  # request sent -> first token out of the engine (prompt building included)
+    engine_ttft_s: float | None  # engine.generate called -> first token
+    decode_s_per_token: float | None
+    total_s: float
+    finish_reason: str | None
+
+    @property
+    def cached_fraction(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "cached_fraction": self.cached_fraction,
+                "prefilled_tokens": self.prefilled_tokens}
+
+
+@dataclass
+class Conversation:
+    """One session of a lane: its id, the history the client keeps, tail tokens so far."""
+
+    session: str
+    history: list[dict] = field(default_factory=list)
+    tail_tokens: int = 0
+
+
+class Lane:
+    """An app in one memory mode over the probed engine, with its own memory home."""
+
+    def __init__(self, mode: str, probe: EngineProbe, home: Path, nonce: str,
+                 generation: dict[str, Any]) -> None:
+        profile: Profile = probe.profile
+        app_mode = "off" if mode == "naive" else mode
+        # The writer stays off here: background turns are measured on their own.
+        memory = dataclasses.replace(profile.memory, mode=app_mode, writer_mode="off")
+        self.mode = mode
+        self.number = MODES.index(mode) + 1
+        self.nonce = nonce
+        self.probe = probe
+        self.model = profile.name
+        self.generation = generation
+        self.app = create_app(dataclasses.replace(profile, memory=memory), home, engine=probe,
+                              memory_settings=MemorySettings(user_name=USER))
+        self.services = self.app.state.tandem.memory
+        self._naive_tokens: dict[str, int] = {}
+
+    def store(self) -> NoteStore:
+        return self.services.store(USER)
+
+    def conversation(self, name: str) -> Conversation:
+        return Conversation(session=f"bench-{self.nonce}-{self.mode}-{name}")
+
+    def system(self, message: str) -> str:
+        if self.mode == "naive":
+            return naive_system_prompt(self.nonce, self.number, message)
+        return system_prompt(self.nonce, self.number)
+
+    async def ask(self, conversation: Conversation, turn: Turn, number: int,
+                  script: bool) -> TurnResult:
+        """One turn: send the history plus `turn.user`, keep the answer in the history."""
+        system = self.system(turn.user)
+        user = {"role": "user", "content": turn.user}
+        messages = [{"role": "system", "content": system}, *conversation.history, user]
+        body = {"model": self.model, "messages": messages, "stream": True,
+                "stream_options": {"include_usage": True}, **self.generation}
+        if script:
+            body["script"] = turn.answer
+        content, usage, completion_id, sent, done = await self._post(body, conversation.session)
+        conversation.history += [user, {"role": "assistant", "content": content}]
+        final = self.probe.final.get(completion_id)
+        timings = final.timings if final is not None else None
+        first = self.probe.first_token_at.get(completion_id, done)
+        details = usage.get("prompt_tokens_details") or {}
+        return TurnResult(
+            mode=self.mode, turn=number, prompt_tokens=usage["prompt_tokens"],
+            cached_tokens=details.get("cached_tokens") or 0,
+            completion_tokens=usage["completion_tokens"],
+            memory_tokens=self._memory_tokens(conversation, system),
+            ttft_s=first - sent, engine_ttft_s=timings.ttft_s if timings else None,
+            decode_s_per_token=timings.decode_s_per_token if timings else None,
+            total_s=done - sent, finish_reason=final.finish_reason if final else None)
+
+    def _memory_tokens(self, conversation: Conversation, system: str) -> int:
+        if self.mode == "naive":
+            tokenizer = self.probe.tokenizer
+            return len(tokenizer.encode(system, add_special_tokens=False)) - len(
+                tokenizer.encode(system_prompt(self.nonce, self.number), add_special_tokens=False))
+        record = self.services.ledger.latest(USER, conversation.session)
+        total = sum(s.end - s.start for s in record.spans if s.kind in TAIL_KINDS) if record else 0
+        new, conversation.tail_tokens = total - conversation.tail_tokens, total
+        return new
+
+    async def _post(self, body: dict, session: str) -> tuple[str, dict, str, float, float]:
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
+                                     timeout=None) as client:
+            sent = time.perf_counter()
+            response = await client.post("/v1/chat/completions", json=body,
+                                         headers={"X-Tandem-Session": session})
+            done = time.perf_counter()
+        if response.status_code != 200:
+            raise RuntimeError(f"lane {self.mode}: HTTP {response.status_code}: {response.text}")
+        content, usage, completion_id = parse_stream(response.text)
+        return content, usage, completion_id, sent, done
+
+
+def parse_stream(text: str) -> tuple[str, dict, str]:
+    """(content, usage, completion id) from a streamed chat completion's events."""
+    content, usage, completion_id = "", {}, ""
+    for line in text.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        event = json.loads(line[6:])
+        completion_id = completion_id or event.get("id", "")
+        for choice in event.get("choices") or ():
+            content += choice.get("delta", {}).get("content") or ""
+        usage = event.get("usage") or usage
+    if not usage:
+        raise RuntimeError("the stream ended without usage")
+    return content, usage, completion_id

@@ -1,0 +1,65 @@
+"""The bench's quick mode on the session's engine: it checks the harness, not the speed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.lanes import MODES
+from bench.run import QUICK, run_bench
+
+
+@pytest.fixture(scope="module")
+def report(served, engine, tmp_path_factory) -> tuple[dict, object]:
+    out = tmp_path_factory.mktemp("bench")
+    run_bench("tiny", quick=True, out_dir=out, engine=engine,
+              submit=lambda coro: served.run(coro, timeout=300))
+    return json.loads((out / "results.json").read_text()), out
+
+
+def test_results_have_every_section_and_the_environment(report):
+    results, _ = report
+    assert {"bench", "environment", "session", "recall", "writer", "summary", "plots"} <= set(
+        results)
+    env = results["environment"]
+    for key in ("profile", "model", "device", "cpu_count", "versions"):
+        assert env[key] is not None, key
+    assert env["profile"] == "tiny"
+    assert {"vllm", "torch", "tandem"} <= set(env["versions"])
+    assert results["bench"]["quick"] is True
+
+
+def test_every_mode_has_every_turn_with_sane_figures(report):
+    results, _ = report
+    turns = results["session"]["turns"]
+    for mode in MODES:
+        assert sorted(t["turn"] for t in turns if t["mode"] == mode) == list(
+            range(1, QUICK.turns + 1)), mode
+    for t in turns + results["recall"]:
+        assert 0.0 <= t["cached_fraction"] <= 1.0
+        assert t["cached_tokens"] <= t["prompt_tokens"]
+        assert t["ttft_s"] > 0 and t["completion_tokens"] > 0
+    later_on = [t for t in turns if t["mode"] == "on" and t["turn"] > 1]
+    assert all(t["cached_tokens"] > 0 for t in later_on), "memory on replays its prefix"
+    first_on = next(t for t in turns if t["mode"] == "on" and t["turn"] == 1)
+    assert first_on["memory_tokens"] > 0, "turn 1 with memory on carries card and index"
+
+
+def test_recall_and_writer_figures_are_there(report):
+    results, _ = report
+    assert sorted(r["mode"] for r in results["recall"]) == ["off", "on"] * QUICK.recall_samples
+    writer = results["writer"]
+    assert writer["write"]["outcome"] == "wrote" and writer["write"]["notes_written"] == 1
+    assert writer["client_ttft_idle_s"] > 0 and writer["client_ttft_busy_s"] > 0
+    assert len([s for s in writer["preemption"] if s["busy"]]) == QUICK.preempt_samples
+
+
+def test_summary_targets_and_plots_are_written(report):
+    results, out = report
+    summary = results["summary"]
+    assert set(summary["modes"]) == set(MODES)
+    assert {t["key"] for t in summary["targets"]} <= set(summary["ratios"])
+    for name in results["plots"].values():
+        assert (out / name).stat().st_size > 0
+    assert (out / "summary.md").read_text().startswith("## Tandem bench")
