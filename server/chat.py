@@ -45,6 +45,7 @@ class PreparedChat:
     spans: list[Span]
     token: str | None  # the session's memory-routes token, when memory is on for it
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
+    tails: list[Tail] = field(default_factory=list)  # the hidden messages this turn added
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -105,13 +106,13 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         frequency_penalty=request.frequency_penalty or 0.0,
         script_ids=script_ids,
     )
-    _record_injections(services, memory, tails, completion_id)
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(match.record.spans) if match is not None and built.replayed_tokens else []
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
         spans=inherited + built.spans, token=token, replayed_tokens=built.replayed_tokens,
+        tails=tails,
     )
 
 
@@ -148,7 +149,8 @@ def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match 
 
 def _record_injections(services: MemoryServices, memory: MemoryContext, tails: list[Tail],
                        request_id: str) -> None:
-    """usage.json and the journal learn which notes went in (ids only)."""
+    """usage.json and the journal learn which notes went in (ids only). File work: it
+    runs in a thread once the answer is done, never before the first token."""
     if memory.user is None:
         return
     if memory.off_reason == "header_off":
@@ -159,7 +161,6 @@ def _record_injections(services: MemoryServices, memory: MemoryContext, tails: l
     for tail in tails:
         if tail.kind == "notes":
             services.store(memory.user).record_injection(tail.note_ids, request_id)
-            services.mark_injected(memory.user, memory.session, tail.note_ids)
         elif tail.kind == "index":
             services.store(memory.user).journal.append(
                 op="inject_index", ok=True, ids=list(tail.note_ids), request_id=request_id,
@@ -214,6 +215,12 @@ class Answer:
             ended_cleanly=bool(self.output_ids) and self.output_ids[-1] == IM_END,
             spans=(*chat.spans, *blocks),
         ))
+        memory = chat.memory
+        for tail in chat.tails:
+            if tail.kind == "notes":  # before the next turn can ask, not after the files
+                self.services.mark_injected(memory.user, memory.session, tail.note_ids)
+        asyncio.get_running_loop().run_in_executor(
+            None, _record_injections, self.services, memory, chat.tails, chat.completion_id)
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
             self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)

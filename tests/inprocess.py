@@ -58,3 +58,14 @@ class InProcessApp:
                     content += event["choices"][0]["delta"].get("content") or ""
                 usage = event.get("usage") or usage
         return content, usage, response
+
+
+def eventually(check, timeout: float = 10.0) -> None:
+    """Wait for work the server finishes after the answer (file writes in a thread)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)

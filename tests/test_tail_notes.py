@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.inprocess import InProcessApp
+from tests.inprocess import InProcessApp, eventually
 
 
 def user(text: str) -> list[dict]:
@@ -135,7 +135,7 @@ def test_injections_are_counted_in_usage(app):
     note = add(app, "deploy runbook", "deploy with make deploy from the release branch")
     app.chat(user("How do we deploy the release branch?"), "Like so.",
              headers={"X-Tandem-Session": "usage"})
-    assert app.memory.store("tester").usage(note.id)["total"] == 1
+    eventually(lambda: app.memory.store("tester").usage(note.id)["total"] == 1)
 
 
 BLOCK = ('<tandem_memory op="add" scope="session" kind="gotcha">\ntitle: turn {n} fact\n\n'
