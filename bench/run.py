@@ -42,7 +42,7 @@ class BenchConfig:
 QUICK = BenchConfig(turns=4, answer_tokens=8, recall_samples=1, record_tokens=5000,
                     write_tokens=64, preempt_samples=2)
 FULL = BenchConfig(turns=8, answer_tokens=16, recall_samples=2, record_tokens=5000,
-                   write_tokens=128, preempt_samples=3)
+                   write_tokens=96, preempt_samples=3)
 
 
 def say(message: str) -> None:

@@ -107,14 +107,14 @@ def writer_record(engine: Engine, nonce: str, target_tokens: int) -> Record:
                   ended_cleanly=ids[-1] == IM_END)
 
 
-async def write_notes(engine: Engine, record: Record) -> dict[str, Any]:
+async def write_notes(engine: Engine, record: Record, max_tokens: int) -> dict[str, Any]:
     """The real writer on the record: gate, turn, store (in a scratch memory folder)."""
     ledger = Ledger()
     ledger.record(record)
     with tempfile.TemporaryDirectory(prefix="tandem-bench-writer-") as scratch:
         root = Path(scratch) / "memory"
         writer = Writer(ledger, lambda user: NoteStore(root, user), EngineWriterBackend(engine),
-                        root / "cognition" / "runs", mode="on")
+                        root / "cognition" / "runs", mode="on", max_tokens=max_tokens)
         scripted = engine.profile.scripted
         run = await writer.run(record.user, record.session, "bench",
                                script=WRITER_SCRIPT if scripted else None,
@@ -173,7 +173,7 @@ async def measure_writer(engine: Engine, nonce: str, record_tokens: int, write_t
     size = record_size(engine, record_tokens, write_tokens)
     session = writer_record(engine, nonce, size)
     progress(f"writer: the background writer on a {len(session.ids)}-token record")
-    write = await write_notes(engine, session)
+    write = await write_notes(engine, session, write_tokens)
     progress(f"writer: {write['outcome']}, {write['notes_written']} notes, "
              f"{write['tokens_generated']} tokens in {write['duration_s']:.2f} s "
              f"(gate {write['gate_answer']} p={write['gate_probability']})")

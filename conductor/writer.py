@@ -102,6 +102,7 @@ class Writer:
     backend: WriterBackend
     runs_dir: Path
     mode: WriterMode = "off"
+    max_tokens: int = WRITER_MAX_TOKENS
     live_tokens: int = 0  # tokens of the run in progress (for tests and the dashboard)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -157,7 +158,7 @@ class Writer:
     async def _generate(self, run: WriterRun, prompt: list[int],
                         script: str | None) -> tuple[str, str | None]:
         text, finish = "", None
-        stream = self.backend.generate(prompt, WRITER_MAX_TOKENS, script)
+        stream = self.backend.generate(prompt, self.max_tokens, script)
         try:
             async for piece in stream:
                 text += piece.text
