@@ -29,9 +29,6 @@ from server.writer_service import EngineWriterBackend
 
 Progress = Callable[[str], None]
 
-WRITER_INSTRUCTION = (
-    "Read the session above. Write memory notes for what will matter in later sessions, "
-    "each as a <tandem_memory> block; write nothing else.")
 WRITER_SCRIPT = (
     '<tandem_memory op="add" scope="session" kind="gotcha">\n'
     "title: webhook retries need idempotent handlers\ntags: payments, webhooks\n\n"
@@ -58,23 +55,6 @@ def chat_ids(engine: Engine, messages: list[dict]) -> list[int]:
     text = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                 tokenize=False, enable_thinking=False)
     return engine.tokenizer.encode(text, add_special_tokens=False)
-
-
-def build_record(engine: Engine, nonce: str, target_tokens: int) -> list[int]:
-    """A finished session of about `target_tokens` ids plus the writer's instruction."""
-    messages = [{"role": "system", "content": f"[bench {nonce} writer]\n{BASE_SYSTEM}"}]
-    instruction = {"role": "user", "content": WRITER_INSTRUCTION}
-    i = 0
-    while True:
-        turn = TURNS[i % len(TURNS)]
-        kind, title, body = NOTES[i % len(NOTES)]
-        added = [{"role": "user", "content": f"{turn.user} (take {i + 1})"},
-                 {"role": "assistant", "content": f"{turn.answer} Also: {title}: {body}"}]
-        ids = chat_ids(engine, [*messages, *added, instruction])
-        if len(ids) > target_tokens and i > 0:
-            return chat_ids(engine, [*messages, instruction])
-        messages += added
-        i += 1
 
 
 def record_size(engine: Engine, wanted: int, write_tokens: int) -> int:
@@ -177,7 +157,8 @@ async def measure_writer(engine: Engine, nonce: str, record_tokens: int, write_t
     progress(f"writer: {write['outcome']}, {write['notes_written']} notes, "
              f"{write['tokens_generated']} tokens in {write['duration_s']:.2f} s "
              f"(gate {write['gate_answer']} p={write['gate_probability']})")
-    record = build_record(engine, nonce, size)
+    # The busy samples decode over the same record, which the writer's run left cached.
+    record = list(session.ids)
     runs: list[PreemptSample] = []
     for i in range(samples):
         for busy in (True, False) if i % 2 == 0 else (False, True):
