@@ -124,9 +124,6 @@ class Engine:
             scheduling_policy="priority",
             scheduler_cls=SCHEDULER_CLS,
             async_scheduling=False,
-            # The worker runs inside the engine-core process: one spawn (and one vLLM
-            # import, ~20 s on two cores) fewer at start.
-            distributed_executor_backend="uni" if profile.tensor_parallel_size == 1 else None,
             logits_processors=list(kernels.ALL),
             # Log-probabilities as the sampler saw them (after the scripted driver, the
             # tool-call ban and the grammar): the writer's gate reads its answer's odds.
@@ -203,7 +200,7 @@ class Engine:
                 if out.finished:
                     timings.cached_tokens = delta.cached_tokens
                     timings.finish_reason = delta.finish_reason
-                    delta.timings = timings.done()
+                    delta.timings = timings
                     self.stats.finished(timings)
                 yield delta
         finally:

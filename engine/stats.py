@@ -27,9 +27,6 @@ class RequestTimings:
         self.last_token_at = now
         self.output_tokens += count
 
-    def done(self) -> RequestTimings:
-        return self
-
     @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_at is None else self.first_token_at - self.started
