@@ -43,6 +43,9 @@ class Profile:
     block_size: int = 32
     gpu_memory_utilization: float | None = None
     cpu_kv_space_gib: int | None = None
+    # Cores vLLM's CPU backend keeps free of its worker's threads (for the engine core and
+    # the server); None keeps vLLM's default of one per worker.
+    cpu_reserved_cores: int | None = None
     tensor_parallel_size: int = 1
     enforce_eager: bool = False
     load_format: str = "auto"
@@ -69,6 +72,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "block_size": (int,),
     "gpu_memory_utilization": (float, int, type(None)),
     "cpu_kv_space_gib": (int, type(None)),
+    "cpu_reserved_cores": (int, type(None)),
     "tensor_parallel_size": (int,),
     "enforce_eager": (bool,),
     "load_format": (str,),
@@ -152,6 +156,9 @@ def load_profile_file(path: Path) -> Profile:
     for key in ("max_model_len", "block_size", "tensor_parallel_size", "max_num_seqs"):
         if key in raw and raw[key] < 1:
             raise ProfileError(f"{path}: key '{key}' must be at least 1, got {raw[key]}")
+    if raw.get("cpu_reserved_cores") is not None and raw["cpu_reserved_cores"] < 0:
+        raise ProfileError(f"{path}: key 'cpu_reserved_cores' must be at least 0, "
+                           f"got {raw['cpu_reserved_cores']}")
     settings = {k: v for k, v in raw.items() if k != "memory"}
     if "gpu_memory_utilization" in settings and settings["gpu_memory_utilization"] is not None:
         settings["gpu_memory_utilization"] = float(settings["gpu_memory_utilization"])

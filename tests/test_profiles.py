@@ -18,6 +18,8 @@ def test_the_shipped_profiles_all_load():
         load_profile(name)
     assert load_profile("tiny").memory.mode == "on"
     assert load_profile("bench-0.6b").load_format == "dummy"
+    assert load_profile("bench-0.6b").cpu_reserved_cores == 0
+    assert load_profile("tiny").cpu_reserved_cores is None
     assert load_profile("reasoning").memory.mode == "off"
     assert load_profile("coding").model == "Qwen/Qwen3-30B-A3B"
 
@@ -40,6 +42,7 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  writer:\n    mode: always\n", "'memory.writer.mode'"),
     (BASE + "memory:\n  depth: 3\n", "'memory.depth'"),
     (BASE + "device: tpu\n".replace("device: tpu\n", "") + "block_size: 0\n", "'block_size'"),
+    (BASE + "cpu_reserved_cores: -1\n", "'cpu_reserved_cores'"),
     ("device: cpu\n", "'model'"),
     (BASE.replace("cpu", "tpu"), "'device'"),
 ])
