@@ -227,4 +227,10 @@ class Engine:
             await asyncio.sleep(0.01)
 
     def shutdown(self) -> None:
-        self._llm.shutdown()
+        """Stop the engine core; idempotent."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.shutdown()
+            # AsyncLLM.__del__ shuts down again; at interpreter exit, with vLLM's module
+            # globals gone, that prints a TypeError traceback. Once is enough.
+            llm.shutdown = lambda *args, **kwargs: None
