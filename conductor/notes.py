@@ -25,11 +25,13 @@ titles or bodies.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -79,6 +81,8 @@ log = logging.getLogger(__name__)
 USER_VIAS = ("dashboard", "cli", "route")
 STATES = ("live", "archived", "all")
 TEMP_FILE_AGE = timedelta(hours=1)
+# The folders a user's notes live in, in scan order, and whether they hold archived notes.
+_TREES = (("user", False), ("projects", False), ("sessions", False), ("archive", True))
 _RULE_DETAIL = "a rule about the user needs the user's own message in the turn"
 
 P = ParamSpec("P")
@@ -171,7 +175,8 @@ class NoteStore:
         self._journal_file = Journal(self.layout.journal_path, clock)
         self._usage = UsageBook(self.layout.usage_json)
         self._index = NoteIndex(self.layout.index_dir)
-        self._parsed: dict[Path, tuple[tuple[int, int, int], Note]] = {}
+        self._parsed: dict[str, tuple[tuple[int, int, int], Note]] = {}
+        self._pinned = threading.local()  # .snapshot: the scan reads share inside one_scan()
 
     def for_user(self, user: str) -> NoteStore:
         """A store for another user under the same root, with the same clock and caps."""
@@ -562,9 +567,25 @@ class NoteStore:
 
     # --------------------------------------------------------------------- reading
 
+    @contextmanager
+    def one_scan(self) -> Iterator[None]:
+        """Reads (get, list, search) in this thread inside the block share one scan of
+        the files: a request that reads several times pays for one. Not for writes."""
+        if getattr(self._pinned, "snapshot", None) is not None:
+            yield  # nested: the outer block's scan stands
+            return
+        self._pinned.snapshot = self._load()
+        try:
+            yield
+        finally:
+            self._pinned.snapshot = None
+
+    def _read_snapshot(self) -> _Snapshot:
+        return getattr(self._pinned, "snapshot", None) or self._load()
+
     def get(self, note_id: str) -> Note | None:
         """A note by id, live or archived."""
-        note = self._load().notes.get(note_id)
+        note = self._read_snapshot().notes.get(note_id)
         return _copy(note) if note is not None else None
 
     def list(
@@ -586,7 +607,7 @@ class NoteStore:
         now = self._now()
         notes = [
             n
-            for n in self._load().notes.values()
+            for n in self._read_snapshot().notes.values()
             if _matches(n, filters) and (include_stale or not n.is_stale(now))
         ]
         notes.sort(key=lambda n: n.updated, reverse=True)
@@ -611,7 +632,7 @@ class NoteStore:
         """
         filters = _filters(scope, kind, status, project, session, state)
         now = self._now()
-        snap = self._load()
+        snap = self._read_snapshot()
         if not self._index.is_fresh(snap.fingerprint):
             with self._lock:
                 snap = self._fresh_snapshot()
@@ -801,32 +822,20 @@ class NoteStore:
             self._index.wipe()
 
     def _load(self) -> _Snapshot:
-        """Scan the tree; parse only files changed since the last scan."""
-        found: list[tuple[Path, bool, os.stat_result]] = []
-        user_dir = self.layout.user_dir
-        for top, archived in (
-            ("user", False),
-            ("projects", False),
-            ("sessions", False),
-            ("archive", True),
-        ):
-            for dirpath, dirnames, files in os.walk(user_dir / top):
-                dirnames.sort()
-                for name in sorted(files):
-                    if name.startswith(".") or not name.endswith(".md"):
-                        continue
-                    path = Path(dirpath) / name
-                    try:
-                        found.append((path, archived, os.stat(path)))
-                    except FileNotFoundError:
-                        continue
+        """Scan the tree; parse only files changed since the last scan.
+
+        Runs on every read (the files are the truth), so it works on path strings:
+        pathlib objects made it several times slower on a 50-note store.
+        """
+        user_dir = os.fspath(self.layout.user_dir)
+        skip = len(user_dir) + 1  # path[skip:] is the path relative to the user folder
         digest = hashlib.sha256()
         best: dict[str, Note] = {}
         losers: list[Path] = []
-        seen: set[Path] = set()
-        for path, archived, st in found:
+        seen: set[str] = set()
+        for path, archived, st in self._scan(user_dir):
             signature = (st.st_ino, st.st_mtime_ns, st.st_size)
-            digest.update(f"{path.relative_to(user_dir)}\0{signature}\n".encode())
+            digest.update(f"{path[skip:]}\0{signature}\n".encode())
             seen.add(path)
             note = self._parse_cached(path, signature)
             if note is None:
@@ -849,16 +858,32 @@ class NoteStore:
             del self._parsed[path]
         return _Snapshot(best, losers, digest.hexdigest())
 
-    def _parse_cached(self, path: Path, signature: tuple[int, int, int]) -> Note | None:
+    @staticmethod
+    def _scan(user_dir: str) -> Iterator[tuple[str, bool, os.stat_result]]:
+        """Every note file under the user folder: (path, archived, stat), in a fixed order."""
+        for top, archived in _TREES:
+            for dirpath, dirnames, files in os.walk(os.path.join(user_dir, top)):
+                dirnames.sort()
+                for name in sorted(files):
+                    if name.startswith(".") or not name.endswith(".md"):
+                        continue
+                    path = os.path.join(dirpath, name)
+                    try:
+                        yield path, archived, os.stat(path)
+                    except FileNotFoundError:
+                        continue
+
+    def _parse_cached(self, path: str, signature: tuple[int, int, int]) -> Note | None:
         cached = self._parsed.get(path)
         if cached is not None and cached[0] == signature:
             return cached[1]
+        file = Path(path)
         try:
-            note = parse(path.read_text(encoding="utf-8"), path)
+            note = parse(file.read_text(encoding="utf-8"), file)
         except FileNotFoundError:
             return None
         except (NoteFormatError, UnicodeDecodeError) as exc:
-            log.warning("skipping unreadable note file %s: %s", path, exc)
+            log.warning("skipping unreadable note file %s: %s", file, exc)
             return None
         self._parsed[path] = (signature, note)
         return note
@@ -1110,7 +1135,11 @@ def _newest(a: Note, b: Note) -> Note:
 
 def _copy(note: Note) -> Note:
     """A copy callers may change without touching the store's cache."""
-    return replace(note, tags=list(note.tags), changelog=[dict(e) for e in note.changelog])
+    # copy.copy, not dataclasses.replace: every read copies every note it returns.
+    out = copy.copy(note)
+    out.tags = list(note.tags)
+    out.changelog = [dict(e) for e in note.changelog]
+    return out
 
 
 def _as_note(content: Content) -> Note:

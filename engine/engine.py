@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -89,6 +90,13 @@ class Engine:
         self.tokenizer = load_tokenizer(profile.tokenizer or model_path)
         self.stats = EngineStats()
         self._running: dict[str, _Running] = {}
+        # Memoised: tail notes price the same note texts against their budgets every turn.
+        self.count_tokens: Callable[[str], int] = functools.lru_cache(maxsize=4096)(
+            self._count_tokens)
+
+    def _count_tokens(self, text: str) -> int:
+        """Tokens in `text` as a prompt would hold it (no special tokens added)."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     @classmethod
     async def start(cls, profile: Profile, home: Path,

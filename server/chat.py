@@ -77,9 +77,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    tokenizer = engine.tokenizer
-    token, tails = _memory_tails(services, memory, match, request,
-                                 lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+    token, tails = _memory_tails(services, memory, match, request, engine.count_tokens)
     built = build_prompt(engine.tokenizer, request, request.enable_thinking(profile.thinking),
                          match, tails)
     room = profile.max_model_len - len(built.ids)
@@ -132,18 +130,20 @@ def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match 
     if not memory.reads:
         return token, tails
     store = services.store(memory.user)
-    notes = visible_notes(store, memory.project, memory.session)
     if match is None and seen_session and memory.writes:
         services.triggers.compaction(memory.user, memory.session)
-    if match is None:  # first turn, or a compaction: the client's history is not ours
-        index = build_index(notes, count_tokens)
-        if index is not None:
-            tails.append(Tail(index.kind, index.text, index.note_ids))
-    if memory.has_user_message:
-        already = services.injected(memory.user, memory.session)
-        found = build_matches(store, request.messages[-1].text(), notes, already, count_tokens)
-        if found is not None:
-            tails.append(Tail(found.kind, found.text, found.note_ids))
+    with store.one_scan():  # on the way to the first token: read the files once
+        notes = visible_notes(store, memory.project, memory.session)
+        if match is None:  # first turn, or a compaction: the client's history is not ours
+            index = build_index(notes, count_tokens)
+            if index is not None:
+                tails.append(Tail(index.kind, index.text, index.note_ids))
+        if memory.has_user_message:
+            already = services.injected(memory.user, memory.session)
+            found = build_matches(store, request.messages[-1].text(), notes, already,
+                                  count_tokens)
+            if found is not None:
+                tails.append(Tail(found.kind, found.text, found.note_ids))
     return token, tails
 
 

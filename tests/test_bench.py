@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench.lanes import MODES
+from bench.report import paired_ratios, spread
 from bench.run import QUICK, run_bench
 
 
@@ -60,6 +61,22 @@ def test_summary_targets_and_plots_are_written(report):
     summary = results["summary"]
     assert set(summary["modes"]) == set(MODES)
     assert {t["key"] for t in summary["targets"]} <= set(summary["ratios"])
+    decode = next(t for t in summary["targets"] if t["key"] == "decode_on_over_off")
+    assert decode["per_turn"]["min"] <= decode["per_turn"]["max"]
     for name in results["plots"].values():
         assert (out / name).stat().st_size > 0
     assert (out / "summary.md").read_text().startswith("## Tandem bench")
+
+
+def test_per_turn_ratios_pair_each_later_turn_with_the_same_turn_of_the_base_mode():
+    turns = [{"mode": m, "turn": k, "decode_s_per_token": v} for m, k, v in [
+        ("off", 1, 1.0), ("on", 1, 9.0),  # turn 1 is not a later turn
+        ("off", 2, 2.0), ("on", 2, 3.0),
+        ("off", 3, 4.0), ("on", 3, 4.0),
+        ("on", 4, 5.0),  # no off figure for turn 4: no pair
+        ("off", 5, 0.0), ("on", 5, 1.0),  # a zero base: no ratio
+    ]]
+    ratios = paired_ratios(turns, "decode_s_per_token", "on", "off")
+    assert ratios == [1.5, 1.0]
+    assert spread(ratios) == {"min": 1.0, "median": 1.25, "max": 1.5}
+    assert spread([]) is None

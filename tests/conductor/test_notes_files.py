@@ -212,3 +212,33 @@ def test_another_store_object_sees_the_writes(store: NoteStore) -> None:
     note = store.add(title="Zebra crossing", kind="reference", scope="user").note
     assert note is not None
     assert [n.id for n, _ in other.search("zebra")] == [note.id]
+
+
+def test_reads_inside_one_scan_share_one_look_at_the_files(store: NoteStore) -> None:
+    note = store.add(title="Parquet files", body="Use pyarrow.", kind="reference",
+                     scope="user").note
+    assert note is not None and note.path is not None
+    with store.one_scan():
+        note.path.write_text(note.path.read_text().replace("Use pyarrow.", "Use polars."))
+        with store.one_scan():  # nested: still the outer scan
+            assert store.get(note.id).body == "Use pyarrow."
+        assert [n.body for n in store.list()] == ["Use pyarrow."]
+        assert [n.id for n, _ in store.search("pyarrow")] == [note.id]
+    # The block is over: the next read looks at the files again.
+    assert store.get(note.id).body == "Use polars."
+    assert [n.id for n, _ in store.search("polars")] == [note.id]
+
+
+def test_one_scan_pins_reads_of_its_own_thread_only(store: NoteStore) -> None:
+    import threading
+
+    note = store.add(title="Parquet files", body="Use pyarrow.", kind="reference",
+                     scope="user").note
+    assert note is not None and note.path is not None
+    seen: list[str] = []
+    with store.one_scan():
+        note.path.write_text(note.path.read_text().replace("Use pyarrow.", "Use polars."))
+        reader = threading.Thread(target=lambda: seen.append(store.get(note.id).body))
+        reader.start()
+        reader.join()
+    assert seen == ["Use polars."]
