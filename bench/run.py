@@ -54,7 +54,8 @@ def default_out_dir(profile_name: str) -> Path:
 
 
 async def warm_up(engine: Engine, nonce: str) -> None:
-    """One throwaway request, so the first measured turn pays no first-run costs."""
+    """One throwaway request, so the first measured turn pays no first-run costs (the
+    engine's own warm-up covers the grammar and log-probability paths)."""
     await client_ttft(engine, client_ids(engine, nonce, "warm-up"))
 
 
