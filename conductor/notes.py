@@ -304,11 +304,9 @@ class NoteStore:
         _check_source(source)
         op = "update"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, source=source)
-            assert note is not None
+            note = self._live_note(snap, op, note_id, source=source)
+            if isinstance(note, WriteResult):
+                return note
             content = self._merged_content(note, title, body, tags, kind, verify_by)
             if isinstance(content, Refusal):
                 return self._refuse(
@@ -362,11 +360,9 @@ class NoteStore:
             )
         why = clean_reason(reason)
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, source=source)
-            assert note is not None
+            note = self._live_note(snap, op, note_id, source=source)
+            if isinstance(note, WriteResult):
+                return note
             now = self._now()
             if note.status == "ratified":
                 request = _entry(now, "model", "archive_request", why, source)
@@ -400,11 +396,9 @@ class NoteStore:
         _check_via(via)
         op = "edit"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, via=via, by="user")
-            assert note is not None
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
             content = self._merged_content(note, title, body, tags, kind, verify_by)
             if isinstance(content, Refusal):
                 return self._refuse(
@@ -424,11 +418,9 @@ class NoteStore:
         _check_via(via)
         op = "ratify"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, via=via, by="user")
-            assert note is not None
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
             if note.status == "ratified" and note.archive_proposed is None:
                 return self._done(op, note, via=via, by="user", wrote=False)
             now = self._now()
@@ -451,11 +443,9 @@ class NoteStore:
         _check_via(via)
         op = "reject"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, via=via, by="user")
-            assert note is not None
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
             if note.status == "ratified":
                 return self._refuse(
                     op,
@@ -476,11 +466,9 @@ class NoteStore:
         _check_via(via)
         op = "pin" if pinned else "unpin"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, via=via, by="user")
-            assert note is not None
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
             if pinned and note.kind not in ("rule", "ruling"):
                 return self._refuse(
                     op,
@@ -522,11 +510,9 @@ class NoteStore:
         _check_via(via)
         op = "user_archive"
         with self._writing() as snap:
-            note = snap.notes.get(note_id)
-            missing = _missing(note, note_id)
-            if missing is not None:
-                return self._refuse(op, missing, note_id=note_id, via=via, by="user")
-            assert note is not None
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
             why = clean_reason(reason) if reason else "archived by the user"
             archived = self._move_to_archive(note, by="user", why=why, source=via)
             return self._done(op, archived, via=via, by="user")
@@ -1026,6 +1012,16 @@ class NoteStore:
                     os.rmdir(dirpath)
                 except OSError:
                     pass
+
+    def _live_note(self, snap: _Snapshot, op: str, note_id: str, **who: str) -> Note | WriteResult:
+        """The live note ``note_id``, or the journaled refusal when it is missing or archived.
+        ``who`` is ``source=`` for a model operation, ``via=`` and ``by=`` for the user's."""
+        note = snap.notes.get(note_id)
+        missing = _missing(note, note_id)
+        if missing is not None:
+            return self._refuse(op, missing, note_id=note_id, **who)
+        assert note is not None
+        return note
 
     def _refuse(
         self,
