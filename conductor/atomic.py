@@ -11,9 +11,11 @@ import fcntl
 import os
 import tempfile
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -44,15 +46,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file whole."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+@contextmanager
+def atomic_file(path: Path, mode: int = FILE_MODE) -> Iterator[BinaryIO]:
+    """A binary handle whose content replaces ``path`` whole when the block ends without
+    an error; on an error the temp file goes and ``path`` is untouched."""
     ensure_dir(path.parent)
     # Temp names start with a dot and end in .tmp so folder scans skip them.
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp_name, mode)
@@ -62,6 +65,13 @@ def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
             os.unlink(tmp_name)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file whole."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    with atomic_file(path, mode) as handle:
+        handle.write(payload)
 
 
 def remove_file(path: Path) -> bool:

@@ -242,3 +242,23 @@ def test_one_scan_pins_reads_of_its_own_thread_only(store: NoteStore) -> None:
         reader.start()
         reader.join()
     assert seen == ["Use polars."]
+
+
+def test_an_export_that_fails_midway_leaves_the_old_zip_and_no_temp_file(
+    store: NoteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conductor import export
+
+    store.add(title="Prefers tea", kind="reference", scope="user")
+    dest = tmp_path / "out" / "notes.zip"
+    dest.parent.mkdir()
+    dest.write_bytes(b"the previous export")
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise OSError(5, "simulated read error")
+
+    monkeypatch.setattr(export.zipfile.ZipFile, "write", unreadable)
+    with pytest.raises(OSError):
+        export.export_tree(store.layout.user_dir, store.user, dest)
+    assert dest.read_bytes() == b"the previous export"
+    assert [p.name for p in dest.parent.iterdir()] == ["notes.zip"]
