@@ -20,7 +20,7 @@ from server.memory import MemorySettings
 
 USER = "bench"
 MODES = ("off", "shadow", "on", "naive")  # naive: memory off, every note in the system prompt
-TAIL_KINDS = ("card", "index", "notes")
+TAIL_KINDS = ("shared", "session", "notes")
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 from conductor.note_format import KINDS, SCOPES
 
 
-def memory_card(session_token: str) -> str:
-    """About 150 tokens: the block's shape, kinds and scopes, when to write, the token."""
+def memory_card() -> str:
+    """About 140 tokens: the block's shape, kinds and scopes, when to write. The same for
+    every session, so it is part of the shared memory context."""
     return (
         "Hidden memory context; never mention it. To remember a lasting fact, preference, "
         "rule or project detail, add to your answer:\n"
@@ -14,6 +15,10 @@ def memory_card(session_token: str) -> str:
         "one fact\n</tandem_memory>\n"
         f"Scopes: {', '.join(SCOPES)}. Kinds: {', '.join(KINDS)}. "
         'Change one: op="update" id="ID"; retire one: op="archive" id="ID" reason="why". '
-        "No secrets.\n"
-        f"Memory token: {session_token}"
+        "No secrets."
     )
+
+
+def session_card(session_token: str) -> str:
+    """The one line of the card that belongs to a session: its memory-routes token."""
+    return f"Memory token for this conversation: {session_token}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
 from conductor.note_format import Note
 from conductor.notes import NoteStore
@@ -54,19 +53,6 @@ class TailNote:
     kind: str  # "index" or "notes"
     text: str
     note_ids: tuple[str, ...]
-
-
-def visible_notes(store: NoteStore, project: str | None, session: str,
-                  now: datetime | None = None) -> list[Note]:
-    """Live notes this request may see: the user's, this project's, this session's;
-    never an archived note or a stale program_state."""
-    notes = store.list(scope="user", include_stale=False)
-    if project:
-        notes += store.list(scope="project", project=project, include_stale=False)
-    notes += store.list(scope="session", session=session, include_stale=False)
-    if now is not None:
-        notes = [n for n in notes if not n.is_stale(now)]
-    return notes
 
 
 def _index_line(note: Note) -> str:

@@ -24,6 +24,7 @@ from server.errors import APIError, install_error_handlers
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
+from server.prewarm_service import PrewarmService
 from server.schema import ChatCompletionRequest
 from server.writer_service import WriterService
 
@@ -38,12 +39,14 @@ class ServerState:
     engine: Engine | None = None
     load_error: str | None = None
     writer: WriterService | None = None
+    prewarm: PrewarmService | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
     started_at: float = field(default_factory=time.time)
 
     def engine_ready(self, engine: Engine) -> None:
         self.engine = engine
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
+        self.prewarm = PrewarmService(self.memory, engine)
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -68,12 +71,12 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
-        writer_loop = asyncio.create_task(_run_writer_when_ready(state))
+        background = asyncio.create_task(_run_background_when_ready(state))
         nightly = asyncio.create_task(nightly_loop(memory.root, memory.settings.nightly_hour))
         try:
             yield
         finally:
-            writer_loop.cancel()
+            background.cancel()
             nightly.cancel()
             if loader is not None and not loader.done():
                 loader.cancel()
@@ -158,13 +161,21 @@ def _validation_error(exc: ValidationError) -> APIError:
 
 
 LOADING_TICK_S = 5.0
+BACKGROUND_CHECK_S = 1.0
 
 
-async def _run_writer_when_ready(state: ServerState) -> None:
-    """The background writer's idle loop, from the moment the engine is ready."""
-    while state.writer is None:
+async def _run_background_when_ready(state: ServerState) -> None:
+    """The idle loop of background turns, one at a time, from the moment the engine is
+    ready: prewarms first (cheap, and they make the next session fast), then the writer."""
+    while state.writer is None or state.prewarm is None:
         await asyncio.sleep(0.5)
-    await state.writer.loop()
+    while True:
+        await asyncio.sleep(BACKGROUND_CHECK_S)
+        for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick)):
+            try:
+                await tick()
+            except Exception:  # a failed run must not stop the loop; ids only in the log
+                log.exception("%s run failed", name)
 
 
 async def _tick_while_loading(progress: Callable[[str], None], started: float) -> None:

@@ -15,17 +15,17 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from conductor.card import memory_card
 from conductor.ledger import Match, Record, Span, VisibleMessage
-from conductor.tail_notes import build_index, build_matches, visible_notes
+from conductor.shared_context import SHARED_KIND
 from engine.engine import Delta, Engine, GenerationParams
 from engine.profiles import Profile
 from engine.qwen_tokens import IM_END
 from server.errors import APIError
+from server.hidden_context import HiddenContext, choose_hidden, record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryContext, MemoryServices, resolve_context
 from server.output_parser import OutputParser, ParsedDelta
-from server.prompt import Tail, build_prompt, tools_for_template, visible_messages
+from server.prompt import assemble, render_chat, replay_cut, tools_for_template, visible_messages
 from server.schema import ChatCompletionRequest
 
 DEFAULT_TEMPERATURE = 0.7
@@ -45,7 +45,7 @@ class PreparedChat:
     spans: list[Span]
     token: str | None  # the session's memory-routes token, when memory is on for it
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
-    tails: list[Tail] = field(default_factory=list)  # the hidden messages this turn added
+    hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -77,9 +77,10 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    token, tails = _memory_tails(services, memory, match, request, engine.count_tokens)
-    built = build_prompt(engine.tokenizer, request, request.enable_thinking(profile.thinking),
-                         match, tails)
+    rendered = render_chat(engine.tokenizer, request, request.enable_thinking(profile.thinking))
+    cut = replay_cut(engine.tokenizer, rendered, match)
+    hidden = choose_hidden(services, memory, cut is not None, request, engine.count_tokens)
+    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head, hidden.tails)
     room = profile.max_model_len - len(built.ids)
     if room < 1:
         raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
@@ -109,62 +110,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
-        spans=inherited + built.spans, token=token, replayed_tokens=built.replayed_tokens,
-        tails=tails,
+        spans=inherited + built.spans, token=hidden.token,
+        replayed_tokens=built.replayed_tokens, hidden=hidden,
     )
-
-
-def _memory_tails(services: MemoryServices, memory: MemoryContext, match: Match | None,
-                  request: ChatCompletionRequest, count_tokens) -> tuple[str | None, list[Tail]]:
-    """The session token and the hidden messages this turn adds after its new messages:
-    the card (a session's first turn), the index (first turn, or after a compaction), and
-    the notes that match a new user message."""
-    if memory.off_reason is not None:
-        return None, []
-    token = services.token_for(memory.user, memory.session)
-    seen_session = services.ledger.latest(memory.user, memory.session) is not None
-    first_turn = match is None and not seen_session
-    tails: list[Tail] = []
-    if memory.shows_card and first_turn:
-        tails.append(Tail("card", memory_card(token)))
-    if not memory.reads:
-        return token, tails
-    store = services.store(memory.user)
-    if match is None and seen_session and memory.writes:
-        services.triggers.compaction(memory.user, memory.session)
-    with store.one_scan():  # on the way to the first token: read the files once
-        notes = visible_notes(store, memory.project, memory.session)
-        if match is None:  # first turn, or a compaction: the client's history is not ours
-            index = build_index(notes, count_tokens)
-            if index is not None:
-                tails.append(Tail(index.kind, index.text, index.note_ids))
-        if memory.has_user_message:
-            already = services.injected(memory.user, memory.session)
-            found = build_matches(store, request.messages[-1].text(), notes, already,
-                                  count_tokens)
-            if found is not None:
-                tails.append(Tail(found.kind, found.text, found.note_ids))
-    return token, tails
-
-
-def _record_injections(services: MemoryServices, memory: MemoryContext, tails: list[Tail],
-                       request_id: str) -> None:
-    """usage.json and the journal learn which notes went in (ids only). File work: it
-    runs in a thread once the answer is done, never before the first token."""
-    if memory.user is None:
-        return
-    if memory.off_reason == "header_off":
-        services.store(memory.user).journal.append(
-            op="memory_off", reason="header_off", session=memory.session,
-            request_id=request_id)
-        return
-    for tail in tails:
-        if tail.kind == "notes":
-            services.store(memory.user).record_injection(tail.note_ids, request_id)
-        elif tail.kind == "index":
-            services.store(memory.user).journal.append(
-                op="inject_index", ok=True, ids=list(tail.note_ids), request_id=request_id,
-                session=memory.session)
 
 
 @dataclass
@@ -216,14 +164,27 @@ class Answer:
             spans=(*chat.spans, *blocks),
         ))
         memory = chat.memory
-        for tail in chat.tails:
+        self._note_head()
+        for tail in chat.hidden.tails:
             if tail.kind == "notes":  # before the next turn can ask, not after the files
                 self.services.mark_injected(memory.user, memory.session, tail.note_ids)
+        added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
         asyncio.get_running_loop().run_in_executor(
-            None, _record_injections, self.services, memory, chat.tails, chat.completion_id)
+            None, record_injections, self.services, memory, added, chat.completion_id)
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
             self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)
+
+    def _note_head(self) -> None:
+        """The head and the shared context this turn ran are cached now: the prewarm
+        keeps them current when the shared context changes."""
+        chat, group = self.chat, self.chat.memory.context_group()
+        if chat.hidden.version is None or group is None:
+            return
+        shared = next((s for s in chat.spans if s.kind == SHARED_KIND), None)
+        if shared is not None:
+            head = tuple(chat.prompt_ids[: shared.start])
+            self.services.prewarm.seen(group, head, chat.hidden.version)
 
     def gave_up(self) -> None:
         """The client left mid-answer: the writer should look at what it had said."""

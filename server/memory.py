@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Literal
 
 from conductor.ledger import Ledger
+from conductor.note_format import Note
 from conductor.notes import NoteStore
 from conductor.paths import valid_session, valid_user
+from conductor.prewarm import ContextGroup, PrewarmHeads
+from conductor.shared_context import (
+    SharedContext,
+    build_shared_context,
+    session_notes,
+    shared_notes,
+)
 from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
 
@@ -102,10 +110,29 @@ class MemoryContext:
     def reads(self) -> bool:
         return self.off_reason is None and self.mode == "on"
 
+    def context_group(self) -> ContextGroup | None:
+        """Who shares this request's shared memory context; None when memory is off."""
+        if self.user is None or self.off_reason is not None:
+            return None
+        return ContextGroup(self.user, self.project, self.shows_card, self.reads)
+
 
 def derive_session(request: ChatCompletionRequest) -> str:
-    """A conversation's id from its first messages, when the client sends none."""
-    head = json.dumps([(m.role, m.content) for m in request.messages[:2]], sort_keys=True)
+    """A conversation's id, when the client sends none, from what stays the same for the
+    whole conversation: its opening system (or developer) messages and its first user
+    message. Tools, later messages and the answers are left out: they change from turn
+    to turn. Two conversations with the same opening share this id."""
+    opening = []
+    for message in request.messages:
+        role = "system" if message.role == "developer" else message.role
+        try:
+            text = message.text()
+        except ValueError:  # non-text parts are refused later, with a clear error
+            text = ""
+        opening.append((role, text))
+        if role != "system":
+            break
+    head = json.dumps(opening, ensure_ascii=False)
     return "s-" + hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
 
 
@@ -131,6 +158,7 @@ class MemoryServices:
     home: Path
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
+    prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     _stores: dict[str, NoteStore] = field(default_factory=dict)
@@ -170,3 +198,18 @@ class MemoryServices:
 
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
         return self._tokens.get(token) if token else None
+
+    def shared_context(self, user: str, project: str | None, card: bool, reads: bool,
+                       count_tokens) -> SharedContext | None:
+        """The card (when `card`) and the index of the user's and project's notes (when
+        `reads`), as every session of this user and project gets them now."""
+        store = self.store(user)
+        with store.one_scan():
+            notes = shared_notes(store, project) if reads else None
+            return build_shared_context(card, notes, count_tokens)
+
+    def visible_notes(self, memory: MemoryContext) -> list[Note]:
+        """Live notes this request may read: the user's, the project's, the session's."""
+        store = self.store(memory.user)
+        with store.one_scan():
+            return shared_notes(store, memory.project) + session_notes(store, memory.session)

@@ -1,10 +1,13 @@
-"""Builds a request's prompt token ids: the ledger's exact ids, the new messages, tail notes.
+"""Builds a request's prompt token ids: the ledger's exact ids or the shared context, the
+new messages, the tails.
 
 The server hands vLLM token ids, never text, so what it builds is exactly what runs. When
 the ledger holds the conversation so far, the prompt starts with those exact ids (hidden
 blocks and earlier tail notes included) and only the new messages are rendered; the chat
 template is still the judge of how they render, by rendering the whole conversation and
-taking what follows the recorded part.
+taking what follows the recorded part. When it does not (a new conversation, or a miss),
+the prompt is rendered whole and the shared memory context goes in right after the system
+prompt and the tool definitions, where every session with the same head shares it.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from server.errors import APIError
 from server.memory import strip_status_lines
 from server.schema import ChatCompletionRequest, ChatMessage
 
+IM_START_TEXT = "<|im_start|>"
 IM_END_TEXT = "<|im_end|>"
 
 
 @dataclass(frozen=True)
 class Tail:
-    """A hidden message placed right after the turn's new messages (card, index, notes)."""
+    """A hidden system message: the shared context after the head, or a tail right after
+    the turn's new messages (the session's tail, matching notes)."""
 
     kind: str
     text: str
@@ -87,43 +92,92 @@ def tail_message(text: str) -> str:
 @dataclass(frozen=True)
 class BuiltPrompt:
     ids: list[int]
-    spans: list[Span]  # tail spans, in prompt-id offsets
+    spans: list[Span]  # head and tail spans, in prompt-id offsets
     replayed_tokens: int  # ids taken from the ledger as they were
 
 
-def build_prompt(tokenizer, request: ChatCompletionRequest, enable_thinking: bool,
-                 match: Match | None, tails: list[Tail]) -> BuiltPrompt:
+@dataclass(frozen=True)
+class RenderedChat:
+    """The client's conversation as the chat template renders it, split where we splice."""
+
+    history: str  # every message, no generation prompt
+    generation_prompt: str | None  # None: a template whose history is not a prefix
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    enable_thinking: bool
+
+
+def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: bool,
+            generation: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                         add_generation_prompt=generation,
+                                         enable_thinking=enable_thinking)
+
+
+def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool) -> RenderedChat:
     messages = [_message_dict(m) for m in request.messages]
     tools = tools_for_template(request)
+    history = _render(tokenizer, messages, tools, enable_thinking, generation=False)
+    with_prompt = _render(tokenizer, messages, tools, enable_thinking, generation=True)
+    generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
+    return RenderedChat(history if generation_prompt is not None else with_prompt,
+                        generation_prompt, messages, tools, enable_thinking)
 
-    def render(items: list[dict[str, Any]], generation: bool) -> str:
-        return tokenizer.apply_chat_template(items, tools=tools, tokenize=False,
-                                             add_generation_prompt=generation,
-                                             enable_thinking=enable_thinking)
+
+def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
+    """Where the ledger's record ends in the rendered history, or None when its exact ids
+    cannot stand in for that part (no match, or a template that renders it otherwise)."""
+    if match is None or rendered.generation_prompt is None:
+        return None
+    prefix = _render(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
+                     rendered.enable_thinking, generation=False)
+    cut = prefix.rfind(IM_END_TEXT)
+    if cut < 0:
+        return None
+    cut += len(IM_END_TEXT) if match.record.ended_cleanly else 0
+    return cut if rendered.history[:cut] == prefix[:cut] else None
+
+
+def head_end(history: str) -> int:
+    """Where the system prompt and tool definitions end: the start of the first message
+    that is not a system message (0 when the conversation opens with one)."""
+    at = history.find(IM_START_TEXT)
+    while at >= 0:
+        if not history.startswith("system\n", at + len(IM_START_TEXT)):
+            return at
+        at = history.find(IM_START_TEXT, at + 1)
+    return len(history)
+
+
+def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | None,
+             head: Tail | None, tails: list[Tail]) -> BuiltPrompt:
+    """The prompt ids: the record's exact ids (when `cut`) or the head with the shared
+    context after it, then the new messages, the tails and the generation prompt."""
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False) if text else []
 
-    history = render(messages, generation=False)
-    with_prompt = render(messages, generation=True)
-    if not with_prompt.startswith(history):  # a template we cannot split: no tails
-        return BuiltPrompt(encode(with_prompt), [], 0)
-    generation_prompt = with_prompt[len(history):]
+    history = rendered.history
+    if rendered.generation_prompt is None:  # a template we cannot split: nothing hidden
+        return BuiltPrompt(encode(history), [], 0)
+    spans: list[Span] = []
+    if cut is not None and match is not None:
+        ids, new_text = list(match.record.ids), history[cut:]
+    elif head is not None:
+        split = head_end(history)
+        ids = encode(history[:split])
+        spans.append(_append_hidden(ids, head, encode))
+        new_text = history[split:]
+    else:
+        ids, new_text = [], history
+    replayed = len(ids) if cut is not None else 0
+    ids += encode(new_text)
+    spans += [_append_hidden(ids, tail, encode) for tail in tails]
+    ids += encode(rendered.generation_prompt)
+    return BuiltPrompt(ids, spans, replayed)
 
-    base: list[int] = []
-    new_text = history
-    if match is not None:
-        prefix = render(messages[: match.matched_messages], generation=False)
-        cut = prefix.rfind(IM_END_TEXT)
-        if cut >= 0:
-            cut += len(IM_END_TEXT) if match.record.ended_cleanly else 0
-            if history[:cut] == prefix[:cut]:
-                base, new_text = list(match.record.ids), history[cut:]
-    ids = base + encode(new_text)
-    spans = []
-    for tail in tails:
-        start = len(ids)
-        ids += encode(tail_message(tail.text))
-        spans.append(Span(start, len(ids), tail.kind, tail.note_ids))
-    ids += encode(generation_prompt)
-    return BuiltPrompt(ids, spans, len(base))
+
+def _append_hidden(ids: list[int], hidden: Tail, encode) -> Span:
+    start = len(ids)
+    ids += encode(tail_message(hidden.text))
+    return Span(start, len(ids), hidden.kind, hidden.note_ids)

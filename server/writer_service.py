@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 from collections.abc import AsyncIterator
 
@@ -12,9 +10,6 @@ from conductor.writer import GenerationPiece, Writer, WriterRun
 from engine.engine import Engine, GenerationParams
 from engine.qwen_tokens import IM_END
 from server.memory import MemoryServices
-
-log = logging.getLogger("tandem.writer")
-IDLE_CHECK_S = 1.0
 
 
 class EngineWriterBackend:
@@ -87,11 +82,3 @@ class WriterService:
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
             runs.append(run)
         return runs
-
-    async def loop(self) -> None:
-        while True:
-            await asyncio.sleep(IDLE_CHECK_S)
-            try:
-                await self.tick()
-            except Exception:  # a failed run must not stop the loop; ids only in the log
-                log.exception("writer run failed")

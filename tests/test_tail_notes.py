@@ -34,14 +34,15 @@ def span_text(app: InProcessApp, record, span) -> str:
     return tokenizer.decode(list(record.ids[span.start:span.end]))
 
 
-def test_the_card_goes_in_on_turn_one_and_sits_at_the_same_offset_in_turn_two(app):
+def test_the_shared_context_goes_in_on_turn_one_and_sits_at_the_same_offset_in_turn_two(app):
     session = {"X-Tandem-Session": "card-offset"}
     content, _, _ = app.chat(user("hello there"), "Hi.", headers=session)
-    (card,), first = spans(app, "card-offset", "card")
+    (card,), first = spans(app, "card-offset", "shared")
+    assert card.start == 0  # no system prompt, no tools: the shared context opens the prompt
     history = [*user("hello there"), {"role": "assistant", "content": content},
                *user("and now?")]
     app.chat(history, "Now this.", headers=session)
-    cards, second = spans(app, "card-offset", "card")
+    cards, second = spans(app, "card-offset", "shared")
     assert cards == [card]
     assert second.ids[card.start:card.end] == first.ids[card.start:card.end]
     assert second.ids[: len(first.ids)] == first.ids
@@ -57,7 +58,7 @@ def test_the_index_lists_pinned_rules_first_then_ratified_then_recent(app):
     store.pin(rule.id, via="cli")
     new = add(app, "cache directory", "the cache lives in /var/cache/app")
     app.chat(user("hi"), "Hello.", headers={"X-Tandem-Session": "index"})
-    (index,), record = spans(app, "index", "index")
+    (index,), record = spans(app, "index", "shared")
     assert index.note_ids == (rule.id, ratified.id, new.id, old.id)
     text = span_text(app, record, index)
     assert text.index("always answer in english") < text.index("ratified gotcha")
@@ -103,7 +104,7 @@ def test_a_stale_program_state_is_never_injected(app):
     add(app, "release checklist", "tag the commit, push it, announce it")
     app.chat(user("Which version does the nightly build server run?"), "Checking.",
              headers={"X-Tandem-Session": "stale"})
-    (index,), record = spans(app, "stale", "index")
+    (index,), record = spans(app, "stale", "shared")
     notes = spans(app, "stale", "notes")[0]
     injected = set(index.note_ids) | {i for s in notes for i in s.note_ids}
     stale = [n.id for n in app.memory.store("tester").list() if n.kind == "program_state"]
@@ -111,16 +112,20 @@ def test_a_stale_program_state_is_never_injected(app):
     assert "nightly build version" not in span_text(app, record, index)
 
 
-def test_a_compaction_brings_the_index_back(app):
-    add(app, "coding style", "four spaces, no tabs")
+def test_a_compaction_brings_the_card_and_the_index_back_after_the_system_prompt(app):
+    note = add(app, "coding style", "four spaces, no tabs")
     session = {"X-Tandem-Session": "compaction"}
-    content, _, _ = app.chat(user("first question"), "First answer.", headers=session)
+    app.chat(user("first question"), "First answer.", headers=session)
     summarised = [{"role": "system", "content": "Summary: we talked about a first question."},
                   *user("second question")]
     app.chat(summarised, "Second answer.", headers=session)
-    indexes, record = spans(app, "compaction", "index")
-    assert len(indexes) == 1 and indexes[0].start > 0
-    assert spans(app, "compaction", "card")[0] == []  # the card is for a session's first turn
+    (shared,), record = spans(app, "compaction", "shared")
+    text = span_text(app, record, shared)
+    assert shared.note_ids == (note.id,) and "<tandem_memory" in text
+    before = app.app.state.tandem.engine.tokenizer.decode(list(record.ids[:shared.start]))
+    assert before.endswith("Summary: we talked about a first question.<|im_end|>\n")
+    (own,), _ = spans(app, "compaction", "session")
+    assert own.start > shared.end and "Memory token" in span_text(app, record, own)
 
 
 def test_memory_off_by_header_injects_nothing(app):
@@ -168,4 +173,4 @@ def test_six_turns_with_fifty_notes_keep_every_prefix_cached(served, tmp_path, m
         history.append({"role": "assistant", "content": content})
     if memory_mode == "on":
         kinds = {s.kind for s in app.memory.ledger.latest("tester", f"six-{memory_mode}").spans}
-        assert {"card", "index", "notes", "block"} <= kinds
+        assert {"shared", "session", "notes", "block"} <= kinds

@@ -1,0 +1,80 @@
+"""Which prefixes to prewarm: the heads (system prompt + tools) seen most recently per
+user, project and memory variant, and the shared-context version each was last prefilled
+with.
+
+When the shared context changes (a note written, archived, ratified, pinned; the nightly
+job), the next new session would prefill the whole card and index again. The server's
+prewarm prefills, in idle time, `head + new shared context` for the few heads it saw last,
+so a user's next session finds it cached. This module is the bookkeeping only; the server
+renders the ids and runs the background requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+HEADS_PER_GROUP = 4
+MAX_GROUPS = 32
+
+
+@dataclass(frozen=True)
+class ContextGroup:
+    """Whose shared context: every session in a group gets the same text."""
+
+    user: str
+    project: str | None
+    card: bool  # the request may write: the card is shown
+    reads: bool  # the index is shown
+
+
+@dataclass
+class _Head:
+    ids: tuple[int, ...]  # the system prompt and tools, rendered, up to the shared context
+    version: str | None  # the shared-context version last prefilled after these ids
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A head whose cached shared context is not the current one."""
+
+    group: ContextGroup
+    head_ids: tuple[int, ...]
+
+
+@dataclass
+class PrewarmHeads:
+    heads_per_group: int = HEADS_PER_GROUP
+    max_groups: int = MAX_GROUPS
+    _groups: OrderedDict[ContextGroup, OrderedDict[tuple[int, ...], _Head]] = field(
+        default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def seen(self, group: ContextGroup, head_ids: tuple[int, ...], version: str) -> None:
+        """A client request ran `head_ids` + the shared context `version`: both cached."""
+        with self._lock:
+            heads = self._groups.setdefault(group, OrderedDict())
+            self._groups.move_to_end(group)
+            heads[head_ids] = _Head(head_ids, version)
+            heads.move_to_end(head_ids)
+            while len(heads) > self.heads_per_group:
+                heads.popitem(last=False)
+            while len(self._groups) > self.max_groups:
+                self._groups.popitem(last=False)
+
+    def groups(self) -> list[ContextGroup]:
+        with self._lock:
+            return list(reversed(self._groups))  # most recent first
+
+    def stale(self, group: ContextGroup, version: str) -> list[Stale]:
+        """The group's heads not yet prefilled with `version`, most recent first."""
+        with self._lock:
+            heads = self._groups.get(group) or {}
+            return [Stale(group, h.ids) for h in reversed(heads.values()) if h.version != version]
+
+    def warmed(self, stale: Stale, version: str) -> None:
+        with self._lock:
+            head = (self._groups.get(stale.group) or {}).get(stale.head_ids)
+            if head is not None:
+                head.version = version

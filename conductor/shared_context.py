@@ -1,0 +1,85 @@
+"""The shared memory context: the card and the index as one hidden message right after the
+system prompt and the tool definitions, before the first user message.
+
+Its text depends only on the user, the project and what the index shows: no session, no
+clock, no usage counts. Every session that opens with the same system prompt and tools
+therefore starts with the same token ids, and vLLM's prefix cache serves the card and the
+index to the second session without prefilling them again. What belongs to one session
+(the memory-routes token, the session's own notes) goes in the short *session tail* after
+the first user message instead.
+
+The version is a hash of the text: it changes exactly when what the context shows
+changes (a write, an archive, a ratify or pin, the nightly job), which is when the server
+prewarms the prefixes that carry it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from conductor.card import memory_card, session_card
+from conductor.note_format import Note
+from conductor.notes import NoteStore
+from conductor.tail_notes import CountTokens, build_index
+
+SHARED_KIND = "shared"
+SESSION_KIND = "session"
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    text: str
+    note_ids: tuple[str, ...]  # the notes the index lists
+    version: str  # a hash of the text
+
+    @classmethod
+    def of(cls, text: str, note_ids: tuple[str, ...] = ()) -> SharedContext:
+        version = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+        return cls(text, note_ids, version)
+
+
+def shared_notes(store: NoteStore, project: str | None) -> list[Note]:
+    """Live notes every session of this user and project may see (never a session's own,
+    never an archived note or a stale program_state)."""
+    notes = store.list(scope="user", include_stale=False)
+    if project:
+        notes += store.list(scope="project", project=project, include_stale=False)
+    return notes
+
+
+def session_notes(store: NoteStore, session: str) -> list[Note]:
+    return store.list(scope="session", session=session, include_stale=False)
+
+
+def build_shared_context(card: bool, notes: Iterable[Note] | None,
+                         count_tokens: CountTokens) -> SharedContext | None:
+    """The card (when the request may write) and the index of `notes` (when it reads;
+    None means it does not); None when there is nothing to show."""
+    parts: list[str] = [memory_card()] if card else []
+    note_ids: tuple[str, ...] = ()
+    if notes is not None:
+        index = build_index(notes, count_tokens)
+        if index is not None:
+            parts.append(index.text)
+            note_ids = index.note_ids
+    if not parts:
+        return None
+    return SharedContext.of("\n\n".join(parts), note_ids)
+
+
+def build_session_tail(token: str | None, notes: Iterable[Note] | None,
+                       count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
+    """The session's own hidden tail: its memory-routes token and an index of the notes
+    written in this session (after a miss, so they are not lost with the old prompt)."""
+    parts: list[str] = [session_card(token)] if token else []
+    note_ids: tuple[str, ...] = ()
+    if notes:
+        index = build_index(notes, count_tokens)
+        if index is not None:
+            parts.append(index.text)
+            note_ids = index.note_ids
+    if not parts:
+        return None
+    return "\n\n".join(parts), note_ids

@@ -1,0 +1,229 @@
+"""Prefix reuse across sessions, on the real engine: sessions for clients that send no id,
+the shared memory context every session finds in the cache, and its prewarm."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import openai
+import pytest
+
+from tests.inprocess import InProcessApp
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+ANSWERS = ["First answer, short.", "Second answer " + "with more words " * 8,
+           "Third answer."]
+
+
+def opening(kind: str, nonce: str) -> tuple[list[dict], dict]:
+    """The messages before the first user message, and extra request fields."""
+    if kind == "system":
+        return [{"role": "system", "content": f"You are terse. [{nonce}]"}], {}
+    if kind == "developer":
+        return [{"role": "developer", "content": f"Answer in English. [{nonce}]"}], {}
+    if kind == "tools":
+        return [], {"tools": TOOLS}
+    return [], {}
+
+
+@pytest.fixture(scope="module")
+def sdk(served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
+
+
+def sdk_turn(sdk: openai.OpenAI, messages: list[dict], script: str, stream: bool, extra: dict):
+    """(content, usage, memory token) as the plainest SDK call sees them: no headers."""
+    if not stream:
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="tiny", messages=messages, extra_body={"script": script}, **extra)
+        completion = raw.parse()
+        return (completion.choices[0].message.content, completion.usage,
+                raw.headers.get("x-tandem-memory-token"))
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="tiny", messages=messages, stream=True, stream_options={"include_usage": True},
+        extra_body={"script": script}, **extra)
+    content, usage = "", None
+    for chunk in raw.parse():
+        if chunk.choices:
+            content += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    return content, usage, raw.headers.get("x-tandem-memory-token")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("kind", ["none", "system", "developer", "tools"])
+def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, tiny_profile,
+                                                                        kind, stream):
+    nonce = uuid.uuid4().hex[:8]
+    head, extra = opening(kind, nonce)
+    history = [*head, {"role": "user", "content": f"Where is the build script? ({nonce})"}]
+    previous, tokens = None, set()
+    for turn, answer in enumerate(ANSWERS):
+        content, usage, token = sdk_turn(sdk, history, answer, stream, extra)
+        assert content.startswith(answer.split()[0])
+        tokens.add(token)
+        if previous is not None:
+            floor = (previous.prompt_tokens + previous.completion_tokens
+                     - tiny_profile.block_size)
+            assert usage.prompt_tokens_details.cached_tokens >= floor, (turn, usage, previous)
+            # The card and the index came once: this turn's new tokens are the new message.
+            assert usage.prompt_tokens - previous.prompt_tokens - previous.completion_tokens < 40
+        previous = usage
+        history += [{"role": "assistant", "content": content},
+                    {"role": "user", "content": f"And turn {turn + 2}?"}]
+    assert len(tokens) == 1 and None not in tokens  # one session all along
+
+
+def shared_span(app: InProcessApp, session: str):
+    record = app.memory.ledger.latest("tester", session)
+    (span,) = [s for s in record.spans if s.kind == "shared"]
+    return span, record
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    return InProcessApp(served, tmp_path)
+
+
+def add_note(app: InProcessApp, title: str, body: str):
+    result = app.memory.store("tester").add(title=title, body=body, kind="reference",
+                                            scope="user", source="cli", has_user_message=True)
+    assert result.ok, result.reason
+    return result.note
+
+
+def fill(app: InProcessApp, count: int = 30) -> None:
+    for n in range(count):
+        add_note(app, f"service fact {n}", f"component {n} of the service listens on port {n}")
+
+
+def first_turn(app: InProcessApp, system: str, session: str, question: str,
+               script: str = "Noted."):
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    _, usage, _ = app.chat(messages, script, headers={"X-Tandem-Session": session})
+    return usage
+
+
+def test_a_second_session_with_the_same_system_prompt_is_served_the_shared_context_from_cache(
+        app, tiny_profile):
+    fill(app)
+    system = f"You help with the service. [{uuid.uuid4().hex}]"
+    first = first_turn(app, system, "share-a", "What listens where?")
+    a, record_a = shared_span(app, "share-a")
+    assert first["prompt_tokens_details"]["cached_tokens"] < a.end - tiny_profile.block_size
+    second = first_turn(app, system, "share-b", "Which ports are free today?")
+    b, record_b = shared_span(app, "share-b")
+    assert record_b.ids[: b.end] == record_a.ids[: a.end]  # same ids: same cached blocks
+    assert second["prompt_tokens_details"]["cached_tokens"] >= b.end - tiny_profile.block_size
+    # The per-session part is elsewhere: each session's own token, after its user message.
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    own = [s for s in record_b.spans if s.kind == "session"]
+    assert own and own[0].start > b.end
+    assert app.memory.token_for("tester", "share-b") in tokenizer.decode(
+        list(record_b.ids[own[0].start:own[0].end]))
+
+
+def version(app: InProcessApp) -> str:
+    tandem = app.app.state.tandem
+    return app.memory.shared_context("tester", None, True, True,
+                                     tandem.engine.count_tokens).version
+
+
+def test_a_write_changes_the_version_and_the_next_new_sessions_shared_context(app):
+    fill(app, 5)
+    system = f"System [{uuid.uuid4().hex}]"
+    first_turn(app, system, "before-write", "What listens on port 3?")
+    before, unchanged = version(app), version(app)
+    assert before == unchanged  # reading, injecting and usage counts change nothing
+    note = add_note(app, "the cache lives in redis", "sessions are cached in redis db 2")
+    after = version(app)
+    assert after != before
+    first_turn(app, system, "after-write", "Where is the cache?")
+    span, _ = shared_span(app, "after-write")
+    old_span, _ = shared_span(app, "before-write")
+    assert note.id in span.note_ids and note.id not in old_span.note_ids
+    app.memory.store("tester").ratify(note.id, via="cli")
+    assert version(app) != after  # a ratify shows in the index: a new version
+
+
+def test_an_open_sessions_next_turn_after_a_write_is_still_fully_cached(app, tiny_profile):
+    fill(app, 5)
+    system = f"System [{uuid.uuid4().hex}]"
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": "What listens on port 4?"}]
+    session = {"X-Tandem-Session": "open-after-write"}
+    content, first, _ = app.chat(messages, "Component 4.", headers=session)
+    old, _ = shared_span(app, "open-after-write")
+    add_note(app, "a new fact", "written while the session is open")
+    messages += [{"role": "assistant", "content": content},
+                 {"role": "user", "content": "Thanks, and port 2?"}]
+    _, second, _ = app.chat(messages, "Component 2.", headers=session)
+    floor = first["prompt_tokens"] + first["completion_tokens"] - tiny_profile.block_size
+    assert second["prompt_tokens_details"]["cached_tokens"] >= floor
+    assert shared_span(app, "open-after-write")[0] == old  # the index it was given stays
+
+
+def test_after_a_write_the_prewarm_caches_the_new_shared_context_for_the_next_session(
+        app, served, tiny_profile):
+    fill(app, 20)
+    system = f"System [{uuid.uuid4().hex}]"
+    first_turn(app, system, "warm-1", "What listens on port 7?")
+    prewarm = app.app.state.tandem.prewarm
+    assert served.run(prewarm.tick()) == []  # nothing changed: nothing to do
+    add_note(app, "the queue is rabbitmq", "jobs go through rabbitmq on the broker host")
+    runs = served.run(prewarm.tick())
+    assert [r.outcome for r in runs] == ["done"]
+    assert served.run(prewarm.tick()) == []  # warmed once, not again
+    second = first_turn(app, system, "warm-2", "Which queue do the jobs use?")
+    span, _ = shared_span(app, "warm-2")
+    assert second["prompt_tokens_details"]["cached_tokens"] >= span.end - tiny_profile.block_size
+
+
+def test_a_prewarm_never_starts_while_a_client_request_is_in_flight(app, served):
+    fill(app, 5)
+    system = f"System [{uuid.uuid4().hex}]"
+    first_turn(app, system, "busy-1", "What listens on port 1?")
+    add_note(app, "a fact written now", "the prewarm is due after this write")
+    prewarm = app.app.state.tandem.prewarm
+    engine = app.app.state.tandem.engine
+    long_answer = " ".join(["word"] * 150)
+
+    async def scenario():
+        client = asyncio.create_task(asyncio.to_thread(
+            app.chat, [{"role": "user", "content": "talk"}], long_answer))
+        while not engine.running("client"):
+            await asyncio.sleep(0.005)
+        during = await prewarm.tick()
+        await client
+        return during, client.result()
+
+    during, (content, _, _) = served.run(scenario())
+    assert during == [] and content == long_answer
+    assert [r.outcome for r in served.run(prewarm.tick())] == ["done"]
+
+
+def test_a_client_request_beside_a_prewarm_gets_its_whole_answer(app, served):
+    fill(app, 30)
+    system = f"System [{uuid.uuid4().hex}] " + "Long policy text. " * 200
+    first_turn(app, system, "race-1", "What listens on port 9?")
+    add_note(app, "another fact", "written so the prewarm has work")
+    prewarm = app.app.state.tandem.prewarm
+    engine = app.app.state.tandem.engine
+    script = "The client's answer, whole and in order."
+
+    async def scenario():
+        warming = asyncio.create_task(prewarm.tick())
+        while not engine.running("background"):
+            await asyncio.sleep(0.001)
+        content, _, _ = await asyncio.to_thread(
+            app.chat, [{"role": "user", "content": "quick question"}], script)
+        return content, await warming
+
+    content, runs = served.run(scenario())
+    assert content == script
+    assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
+    if runs[0].outcome == "preempted":  # ended at a step boundary: it stays due
+        assert [r.outcome for r in served.run(prewarm.tick())] == ["done"]
