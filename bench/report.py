@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.lanes import MODES
+from bench.new_sessions import markdown_lines as new_session_markdown
+from bench.new_sessions import new_session_ratios
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
 TTFT_PLOT = "ttft_per_turn.png"
@@ -133,6 +135,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "recall_prompt_on_over_off": _ratio(_mean(r["prompt_tokens"] for r in recall["on"]),
                                             _mean(r["prompt_tokens"] for r in recall["off"])),
         "client_ttft_writer_over_idle": writer["client_ttft_busy_over_idle"],
+        **new_session_ratios(results.get("new_sessions") or []),
     }
     # Per-turn ratios, on against off on the same turn: a decode figure of 16 tokens a
     # turn moves by several percent from turn to turn, which the 2% target must be read by.
@@ -149,7 +152,7 @@ def targets(ratios: dict[str, float | None],
     def check(name: str, key: str, goal: str, ok) -> dict[str, Any]:
         value = ratios[key]
         return {"name": name, "key": key, "measured": value, "target": goal,
-                "met": None if value is None else bool(ok(value)),
+                "met": None if value is None or ok is None else bool(ok(value)),
                 "per_turn": (spreads or {}).get(key)}
 
     return [
@@ -162,6 +165,15 @@ def targets(ratios: dict[str, float | None],
               "prefilled_naive_over_on", "> 1 (re-prefills)", lambda v: v > 1),
         check("client TTFT while a background turn runs / idle",
               "client_ttft_writer_over_idle", "<= 1.5", lambda v: v <= 1.5),
+        check("new session TTFT on / off, notes unchanged",
+              "new_session_unchanged_ttft_on_over_off", "<= 1.3", lambda v: v <= 1.3),
+        check("new session TTFT on / off after a write, prewarmed",
+              "new_session_after_write_prewarmed_ttft_on_over_off", "<= 1.3",
+              lambda v: v <= 1.3),
+        check("new session TTFT on / off after a write, no prewarm (reported)",
+              "new_session_after_write_ttft_on_over_off", "-", None),
+        check("new session cached - (system + tools + shared context - 32), min",
+              "new_session_cached_minus_floor_min", ">= 0", lambda v: v >= 0),
     ]
 
 
@@ -206,6 +218,7 @@ def markdown(results: dict[str, Any]) -> str:
     for r in results["recall"]:
         lines.append(f"| {r['mode']} | {r['prompt_tokens']} | {r['cached_tokens']} | "
                      f"{_fmt(r['ttft_s'])} |")
+    lines += new_session_markdown(results.get("new_sessions") or [])
     w = results["writer"]
     write = w["write"]
     lines += ["", "Background turn (part 4):", "",

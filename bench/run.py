@@ -1,4 +1,4 @@
-"""The bench's entry: `run_bench` measures parts 1-4 on one engine and writes the report."""
+"""The bench's entry: `run_bench` measures parts 1-5 on one engine and writes the report."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.conversation import fill_store
 from bench.lanes import MODES, Lane
+from bench.new_sessions import run_new_sessions
 from bench.probe import EngineProbe
 from bench.report import environment, write_report
 from bench.session_bench import run_recall, run_session, session_turns
@@ -78,6 +79,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
                  "store of 50 notes")
         turns = await run_session(lanes, session_turns(config.turns), script, progress)
         recall = await run_recall(lanes, config.recall_samples, script, progress)
+        new_sessions = await run_new_sessions(lanes, script, profile.block_size, progress)
     writer = await measure_writer(engine, nonce, config.record_tokens, config.write_tokens,
                                   config.preempt_samples, progress)
     return {
@@ -89,6 +91,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         "environment": environment(profile, engine.model_path),
         "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns]},
         "recall": [r.as_dict() for r in recall],
+        "new_sessions": new_sessions,
         "writer": writer,
     }
 

@@ -1,0 +1,110 @@
+"""Part 5: new sessions. What memory on costs a session's first turn, against memory off
+with the same system prompt: with the notes unchanged since the last session, right after
+a note was written (the shared context changed), and after the prewarm ran for that write.
+
+Each step opens a new session in both lanes (the order rotates). The openers are the
+first messages of a working day, so the figure is about the shared context (card +
+index) and the session tail; matching notes follow a message that matches them (part 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.conversation import Turn
+from bench.lanes import USER, Lane
+from bench.session_bench import rotated
+
+Progress = Callable[[str], None]
+
+OPENERS = (
+    Turn("Good morning! I'm starting on a new task in this repository today.",
+         "Good morning. What is the task?"),
+    Turn("Hi again, I have a question about something else.", "Sure, go ahead."),
+    Turn("Hello, can you help me plan this afternoon's work?", "Yes. What is on the list?"),
+    Turn("Hey, a quick one before lunch.", "Go ahead."),
+    Turn("Back again, one more thing to look at.", "Ready when you are."),
+)
+# (step, note written before it, prewarm run before it)
+STEPS: tuple[tuple[str, bool, bool], ...] = (
+    ("unchanged", False, False), ("unchanged", False, False), ("unchanged", False, False),
+    ("after_write", True, False), ("after_write_prewarmed", True, True),
+)
+WRITES = (("runbook", "new session note one", "The staging deploy needs the VPN profile "
+           "named quayside-ops; without it the deploy hangs at the login step."),
+          ("gotcha", "new session note two", "The nightly export job fails when the "
+           "reports bucket is full; clear last month's folder first."))
+
+
+def _shared_end(lane: Lane, session: str) -> int | None:
+    """Where the shared context ends in the session's first prompt (None: it has none)."""
+    record = lane.services.ledger.latest(USER, session)
+    shared = [s for s in record.spans if s.kind == "shared"] if record else []
+    return shared[0].end if shared else None
+
+
+async def run_new_sessions(lanes: dict[str, Lane], script: bool, block_size: int,
+                           progress: Progress) -> list[dict[str, Any]]:
+    """Every step's first turn in lanes `off` and `on`, as dicts."""
+    rows: list[dict[str, Any]] = []
+    writes = iter(WRITES)
+    for number, ((step, write, prewarm), opener) in enumerate(zip(STEPS, OPENERS, strict=True), 1):
+        prewarms: list[str] = []
+        if write:
+            kind, title, body = next(writes)
+            result = lanes["on"].store().add(title=title, body=body, kind=kind, scope="user",
+                                             source="cli", has_user_message=True)
+            if not result.ok:
+                raise RuntimeError(f"note {title!r} refused: {result.reason}")
+        if prewarm:
+            runs = await lanes["on"].app.state.tandem.prewarm.tick()
+            prewarms = [r.outcome for r in runs]
+        for mode in rotated(("off", "on"), number):
+            lane = lanes[mode]
+            conversation = lane.conversation(f"new{number}")
+            result = await lane.ask(conversation, opener, number, script)
+            shared_end = _shared_end(lane, conversation.session)
+            rows.append({**result.as_dict(), "step": step, "session_number": number,
+                         "prewarms": prewarms if mode == "on" else [],
+                         "shared_context_end": shared_end,
+                         "cached_floor": None if shared_end is None else shared_end - block_size})
+            progress(f"new session {number}/{len(STEPS)} ({step}) mode {mode}: ttft "
+                     f"{result.ttft_s:.2f} s, prompt {result.prompt_tokens}, cached "
+                     f"{result.cached_tokens}")
+    return rows
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def new_session_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """TTFT on / off per step (means over the step's sessions), and how far the cached
+    tokens of a warm new session are above system + tools + shared context - one block."""
+    def ttft(step: str, mode: str) -> float | None:
+        return _mean([r["ttft_s"] for r in rows if r["step"] == step and r["mode"] == mode])
+
+    ratios: dict[str, float | None] = {}
+    for step in dict.fromkeys(s for s, _, _ in STEPS):
+        on, off = ttft(step, "on"), ttft(step, "off")
+        ratios[f"new_session_{step}_ttft_on_over_off"] = on / off if on is not None and off \
+            else None
+    # The step without its prewarm prefills the new context once, by design: not counted.
+    warm = [r for r in rows if r["mode"] == "on" and r["cached_floor"] is not None
+            and r["step"] != "after_write"]
+    ratios["new_session_cached_minus_floor_min"] = min(
+        (r["cached_tokens"] - r["cached_floor"] for r in warm), default=None)
+    return ratios
+
+
+def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "New sessions (part 5), first turn, memory on against off:", "",
+             "| # | step | mode | prompt tok | cached tok | shared context ends at | TTFT s |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        end = r["shared_context_end"] if r["shared_context_end"] is not None else "-"
+        lines.append(f"| {r['session_number']} | {r['step']} | {r['mode']} | "
+                     f"{r['prompt_tokens']} | {r['cached_tokens']} | {end} | "
+                     f"{r['ttft_s']:.3f} |")
+    return lines
