@@ -78,6 +78,10 @@ class BlockScanner:
         """True while text is held back (a block, or what may start one)."""
         return bool(self._pending)
 
+    @property
+    def held(self) -> str:
+        return self._pending
+
     def feed(self, text: str) -> list[TextPiece | Block]:
         self._pending += text
         events: list[TextPiece | Block] = []

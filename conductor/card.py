@@ -21,4 +21,4 @@ def memory_card() -> str:
 
 def session_card(session_token: str) -> str:
     """The one line of the card that belongs to a session: its memory-routes token."""
-    return f"Memory token for this conversation: {session_token}"
+    return f"Memory token: {session_token}"

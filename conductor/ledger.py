@@ -15,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from array import array
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-MAX_RECORDS = 512
+MAX_TOKENS = 4_000_000  # ids held in all (4 bytes each: 16 MB)
+RECORDS_PER_SESSION = 4
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Record:
     user: str
     session: str
     messages: tuple[VisibleMessage, ...]
-    ids: tuple[int, ...]
+    ids: Sequence[int]  # held as array("i") by the ledger: 4 bytes an id
     ended_cleanly: bool  # the answer ended with the end-of-turn token
     spans: tuple[Span, ...] = ()
 
@@ -87,44 +90,81 @@ def _prefix_keys(user: str, session: str,
     return keys
 
 
+SessionKey = tuple[str, str]
+
+
 @dataclass
 class Ledger:
-    """Records by (user, session, visible messages); least recently used ones go first.
+    """Records per (user, session): a session's latest few (its end anchor, and what a
+    regenerate or a branch needs: the turns before it), bounded by the ids held in all.
+    When over, whole sessions go first, least recently used first.
 
-    The session is part of the key: a record carries its session's tail notes, which
+    The session is part of the key: a record carries its session's hidden context, which
     another session with the same messages must not inherit.
     """
 
-    max_records: int = MAX_RECORDS
-    _records: OrderedDict[bytes, Record] = field(default_factory=OrderedDict)
+    max_tokens: int = MAX_TOKENS
+    per_session: int = RECORDS_PER_SESSION
+    _sessions: OrderedDict[SessionKey, OrderedDict[bytes, Record]] = field(
+        default_factory=OrderedDict)
+    _tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, record: Record) -> None:
+        record = replace(record, ids=array("i", record.ids))
         key = _prefix_keys(record.user, record.session, record.messages)[-1]
+        owner = (record.user, record.session)
         with self._lock:
-            self._records[key] = record
-            self._records.move_to_end(key)
-            while len(self._records) > self.max_records:
-                self._records.popitem(last=False)
+            records = self._sessions.setdefault(owner, OrderedDict())
+            self._sessions.move_to_end(owner)
+            if key in records:
+                self._tokens -= len(records[key].ids)
+            records[key] = record
+            records.move_to_end(key)
+            self._tokens += len(record.ids)
+            while len(records) > self.per_session:
+                self._drop(records, next(iter(records)))
+            self._evict(keep=owner)
+
+    def _drop(self, records: OrderedDict[bytes, Record], key: bytes) -> None:
+        self._tokens -= len(records.pop(key).ids)
+
+    def _evict(self, keep: SessionKey) -> None:
+        """Idle sessions go whole; the session just written keeps at least its latest."""
+        while self._tokens > self.max_tokens:
+            oldest = next(iter(self._sessions))
+            if oldest != keep:
+                self._tokens -= sum(len(r.ids) for r in self._sessions.pop(oldest).values())
+                continue
+            records = self._sessions[keep]
+            if len(records) <= 1:
+                return
+            self._drop(records, next(iter(records)))
 
     def find(self, user: str, session: str, messages: list[VisibleMessage]) -> Match | None:
         """The record of the longest proper prefix of `messages` (the last one is new)."""
         keys = _prefix_keys(user, session, messages)
         with self._lock:
+            records = self._sessions.get((user, session))
+            if not records:
+                return None
             for length in range(len(messages) - 1, 0, -1):
-                record = self._records.get(keys[length - 1])
+                record = records.get(keys[length - 1])
                 if record is not None:
-                    self._records.move_to_end(keys[length - 1])
+                    self._sessions.move_to_end((user, session))
                     return Match(record, length)
         return None
 
     def latest(self, user: str, session: str) -> Record | None:
         """The session's most recent record: its end anchor."""
         with self._lock:
-            for record in reversed(self._records.values()):
-                if record.user == user and record.session == session:
-                    return record
-        return None
+            records = self._sessions.get((user, session))
+            return next(reversed(records.values())) if records else None
+
+    @property
+    def tokens(self) -> int:
+        """Ids held in all records."""
+        return self._tokens
 
     def __len__(self) -> int:
-        return len(self._records)
+        return sum(len(r) for r in self._sessions.values())

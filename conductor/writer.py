@@ -107,14 +107,15 @@ class Writer:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def run(self, user: str, session: str, trigger: str, script: str | None = None,
-                  gate_script: str | None = None) -> WriterRun:
-        """Run the writer on one session now (one background turn at a time)."""
+                  gate_script: str | None = None, record: Record | None = None) -> WriterRun:
+        """Run the writer on one session now (one background turn at a time), over
+        `record` when given (a compaction's dropped history), else the session's latest."""
         async with self._lock:
             started = time.monotonic()
             run = WriterRun(run_id=uuid.uuid4().hex[:12], trigger=trigger, session=session,
                             mode=self.mode, started_at=datetime.now(UTC).isoformat())
             try:
-                await self._run(run, user, session, script, gate_script)
+                await self._run(run, user, session, script, gate_script, record)
             finally:
                 run.duration_s = round(time.monotonic() - started, 4)
                 self.live_tokens = 0
@@ -122,8 +123,8 @@ class Writer:
             return run
 
     async def _run(self, run: WriterRun, user: str, session: str, script: str | None,
-                   gate_script: str | None) -> None:
-        record = self.ledger.latest(user, session)
+                   gate_script: str | None, record: Record | None) -> None:
+        record = record or self.ledger.latest(user, session)
         if record is None:
             run.outcome = "no_record"
             return

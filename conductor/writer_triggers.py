@@ -28,6 +28,8 @@ class WriterTriggers:
     clock: Callable[[], float] = time.monotonic
     _sessions: dict[SessionKey, _SessionState] = field(default_factory=dict)
     _pending: dict[SessionKey, str] = field(default_factory=dict)  # explicit triggers
+    _dropped: dict[SessionKey, object] = field(default_factory=dict)  # what a compaction dropped
+    _compacted: set[bytes] = field(default_factory=set)  # histories already handed over
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def turn_done(self, user: str, session: str, new_tokens: int) -> None:
@@ -41,9 +43,22 @@ class WriterTriggers:
         """The client disconnected mid-answer."""
         self._mark(user, session, "give_up")
 
-    def compaction(self, user: str, session: str) -> None:
-        """The client's history no longer extends what the engine holds."""
-        self._mark(user, session, "compaction")
+    def compaction(self, user: str, session: str, dropped: object, key: bytes) -> bool:
+        """The client's history no longer extends what the engine holds; `dropped` is the
+        history it left behind (the writer reads that), `key` names it. False when that
+        history was handed over already: each dropped history is visited once."""
+        with self._lock:
+            if key in self._compacted:
+                return False
+            self._compacted.add(key)
+            self._pending[(user, session)] = "compaction"
+            self._dropped[(user, session)] = dropped
+            return True
+
+    def dropped(self, user: str, session: str) -> object | None:
+        """The history a pending compaction dropped, for the writer to read."""
+        with self._lock:
+            return self._dropped.get((user, session))
 
     def _mark(self, user: str, session: str, trigger: str) -> None:
         with self._lock:
@@ -67,6 +82,7 @@ class WriterTriggers:
             return
         with self._lock:
             self._pending.pop((user, session), None)
+            self._dropped.pop((user, session), None)
             state = self._sessions.get((user, session))
             if state is not None:
                 state.new_tokens = 0

@@ -52,6 +52,7 @@ class Delta:
     token_ids: list[int]
     finished: bool = False
     finish_reason: str | None = None
+    stop_reason: int | str | None = None  # the stop string (or token id) that ended it
     prompt_tokens: int = 0
     cached_tokens: int = 0
     timings: RequestTimings | None = None
@@ -220,6 +221,7 @@ class Engine:
                     token_ids=new_ids,
                     finished=out.finished,
                     finish_reason=completion.finish_reason if out.finished else None,
+                    stop_reason=completion.stop_reason if out.finished else None,
                     prompt_tokens=len(prompt_token_ids),
                     cached_tokens=out.num_cached_tokens or 0,
                     logprobs=[{t: lp.logprob for t, lp in step.items()}

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from conductor.ledger import Match, Record, Span, VisibleMessage
 from conductor.shared_context import SHARED_KIND
@@ -21,11 +22,18 @@ from engine.engine import Delta, Engine, GenerationParams
 from engine.profiles import Profile
 from engine.qwen_tokens import IM_END
 from server.errors import APIError
-from server.hidden_context import HiddenContext, choose_hidden, record_injections
+from server.hidden_context import HiddenContext, choose_hidden, note_miss, record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryContext, MemoryServices, resolve_context
 from server.output_parser import OutputParser, ParsedDelta
-from server.prompt import assemble, render_chat, replay_cut, tools_for_template, visible_messages
+from server.prompt import (
+    assemble,
+    ids_for_text,
+    render_chat,
+    replay_cut,
+    tools_for_template,
+    visible_messages,
+)
 from server.schema import ChatCompletionRequest
 
 DEFAULT_TEMPERATURE = 0.7
@@ -77,10 +85,15 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    rendered = render_chat(engine.tokenizer, request, request.enable_thinking(profile.thinking))
+    rendered = render_chat(engine.tokenizer, request, request.enable_thinking(profile.thinking),
+                           services.shown.as_written)
     cut = replay_cut(engine.tokenizer, rendered, match)
-    hidden = choose_hidden(services, memory, cut is not None, request, engine.count_tokens)
-    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head, hidden.tails)
+    replayed = match.record.spans if cut is not None and match is not None else None
+    if replayed is None and memory.off_reason is None:
+        note_miss(services, memory, visible, engine.count_tokens)
+    hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
+    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head, hidden.tails,
+                     profile.block_size)
     room = profile.max_model_len - len(built.ids)
     if room < 1:
         raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
@@ -106,7 +119,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         script_ids=script_ids,
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
-    inherited = list(match.record.spans) if match is not None and built.replayed_tokens else []
+    inherited = list(replayed or ())
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
@@ -121,53 +134,71 @@ class Answer:
 
     chat: PreparedChat
     services: MemoryServices
+    tokenizer: Any
     parser: OutputParser
     memory_filter: MemoryFilter
     output_ids: list[int] = field(default_factory=list)
+    engine_text: str = ""  # the text of output_ids as the engine gave it (no stop string)
     last: Delta | None = None
 
     @classmethod
-    def start(cls, chat: PreparedChat, services: MemoryServices) -> Answer:
+    def start(cls, chat: PreparedChat, services: MemoryServices, tokenizer) -> Answer:
         action = chat.memory.block_action
         store = services.store(chat.memory.user) if action == "store" else None
-        return cls(chat, services, OutputParser(parse_tools=chat.parse_tools),
+        return cls(chat, services, tokenizer, OutputParser(parse_tools=chat.parse_tools),
                    MemoryFilter(action, chat.memory, store, chat.completion_id))
 
     def feed(self, delta: Delta) -> ParsedDelta:
         first = len(self.output_ids)
         self.output_ids += delta.token_ids
+        self.engine_text += delta.text
         self.last = delta
         return self._filtered(self.parser.feed(delta.text), first)
 
     def finish(self) -> ParsedDelta:
         rest = self._filtered(self.parser.finish(), len(self.output_ids))
         rest.content += self.memory_filter.finish(len(self.output_ids))
-        self._record()
+        stopped_by_string = self.last is not None and isinstance(self.last.stop_reason, str)
+        # A stop string's token holds text the client never saw: the record ends where
+        # the client's text ends.
+        self._record(self.engine_text if stopped_by_string else None)
         return rest
+
+    def stopped(self) -> None:
+        """The client left mid-answer: record what it was shown (a later turn may send
+        it back), and have the writer look at the session."""
+        held = len(self.parser.held_text) + len(self.memory_filter.held_text)
+        if self.output_ids:
+            self._record(self.engine_text[: len(self.engine_text) - held])
+        self.gave_up()
 
     def _filtered(self, parsed: ParsedDelta, first: int) -> ParsedDelta:
         if parsed.content:
             parsed.content = self.memory_filter.feed(parsed.content, first, len(self.output_ids))
         return parsed
 
-    def _record(self) -> None:
+    def _record(self, shown_text: str | None = None) -> None:
+        """The turn into the ledger: the prompt and the output ids, which end where the
+        client's text ends when `shown_text` (the engine text it saw) is given."""
         chat = self.chat
+        output = (self.output_ids if shown_text is None
+                  else ids_for_text(self.tokenizer, self.output_ids, shown_text))
         calls = [(c.name, c.arguments) for c in self.parser.tool_calls]
-        answer = VisibleMessage.of("assistant", self.memory_filter.visible_text, calls)
+        written = self.memory_filter.visible_text
+        shown = written + self.memory_filter.status_suffix
+        self.services.shown.remember(shown, written)
+        answer = VisibleMessage.of("assistant", shown, calls)
         offset = len(chat.prompt_ids)
         blocks = [Span(offset + h.start, offset + h.end, "block", h.note_ids)
-                  for h in self.memory_filter.hidden]
+                  for h in self.memory_filter.hidden if h.end <= len(output)]
         self.services.ledger.record(Record(
             user=chat.ledger_user, session=chat.memory.session,
-            messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *self.output_ids),
-            ended_cleanly=bool(self.output_ids) and self.output_ids[-1] == IM_END,
+            messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *output),
+            ended_cleanly=bool(output) and output[-1] == IM_END,
             spans=(*chat.spans, *blocks),
         ))
         memory = chat.memory
         self._note_head()
-        for tail in chat.hidden.tails:
-            if tail.kind == "notes":  # before the next turn can ask, not after the files
-                self.services.mark_injected(memory.user, memory.session, tail.note_ids)
         added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
         asyncio.get_running_loop().run_in_executor(
             None, record_injections, self.services, memory, added, chat.completion_id)
@@ -215,10 +246,14 @@ async def _engine_deltas(engine: Engine, chat: PreparedChat) -> AsyncIterator[De
 
 async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat) -> dict:
     """The whole answer as one chat.completion object."""
-    answer = Answer.start(chat, services)
+    answer = Answer.start(chat, services, engine.tokenizer)
     parts: list[ParsedDelta] = []
-    async for delta in _engine_deltas(engine, chat):
-        parts.append(answer.feed(delta))
+    try:
+        async for delta in _engine_deltas(engine, chat):
+            parts.append(answer.feed(delta))
+    except asyncio.CancelledError:  # the client went away before the answer was whole
+        answer.stopped()
+        raise
     parts.append(answer.finish())
     reasoning = "".join(p.reasoning for p in parts)
     message: dict = {"role": "assistant", "content": "".join(p.content for p in parts) or None}
@@ -262,7 +297,7 @@ def _delta_fields(parsed: ParsedDelta, first_call_index: int) -> dict:
 async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
                  include_usage: bool) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
-    answer = Answer.start(chat, services)
+    answer = Answer.start(chat, services, engine.tokenizer)
     calls_sent = 0
     yield _chunk(chat, {"role": "assistant", "content": ""})
     try:
@@ -272,7 +307,7 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
                 yield _chunk(chat, _delta_fields(parsed, calls_sent))
                 calls_sent += len(parsed.tool_calls)
     except (GeneratorExit, asyncio.CancelledError):
-        answer.gave_up()
+        answer.stopped()
         raise
     rest = answer.finish()
     if rest:

@@ -4,15 +4,19 @@
   prompt is rendered rather than replayed from the ledger: a new session, or a miss in a
   known one (an edit, a change of tools, a compacted history). The model always has the
   card, and every session with the same head shares its cached blocks.
-* The session tail (the memory-routes token, the session's own notes) right after the new
-  messages of such a turn.
+* The session tail right after the new messages of such a turn: the memory-routes token
+  (when the request has tools, so the model could call the routes) and the notes the
+  session wrote itself. Most new sessions have none: nothing per session to prefill.
 * The matching notes right after each new user message.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from dataclasses import dataclass, field
 
+from conductor.ledger import Record, Span, VisibleMessage
 from conductor.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -21,7 +25,7 @@ from conductor.shared_context import (
 )
 from conductor.tail_notes import build_matches
 from server.memory import MemoryContext, MemoryServices
-from server.prompt import Tail
+from server.prompt import Tail, tools_for_template
 from server.schema import ChatCompletionRequest
 
 
@@ -33,10 +37,12 @@ class HiddenContext:
     version: str | None = None  # the shared context's version, when the head carries it
 
 
-def choose_hidden(services: MemoryServices, memory: MemoryContext, replayed: bool,
-                  request: ChatCompletionRequest, count_tokens) -> HiddenContext:
-    """The hidden messages of one request; `replayed` says whether the prompt starts with
-    a ledger record's exact ids (which hold the shared context already)."""
+def choose_hidden(services: MemoryServices, memory: MemoryContext,
+                  replayed: tuple[Span, ...] | None, request: ChatCompletionRequest,
+                  count_tokens) -> HiddenContext:
+    """The hidden messages of one request. `replayed`: the hidden spans of the ledger
+    record the prompt starts with (which hold the shared context already), None when the
+    prompt is rendered whole."""
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
@@ -46,28 +52,55 @@ def choose_hidden(services: MemoryServices, memory: MemoryContext, replayed: boo
     return hidden
 
 
-def _choose(services: MemoryServices, memory: MemoryContext, replayed: bool,
+def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Span, ...] | None,
             request: ChatCompletionRequest, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
-    if not replayed:
-        if services.ledger.latest(memory.user, memory.session) is not None and memory.writes:
-            services.triggers.compaction(memory.user, memory.session)
+    if replayed is None:
         shared = services.shared_context(memory.user, memory.project, memory.shows_card,
                                          memory.reads, count_tokens)
         if shared is not None:
             hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
             hidden.version = shared.version
         own = session_notes(store, memory.session) if store is not None else None
-        tail = build_session_tail(hidden.token if memory.shows_card else None, own,
-                                  count_tokens)
+        # The token only helps a model that can call the memory routes, i.e. one with
+        # tools; the client has it in the response header either way.
+        token = hidden.token if memory.shows_card and tools_for_template(request) else None
+        tail = build_session_tail(token, own, count_tokens)
         if tail is not None:
             hidden.tails.append(Tail(SESSION_KIND, *tail))
     if store is not None and memory.has_user_message:
-        already = services.injected(memory.user, memory.session)
+        # "Already injected" belongs to this branch of the conversation: the notes in the
+        # prompt it replays. A regenerated answer, an edit or a miss gets them again.
+        already = {i for s in replayed or () if s.kind == "notes" for i in s.note_ids}
         found = build_matches(store, request.messages[-1].text(),
                               services.visible_notes(memory), already, count_tokens)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
+
+
+COMPACTION_MIN_DROPPED_TOKENS = 512
+
+
+def note_miss(services: MemoryServices, memory: MemoryContext,
+              visible: list[VisibleMessage], count_tokens) -> None:
+    """A prompt not replayed in a known session. Only a real compaction (the client no
+    longer sends a part of the session's history that holds enough tokens) sets off the
+    writer, once per dropped history, over that history: a regenerate, an edit or a
+    client sending its last N messages drops too little."""
+    if not memory.writes:
+        return
+    latest = services.ledger.latest(memory.user, memory.session)
+    if latest is None:
+        return
+    kept = {m.digest() for m in visible}
+    dropped = sum(count_tokens(m.content) + sum(count_tokens(a) for _, a in m.tool_calls)
+                  for m in latest.messages if m.role != "tools" and m.digest() not in kept)
+    if dropped >= COMPACTION_MIN_DROPPED_TOKENS:
+        services.triggers.compaction(memory.user, memory.session, latest, history_key(latest))
+
+
+def history_key(record: Record) -> bytes:
+    return hashlib.blake2b(array("i", record.ids).tobytes(), digest_size=16).digest()
 
 
 def record_injections(services: MemoryServices, memory: MemoryContext, hidden: list[Tail],

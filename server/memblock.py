@@ -38,6 +38,7 @@ class MemoryFilter:
     visible: list[str] = field(default_factory=list)  # what the client was shown, in order
     status_lines: list[str] = field(default_factory=list)
     hidden: list[HiddenBlock] = field(default_factory=list)
+    status_suffix: str = ""  # what finish() added after the answer: the status lines
 
     def feed(self, text: str, first_token: int, end_token: int) -> str:
         """Content text of output tokens [first_token, end_token) -> what to show now."""
@@ -56,7 +57,8 @@ class MemoryFilter:
         shown = self._handle(self._scanner.finish(), end_token)
         if self.status_lines:
             lines = "\n".join(self.status_lines)
-            shown += ("\n\n" if (shown or "".join(self.visible)).strip() else "") + lines
+            self.status_suffix = ("\n\n" if self.visible_text.strip() else "") + lines
+            shown += self.status_suffix
         return shown
 
     def _handle(self, events: list[TextPiece | Block], end_token: int) -> str:
@@ -98,4 +100,10 @@ class MemoryFilter:
 
     @property
     def visible_text(self) -> str:
+        """The answer's text as the model wrote it, less the blocks held back."""
         return "".join(self.visible)
+
+    @property
+    def held_text(self) -> str:
+        """Text held back right now (a block, or what may start one): not yet shown."""
+        return self._scanner.held if self.action != "pass" else ""

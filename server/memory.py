@@ -24,6 +24,7 @@ from conductor.shared_context import (
     session_notes,
     shared_notes,
 )
+from conductor.shown_answers import ShownAnswers
 from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
 
@@ -35,16 +36,8 @@ TOKEN_HEADER = "x-tandem-memory-token"
 
 BlockAction = Literal["store", "drop", "pass"]
 
-STATUS_LINE = re.compile(r"\n*^› (?:remembered|archived): [^\n]*$", re.MULTILINE)
-
-
 def status_line(verb: str, title: str) -> str:
     return f"› {verb}: {title}"
-
-
-def strip_status_lines(text: str) -> str:
-    """The client's copy of an answer, without the status lines the server added."""
-    return STATUS_LINE.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -159,12 +152,12 @@ class MemoryServices:
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
+    shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
     _by_session: dict[tuple[str, str], str] = field(default_factory=dict)
-    _injected: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -182,19 +175,10 @@ class MemoryServices:
         with self._lock:
             token = self._by_session.get((user, session))
             if token is None:
-                token = secrets.token_urlsafe(24)
+                token = secrets.token_urlsafe(16)  # 128 bits; short, as it sits in the prompt
                 self._by_session[(user, session)] = token
                 self._tokens[token] = (user, session)
             return token
-
-    def injected(self, user: str, session: str) -> set[str]:
-        """Ids of the matching notes already put into this session's prompts."""
-        with self._lock:
-            return set(self._injected.get((user, session), ()))
-
-    def mark_injected(self, user: str, session: str, note_ids) -> None:
-        with self._lock:
-            self._injected.setdefault((user, session), set()).update(note_ids)
 
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
         return self._tokens.get(token) if token else None

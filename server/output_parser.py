@@ -78,6 +78,11 @@ class OutputParser:
             pass
         return out
 
+    @property
+    def held_text(self) -> str:
+        """Text fed but not shown yet (a partial tag, or a call still open)."""
+        return (CALL_OPEN + self._pending) if self._state == "call" else self._pending
+
     def finish(self) -> ParsedDelta:
         """End of the answer: whatever is still held goes out as what it is."""
         out = ParsedDelta()
@@ -133,6 +138,7 @@ class OutputParser:
         else:
             self.tool_calls.append(call)
             out.tool_calls.append(call)
+            self._skip_space = True  # the newline between two calls is not content
         self._state = "content"
         return True
 
@@ -140,11 +146,15 @@ class OutputParser:
         text = self._pending
         at = text.find(tag)
         if at >= 0:
-            setattr(out, into, getattr(out, into) + text[:at])
+            part = text[:at].rstrip() if into == "reasoning" else text[:at]
+            setattr(out, into, getattr(out, into) + part)
             self._pending = text[at + len(tag):]
             self._state = next_state
             return True
         keep = _partial_tag_suffix(text, (tag,))
+        if into == "reasoning":  # the newline before </think> is not reasoning: hold it
+            shown = text[: len(text) - keep]
+            keep += len(shown) - len(shown.rstrip())
         setattr(out, into, getattr(out, into) + text[: len(text) - keep])
         self._pending = text[len(text) - keep:]
         return False

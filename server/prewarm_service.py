@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from conductor.prewarm import Stale
 from engine.engine import Engine, GenerationParams
 from server.memory import MemoryServices
-from server.prompt import tail_message
+from server.prompt import shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")
 PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
@@ -58,8 +58,8 @@ class PrewarmService:
         return runs
 
     async def _prefill(self, stale: Stale, text: str) -> PrewarmRun:
-        encode = self.engine.tokenizer.encode
-        ids = [*stale.head_ids, *encode(tail_message(text), add_special_tokens=False)]
+        ids = [*stale.head_ids, *shared_context_ids(
+            self.engine.tokenizer, len(stale.head_ids), text, self.engine.profile.block_size)]
         cached, outcome = 0, "preempted"
         async for delta in self.engine.generate(ids, PREFILL, kind="background"):
             if delta.finished:

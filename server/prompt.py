@@ -12,14 +12,15 @@ prompt and the tool definitions, where every session with the same head shares i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from conductor.ledger import Match, Span, VisibleMessage
 from server.errors import APIError
-from server.memory import strip_status_lines
 from server.schema import ChatCompletionRequest, ChatMessage
 
+AsWritten = Callable[[str], str]
 IM_START_TEXT = "<|im_start|>"
 IM_END_TEXT = "<|im_end|>"
 
@@ -41,10 +42,10 @@ def _text(message: ChatMessage) -> str:
         raise APIError(400, f"messages: {exc}", code="invalid_value", param="messages") from None
 
 
-def _message_dict(message: ChatMessage) -> dict[str, Any]:
+def _message_dict(message: ChatMessage, as_written: AsWritten) -> dict[str, Any]:
     content = _text(message)
     if message.role == "assistant":
-        content = strip_status_lines(content)
+        content = as_written(content)
     role = "system" if message.role == "developer" else message.role
     out: dict[str, Any] = {"role": role, "content": content}
     if message.tool_calls:
@@ -68,7 +69,8 @@ def tools_for_template(request: ChatCompletionRequest) -> list[dict[str, Any]] |
 
 
 def visible_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
-    """The conversation as the client holds it, in the ledger's terms.
+    """The conversation as the client holds it, in the ledger's terms: each answer as the
+    client was shown it (status lines included, as the ledger recorded it).
 
     The tool definitions come first as a pseudo-message: a change of tools changes the
     system prompt, so a record made with other tools must not match.
@@ -78,8 +80,6 @@ def visible_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
     for message in request.messages:
         role = "system" if message.role == "developer" else message.role
         content = _text(message)
-        if role == "assistant":
-            content = strip_status_lines(content)
         calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
         out.append(VisibleMessage.of(role, content, calls))
     return out
@@ -98,11 +98,17 @@ class BuiltPrompt:
 
 @dataclass(frozen=True)
 class RenderedChat:
-    """The client's conversation as the chat template renders it, split where we splice."""
+    """The client's conversation as the chat template renders it, split where we splice.
+
+    Templates show an answer's reasoning only after the last user message, so the same
+    answer renders one way as the last turn and another once a user message follows. A
+    replay must not depend on that: `replay_history` renders every message without the
+    reasoning the client sent back (the record's ids hold the real one)."""
 
     history: str  # every message, no generation prompt
     generation_prompt: str | None  # None: a template whose history is not a prefix
-    messages: list[dict[str, Any]]
+    replay_messages: list[dict[str, Any]]
+    replay_history: str
     tools: list[dict[str, Any]] | None
     enable_thinking: bool
 
@@ -114,28 +120,37 @@ def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: b
                                          enable_thinking=enable_thinking)
 
 
-def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool) -> RenderedChat:
-    messages = [_message_dict(m) for m in request.messages]
+def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool,
+                as_written: AsWritten = lambda text: text) -> RenderedChat:
+    """`as_written` takes the status lines the server added off an answer."""
+    messages = [_message_dict(m, as_written) for m in request.messages]
     tools = tools_for_template(request)
     history = _render(tokenizer, messages, tools, enable_thinking, generation=False)
     with_prompt = _render(tokenizer, messages, tools, enable_thinking, generation=True)
     generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
-    return RenderedChat(history if generation_prompt is not None else with_prompt,
-                        generation_prompt, messages, tools, enable_thinking)
+    if generation_prompt is None:
+        history = with_prompt
+    plain, replay_history = messages, history
+    if any("reasoning_content" in m for m in messages):
+        plain = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+        replay_history = _render(tokenizer, plain, tools, enable_thinking, generation=False)
+    return RenderedChat(history, generation_prompt, plain, replay_history, tools,
+                        enable_thinking)
 
 
 def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
-    """Where the ledger's record ends in the rendered history, or None when its exact ids
-    cannot stand in for that part (no match, or a template that renders it otherwise)."""
+    """Where the ledger's record ends in the rendered history (`replay_history`), or None
+    when its exact ids cannot stand in for that part (no match, or a template that
+    renders it otherwise)."""
     if match is None or rendered.generation_prompt is None:
         return None
-    prefix = _render(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
-                     rendered.enable_thinking, generation=False)
+    prefix = _render(tokenizer, rendered.replay_messages[: match.matched_messages],
+                     rendered.tools, rendered.enable_thinking, generation=False)
     cut = prefix.rfind(IM_END_TEXT)
     if cut < 0:
         return None
     cut += len(IM_END_TEXT) if match.record.ended_cleanly else 0
-    return cut if rendered.history[:cut] == prefix[:cut] else None
+    return cut if rendered.replay_history[:cut] == prefix[:cut] else None
 
 
 def head_end(history: str) -> int:
@@ -149,8 +164,20 @@ def head_end(history: str) -> int:
     return len(history)
 
 
+def shared_context_ids(tokenizer, head_length: int, text: str, block_size: int) -> list[int]:
+    """The shared context as a hidden message after `head_length` ids of head, padded with
+    newlines before its end so that head + context fill whole KV blocks: the prefix
+    cache holds full blocks only, so every new session would otherwise prefill the last,
+    partial block of the context again."""
+    ids = tokenizer.encode(tail_message(text), add_special_tokens=False)
+    pad = -(head_length + len(ids)) % block_size
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    close = len(tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False))
+    return [*ids[:-close], *newline * pad, *ids[-close:]]
+
+
 def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | None,
-             head: Tail | None, tails: list[Tail]) -> BuiltPrompt:
+             head: Tail | None, tails: list[Tail], block_size: int = 1) -> BuiltPrompt:
     """The prompt ids: the record's exact ids (when `cut`) or the head with the shared
     context after it, then the new messages, the tails and the generation prompt."""
 
@@ -162,11 +189,13 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
         return BuiltPrompt(encode(history), [], 0)
     spans: list[Span] = []
     if cut is not None and match is not None:
-        ids, new_text = list(match.record.ids), history[cut:]
+        ids, new_text = list(match.record.ids), rendered.replay_history[cut:]
     elif head is not None:
         split = head_end(history)
         ids = encode(history[:split])
-        spans.append(_append_hidden(ids, head, encode))
+        start = len(ids)
+        ids += shared_context_ids(tokenizer, start, head.text, block_size)
+        spans.append(Span(start, len(ids), head.kind, head.note_ids))
         new_text = history[split:]
     else:
         ids, new_text = [], history
@@ -181,3 +210,15 @@ def _append_hidden(ids: list[int], hidden: Tail, encode) -> Span:
     start = len(ids)
     ids += encode(tail_message(hidden.text))
     return Span(start, len(ids), hidden.kind, hidden.note_ids)
+
+
+def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:
+    """Ids for exactly `text`, the part of an answer the client was shown: the longest
+    run of `ids` whose text is a prefix of it, then the rest of `text` encoded."""
+    keep = len(ids)
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    while keep and not text.startswith(decoded):
+        keep -= 1
+        decoded = tokenizer.decode(ids[:keep], skip_special_tokens=True)
+    rest = text[len(decoded):]
+    return [*ids[:keep], *(tokenizer.encode(rest, add_special_tokens=False) if rest else [])]

@@ -78,7 +78,9 @@ class WriterService:
         for user, session, trigger in self.memory.triggers.due():
             if self.writer.backend.client_busy():
                 break
-            run = await self.writer.run(user, session, trigger)
+            dropped = self.memory.triggers.dropped(user, session)
+            run = await self.writer.run(user, session, trigger,
+                                        record=dropped if isinstance(dropped, Record) else None)
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
             runs.append(run)
         return runs

@@ -145,20 +145,32 @@ def test_the_memory_routes_need_the_session_token(app):
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "title_too_long"
 
 
+TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
+
+
 def test_the_card_and_token_go_in_on_the_first_turn_only(app):
-    first_turn = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "card"})
+    first_turn = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "card"},
+                          tools=TOOLS)
     token = first_turn[2].headers["x-tandem-memory-token"]
     record = app.memory.ledger.latest("tester", "card")
     hidden = [s for s in record.spans if s.kind in ("shared", "session")]
     assert [s.kind for s in hidden] == ["shared", "session"]
     history = [*user("hello"), {"role": "assistant", "content": first_turn[0]}, *user("again")]
-    app.chat(history, "Hi again.", headers={"X-Tandem-Session": "card"})
+    app.chat(history, "Hi again.", headers={"X-Tandem-Session": "card"}, tools=TOOLS)
     second = app.memory.ledger.latest("tester", "card")
     assert [s for s in second.spans if s.kind in ("shared", "session")] == hidden  # replayed
     decode = app.app.state.tandem.engine.tokenizer.decode
     card_text, session_text = (decode(list(second.ids[s.start:s.end])) for s in hidden)
     assert "<tandem_memory" in card_text and token not in card_text  # shared by sessions
-    assert token in session_text
+    assert token in session_text  # a model with tools could call the memory routes
+
+
+def test_without_tools_a_new_session_has_no_per_session_tail(app):
+    first_turn = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "no-tools"})
+    token = first_turn[2].headers["x-tandem-memory-token"]
+    record = app.memory.ledger.latest("tester", "no-tools")
+    assert [s.kind for s in record.spans] == ["shared"]
+    assert token not in app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
 
 
 @pytest.mark.parametrize("memory_mode", ["on", "off"])

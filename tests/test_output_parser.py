@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from server.output_parser import OutputParser
 
 ANSWER = ('<think>\nweigh it\n</think>\n\nHere <b>is</b> text.\n'
-          '<tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>')
+          '<tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>\n'
+          '<tool_call>\n{"name": "put", "arguments": {"b": 2}}\n</tool_call>')
 
 
 def run(pieces: list[str], parse_tools: bool = True) -> tuple[str, str, list]:
@@ -29,9 +30,9 @@ def test_any_split_gives_the_same_parts(cuts):
     bounds = [0, *sorted(cuts), len(ANSWER)]
     pieces = [ANSWER[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     reasoning, content, calls = run(pieces)
-    assert reasoning == "weigh it\n"
-    assert content == "Here <b>is</b> text.\n"
-    assert [(c.name, c.arguments) for c in calls] == [("get", '{"a": 1}')]
+    assert reasoning == "weigh it"  # no newline before </think>
+    assert content == "Here <b>is</b> text.\n"  # and none between the two calls
+    assert [(c.name, c.arguments) for c in calls] == [("get", '{"a": 1}'), ("put", '{"b": 2}')]
 
 
 def test_a_call_that_is_not_json_stays_text():

@@ -9,8 +9,9 @@ def msg(role: str, text: str, calls=None) -> VisibleMessage:
     return VisibleMessage.of(role, text, calls)
 
 
-def record(user: str, messages: list[VisibleMessage], ids: list[int]) -> Record:
-    return Record(user=user, session="s", messages=tuple(messages), ids=tuple(ids),
+def record(user: str, messages: list[VisibleMessage], ids: list[int],
+           session: str = "s") -> Record:
+    return Record(user=user, session=session, messages=tuple(messages), ids=tuple(ids),
                   ended_cleanly=True)
 
 
@@ -21,8 +22,8 @@ def test_the_longest_recorded_prefix_wins():
     ledger.record(record("u", one, [1, 2]))
     ledger.record(record("u", two, [1, 2, 3, 4]))
     match = ledger.find("u", "s", [*two, msg("user", "e")])
-    assert match.record.ids == (1, 2, 3, 4) and match.matched_messages == 4
-    assert ledger.find("u", "s", [*one, msg("user", "x")]).record.ids == (1, 2)
+    assert tuple(match.record.ids) == (1, 2, 3, 4) and match.matched_messages == 4
+    assert tuple(ledger.find("u", "s", [*one, msg("user", "x")]).record.ids) == (1, 2)
 
 
 def test_whitespace_and_argument_formatting_do_not_break_a_match():
@@ -31,7 +32,7 @@ def test_whitespace_and_argument_formatting_do_not_break_a_match():
     ledger.record(record("u", shown, [7]))
     sent_back = [msg("user", "a "), msg("assistant", "b\n", [("f", {"y": 2, "x": 1})]),
                  msg("tool", "r")]
-    assert ledger.find("u", "s", sent_back).record.ids == (7,)
+    assert tuple(ledger.find("u", "s", sent_back).record.ids) == (7,)
 
 
 def test_a_different_user_session_or_message_finds_nothing():
@@ -51,10 +52,46 @@ def test_the_last_message_is_never_matched_against_itself():
     assert ledger.find("u", "s", shown) is None
 
 
-def test_old_records_are_dropped_beyond_the_limit():
-    ledger = Ledger(max_records=2)
-    for n in range(3):
-        ledger.record(record("u", [msg("user", str(n)), msg("assistant", "x")], [n]))
-    assert len(ledger) == 2
-    oldest = [msg("user", "0"), msg("assistant", "x"), msg("user", "?")]
-    assert ledger.find("u", "s", oldest) is None
+def turns(n: int) -> list[VisibleMessage]:
+    out: list[VisibleMessage] = []
+    for k in range(n):
+        out += [msg("user", f"q{k}"), msg("assistant", f"a{k}")]
+    return out
+
+
+def test_a_session_keeps_its_latest_records_for_regenerates_and_drops_older_ones():
+    ledger = Ledger(per_session=2)
+    for n in range(1, 4):
+        ledger.record(record("u", turns(n), list(range(10 * n))))
+    assert len(ledger) == 2 and tuple(ledger.latest("u", "s").ids) == tuple(range(30))
+    regenerate = [*turns(2), msg("user", "q2")]  # turn 3's question again
+    assert ledger.find("u", "s", regenerate).matched_messages == 4
+    assert ledger.find("u", "s", [*turns(1), msg("user", "q1")]) is None  # the oldest: gone
+
+
+def test_over_the_token_bound_whole_idle_sessions_go_first():
+    ledger = Ledger(max_tokens=100)
+    ledger.record(record("u", turns(1), [1] * 30, session="idle"))
+    ledger.record(record("u", turns(1), [2] * 30, session="used"))
+    ledger.record(record("u", turns(1), [3] * 30, session="busy"))
+    ledger.find("u", "used", [*turns(1), msg("user", "again")])  # used lately: not idle
+    ledger.record(record("u", turns(2), [4] * 35, session="busy"))
+    assert ledger.latest("u", "idle") is None  # least recently used: dropped whole
+    assert ledger.latest("u", "used") is not None
+    # The busy session keeps its turns before the latest: a regenerate needs them.
+    assert ledger.find("u", "busy", [*turns(1), msg("user", "q1")]) is not None
+    assert ledger.tokens == 95
+
+
+def test_a_session_alone_over_the_bound_keeps_its_latest_record():
+    ledger = Ledger(max_tokens=50)
+    ledger.record(record("u", turns(1), [1] * 40))
+    ledger.record(record("u", turns(2), [1] * 45))
+    assert len(ledger) == 1 and len(ledger.latest("u", "s").ids) == 45
+
+
+def test_records_hold_their_ids_compactly():
+    ledger = Ledger()
+    ledger.record(record("u", turns(1), list(range(1000))))
+    ids = ledger.latest("u", "s").ids
+    assert ids.itemsize == 4 and list(ids) == list(range(1000))

@@ -46,8 +46,18 @@ def test_a_new_turn_restarts_the_idle_clock():
 def test_give_up_and_compaction_are_due_at_once():
     t, _ = triggers()
     t.give_up("u", "a")
-    t.compaction("u", "b")
+    assert t.compaction("u", "b", "history of b", b"key-b")
     assert sorted(t.due()) == [("u", "a", "give_up"), ("u", "b", "compaction")]
+
+
+def test_a_compaction_hands_its_dropped_history_to_the_writer_once():
+    t = WriterTriggers()
+    assert t.compaction("u", "s", "the dropped history", b"key")
+    assert t.dropped("u", "s") == "the dropped history"
+    t.visited("u", "s", preempted=False)
+    assert t.dropped("u", "s") is None and t.due() == []
+    assert not t.compaction("u", "s", "the dropped history", b"key")  # the same one: no
+    assert t.due() == []
 
 
 def test_a_visit_resets_the_session_but_a_preempted_one_does_not():

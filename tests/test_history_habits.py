@@ -1,0 +1,236 @@
+"""Hidden context survives every way a client sends its history back (real engine,
+scripted answers): each later turn starts with the exact ids the engine holds, so it is
+served from the prefix cache, and the card, the notes and the blocks stay in the prompt."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+
+from tests.inprocess import InProcessApp
+
+BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
+         "{title} is a fact worth keeping.\n</tandem_memory>")
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    return InProcessApp(served, tmp_path)
+
+
+class Conversation:
+    """One client's conversation: sends turns, checks the cache floor, reads the record."""
+
+    def __init__(self, app: InProcessApp, block_size: int, **body) -> None:
+        self.app, self.block_size, self.body = app, block_size, body
+        self.session = f"habit-{uuid.uuid4().hex[:8]}"
+        self.previous: dict | None = None
+
+    def send(self, messages: list[dict], script: str, extends: bool = True,
+             **extra) -> tuple[dict, dict]:
+        """(the answer message, usage); `extends`: the cache floor must hold."""
+        response = self.app.request("POST", "/v1/chat/completions", headers={
+            "X-Tandem-Session": self.session}, json={
+            "model": "tiny", "messages": messages, "script": script, **self.body, **extra})
+        assert response.status_code == 200, response.text
+        data = response.json()
+        usage = data["usage"]
+        if extends and self.previous is not None:
+            floor = (self.previous["prompt_tokens"] + self.previous["completion_tokens"]
+                     - self.block_size)
+            assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (usage,
+                                                                             self.previous)
+        self.previous = usage
+        return data["choices"][0]["message"], usage
+
+    def record(self):
+        return self.app.memory.ledger.latest("tester", self.session)
+
+    def kinds(self) -> list[str]:
+        return [s.kind for s in self.record().spans]
+
+    def prompt_text(self) -> str:
+        return self.app.app.state.tandem.engine.tokenizer.decode(list(self.record().ids))
+
+
+def add_note(app: InProcessApp, title: str, body: str) -> str:
+    result = app.memory.store("tester").add(title=title, body=body, kind="reference",
+                                            scope="user", source="cli", has_user_message=True)
+    assert result.ok
+    return result.note.id
+
+
+@pytest.mark.parametrize("send_back", [True, False], ids=["reasoning-sent-back",
+                                                          "reasoning-dropped"])
+def test_reasoning_sent_back_or_dropped_keeps_the_replay(app, tiny_profile, send_back):
+    chat = Conversation(app, tiny_profile.block_size,
+                        chat_template_kwargs={"enable_thinking": True})
+    history = [{"role": "user", "content": "Which port does the api use?"}]
+    for turn in range(3):
+        message, _ = chat.send(history, f"<think>\nLet me think, turn {turn}.\n</think>\n\n"
+                                        f"Port 80{turn}.")
+        assert message["reasoning_content"] == f"Let me think, turn {turn}."
+        sent = {"role": "assistant", "content": message["content"]}
+        if send_back:
+            sent["reasoning_content"] = message["reasoning_content"]
+        history += [sent, {"role": "user", "content": f"And question {turn + 2}?"}]
+    assert chat.kinds().count("shared") == 1
+    assert "Let me think, turn 0." in chat.prompt_text()  # the real reasoning, replayed
+
+
+def test_a_tool_loop_with_parallel_calls_keeps_the_replay(app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size, tools=TOOLS)
+    history = [{"role": "user", "content": "Read a.txt and b.txt"}]
+    calls = ('<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.txt"}}\n</tool_call>')
+    message, _ = chat.send(history, calls)
+    assert not message["content"]  # no stray newline between the calls
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["read_file"] * 2
+    history += [message] + [{"role": "tool", "tool_call_id": c["id"], "content": f"text {n}"}
+                            for n, c in enumerate(message["tool_calls"])]
+    message, _ = chat.send(history, "Both files hold text.")
+    history += [message, {"role": "user", "content": "Thanks."}]
+    chat.send(history, "You are welcome.")
+    assert chat.kinds().count("shared") == 1
+
+
+def test_regenerating_an_answer_gets_its_notes_again_and_sets_off_no_compaction(
+        app, tiny_profile):
+    note = add_note(app, "deploy runbook", "deploy with make deploy from the release branch")
+    chat = Conversation(app, tiny_profile.block_size)
+    first = [{"role": "user", "content": "Hello there."}]
+    message, _ = chat.send(first, "Hi.")
+    chat.send(first, "Hello!", extends=False)  # regenerate turn 1
+    assert chat.kinds().count("shared") == 1  # the card is there on the new attempt too
+    second = [*first, message, {"role": "user", "content": "How do we deploy the release "
+                                                           "branch?"}]
+    chat.send(second, "With make deploy.")
+    notes = [s for s in chat.record().spans if s.kind == "notes"]
+    assert [s.note_ids for s in notes] == [(note,)]
+    chat.send(second, "Run make deploy.", extends=False)  # regenerate turn 2
+    notes = [s for s in chat.record().spans if s.kind == "notes"]
+    assert [s.note_ids for s in notes] == [(note,)]  # the new attempt has them too
+    assert app.memory.triggers.due() == []
+
+
+def test_an_edited_first_message_keeps_the_card_and_sets_off_no_compaction(
+        app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    message, _ = chat.send([{"role": "user", "content": "Helo, typo here."}], "Hi.")
+    chat.send([{"role": "user", "content": "Hello, no typo."}], "Hi again.", extends=False)
+    assert chat.kinds()[0] == "shared" and "<tandem_memory" in chat.prompt_text()
+    assert app.memory.triggers.due() == []
+
+
+def test_a_client_sending_its_last_messages_keeps_the_card_and_no_writer_each_turn(
+        app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    system = {"role": "system", "content": "You are brief."}
+    history: list[dict] = []
+    for turn in range(5):
+        history.append({"role": "user", "content": f"Question number {turn} about ports?"})
+        window = [system, *history[-3:]]
+        message, _ = chat.send(window, f"Answer {turn}.", extends=False)
+        history.append(message)
+        assert "shared" in chat.kinds()
+    assert app.memory.triggers.due() == []
+
+
+def test_a_real_compaction_hands_the_writer_the_dropped_history(app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    history: list[dict] = []
+    for turn in range(3):
+        history.append({"role": "user", "content": f"Tell me about part {turn}. " * 20})
+        message, _ = chat.send(history, f"Part {turn} is long. " * 60)
+        history.append(message)
+    dropped = chat.record()
+    summary = [{"role": "system", "content": "Summary: we discussed three parts."},
+               {"role": "user", "content": "Go on."}]
+    chat.send(summary, "Going on.", extends=False)
+    assert app.memory.triggers.due() == [("tester", chat.session, "compaction")]
+    assert app.memory.triggers.dropped("tester", chat.session) is dropped
+    chat.send([*summary, {"role": "assistant", "content": "Going on."},
+               {"role": "user", "content": "More."}], "More.")
+    assert app.memory.triggers.due() == [("tester", chat.session, "compaction")]  # once
+
+
+def test_a_stop_string_ends_the_record_where_the_client_text_ends(app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    first = [{"role": "user", "content": "Count for me."}]
+    message, _ = chat.send(first, "One two three END four five.", stop=["END"])
+    assert message["content"] == "One two three "
+    assert chat.prompt_text().endswith("One two three ")
+    assert "END" not in chat.prompt_text() and "four" not in chat.prompt_text()
+    chat.send([*first, message, {"role": "user", "content": "Go on."}], "Four.")
+
+
+def test_a_status_line_the_model_wrote_itself_is_kept_and_matches(app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    first = [{"role": "user", "content": "Say the odd line."}]
+    message, _ = chat.send(first, "Here it is.\n› remembered: not a real note")
+    assert message["content"].endswith("› remembered: not a real note")
+    chat.send([*first, message, {"role": "user", "content": "Thanks."}], "Ok.")
+    assert "not a real note" in chat.prompt_text()
+
+
+def test_a_real_status_line_sent_back_is_taken_off_and_the_block_replayed(app, tiny_profile):
+    chat = Conversation(app, tiny_profile.block_size)
+    first = [{"role": "user", "content": "Remember the cache host."}]
+    message, _ = chat.send(first, "Noted. " + BLOCK.format(title="cache host alpha"))
+    assert message["content"].endswith("› remembered: cache host alpha")
+    chat.send([*first, message, {"role": "user", "content": "Thanks."}], "Ok.")
+    text = chat.prompt_text()
+    assert "title: cache host alpha" in text and "› remembered" not in text
+    assert "block" in chat.kinds()
+
+
+def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
+    ledger = served.app.state.tandem.memory.ledger
+    user = served.app.state.tandem.memory.settings.user_name
+    session = f"stopped-{uuid.uuid4().hex[:8]}"
+    first = [{"role": "user", "content": "Tell me a long story."}]
+    script = " ".join(f"word{n}" for n in range(400))
+    seen = ""
+    with httpx.Client(base_url=served.base_url, timeout=60) as client:
+        with client.stream("POST", "/v1/chat/completions", headers={
+                "X-Tandem-Session": session}, json={
+                "model": "tiny", "messages": first, "script": script, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    delta = json.loads(line[6:])["choices"][0]["delta"]
+                    seen += delta.get("content") or ""
+                if len(seen) > 200:
+                    break
+    record = _eventually_record(ledger, user, session)
+    tokenizer = served.app.state.tandem.engine.tokenizer
+    answer = tokenizer.decode(list(record.ids)).rsplit("</think>\n\n", 1)[1]
+    assert answer.startswith(seen) and len(answer) < len(script)
+    assert "shared" in [s.kind for s in record.spans]
+    second = [*first, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "Go on."}]
+    with httpx.Client(base_url=served.base_url, timeout=60) as client:
+        usage = client.post("/v1/chat/completions", headers={"X-Tandem-Session": session},
+                            json={"model": "tiny", "messages": second,
+                                  "script": "The end."}).json()["usage"]
+    latest = ledger.latest(user, session)
+    assert tuple(latest.ids[: len(record.ids)]) == tuple(record.ids)  # replayed as it was
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= len(record.ids) - 2 * (
+        tiny_profile.block_size)
+
+
+def _eventually_record(ledger, user: str, session: str):
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = ledger.latest(user, session)
+        if record is not None:
+            return record
+        time.sleep(0.05)
+    raise AssertionError("the stopped turn was not recorded")
