@@ -53,33 +53,28 @@ def session_notes(store: NoteStore, session: str) -> list[Note]:
     return store.list(scope="session", session=session, include_stale=False)
 
 
+def _card_and_index(card: str | None, notes: Iterable[Note] | None,
+                    count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
+    """`card`, then the index of `notes`: one hidden message's text and the listed ids."""
+    parts: list[str] = [card] if card else []
+    index = build_index(notes, count_tokens) if notes else None
+    if index is not None:
+        parts.append(index.text)
+    if not parts:
+        return None
+    return "\n\n".join(parts), index.note_ids if index is not None else ()
+
+
 def build_shared_context(card: bool, notes: Iterable[Note] | None,
                          count_tokens: CountTokens) -> SharedContext | None:
     """The card (when the request may write) and the index of `notes` (when it reads;
     None means it does not); None when there is nothing to show."""
-    parts: list[str] = [memory_card()] if card else []
-    note_ids: tuple[str, ...] = ()
-    if notes is not None:
-        index = build_index(notes, count_tokens)
-        if index is not None:
-            parts.append(index.text)
-            note_ids = index.note_ids
-    if not parts:
-        return None
-    return SharedContext.of("\n\n".join(parts), note_ids)
+    built = _card_and_index(memory_card() if card else None, notes, count_tokens)
+    return SharedContext.of(*built) if built is not None else None
 
 
 def build_session_tail(token: str | None, notes: Iterable[Note] | None,
                        count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
     """The session's own hidden tail: its memory-routes token and an index of the notes
     written in this session (after a miss, so they are not lost with the old prompt)."""
-    parts: list[str] = [session_card(token)] if token else []
-    note_ids: tuple[str, ...] = ()
-    if notes:
-        index = build_index(notes, count_tokens)
-        if index is not None:
-            parts.append(index.text)
-            note_ids = index.note_ids
-    if not parts:
-        return None
-    return "\n\n".join(parts), note_ids
+    return _card_and_index(session_card(token) if token else None, notes, count_tokens)

@@ -21,7 +21,9 @@ from conductor.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
     build_session_tail,
+    build_shared_context,
     session_notes,
+    shared_notes,
 )
 from conductor.tail_notes import build_matches
 from server.memory import MemoryContext, MemoryServices
@@ -55,25 +57,26 @@ def choose_hidden(services: MemoryServices, memory: MemoryContext,
 def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Span, ...] | None,
             request: ChatCompletionRequest, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
+    # Listed once a request: the shared index and the matching notes choose from them.
+    notes = shared_notes(store, memory.project) if store is not None else None
+    own = session_notes(store, memory.session) if store is not None else []
     if replayed is None:
-        shared = services.shared_context(memory.user, memory.project, memory.shows_card,
-                                         memory.reads, count_tokens)
+        shared = build_shared_context(memory.shows_card, notes, count_tokens)
         if shared is not None:
             hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
             hidden.version = shared.version
-        own = session_notes(store, memory.session) if store is not None else None
         # The token only helps a model that can call the memory routes, i.e. one with
         # tools; the client has it in the response header either way.
         token = hidden.token if memory.shows_card and tools_for_template(request) else None
         tail = build_session_tail(token, own, count_tokens)
         if tail is not None:
             hidden.tails.append(Tail(SESSION_KIND, *tail))
-    if store is not None and memory.has_user_message:
+    if store is not None and notes is not None and memory.has_user_message:
         # "Already injected" belongs to this branch of the conversation: the notes in the
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
         already = {i for s in replayed or () if s.kind == "notes" for i in s.note_ids}
-        found = build_matches(store, request.messages[-1].text(),
-                              services.visible_notes(memory), already, count_tokens)
+        found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
+                              count_tokens)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
 
@@ -100,7 +103,10 @@ def note_miss(services: MemoryServices, memory: MemoryContext,
 
 
 def history_key(record: Record) -> bytes:
-    return hashlib.blake2b(array("i", record.ids).tobytes(), digest_size=16).digest()
+    """Names one session's history: two sessions with the same ids are two histories."""
+    digest = hashlib.blake2b(f"{record.user}\0{record.session}\0".encode(), digest_size=16)
+    digest.update(array("i", record.ids).tobytes())
+    return digest.digest()
 
 
 def record_injections(services: MemoryServices, memory: MemoryContext, hidden: list[Tail],

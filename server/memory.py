@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 from conductor.ledger import Ledger
-from conductor.note_format import Note
 from conductor.notes import NoteStore
 from conductor.paths import valid_session, valid_user
 from conductor.prewarm import ContextGroup, PrewarmHeads
 from conductor.shared_context import (
     SharedContext,
     build_shared_context,
-    session_notes,
     shared_notes,
 )
 from conductor.shown_answers import ShownAnswers
@@ -191,9 +189,3 @@ class MemoryServices:
         with store.one_scan():
             notes = shared_notes(store, project) if reads else None
             return build_shared_context(card, notes, count_tokens)
-
-    def visible_notes(self, memory: MemoryContext) -> list[Note]:
-        """Live notes this request may read: the user's, the project's, the session's."""
-        store = self.store(memory.user)
-        with store.one_scan():
-            return shared_notes(store, memory.project) + session_notes(store, memory.session)

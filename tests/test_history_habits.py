@@ -8,9 +8,8 @@ import json
 import uuid
 
 import httpx
+import openai
 import pytest
-
-from tests.inprocess import InProcessApp
 
 BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
          "{title} is a fact worth keeping.\n</tandem_memory>")
@@ -19,58 +18,110 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 
 
+@pytest.fixture(scope="module")
+def sdk(served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "streamed"])
+def stream(request) -> bool:
+    return request.param
+
+
 @pytest.fixture
-def app(served, tmp_path) -> InProcessApp:
-    return InProcessApp(served, tmp_path)
+def memory(served):
+    return served.app.state.tandem.memory
+
+
+@pytest.fixture
+def talk(sdk, memory, served, tiny_profile, stream):
+    """A new conversation through the OpenAI SDK, streamed or not, memory on."""
+    def start(**body) -> Conversation:
+        return Conversation(sdk, memory, served.app.state.tandem.engine.tokenizer,
+                            tiny_profile.block_size, stream, **body)
+    return start
 
 
 class Conversation:
     """One client's conversation: sends turns, checks the cache floor, reads the record."""
 
-    def __init__(self, app: InProcessApp, block_size: int, **body) -> None:
-        self.app, self.block_size, self.body = app, block_size, body
+    def __init__(self, sdk: openai.OpenAI, memory, tokenizer, block_size: int, stream: bool,
+                 **body) -> None:
+        self.sdk, self.memory, self.tokenizer = sdk, memory, tokenizer
+        self.block_size, self.stream, self.body = block_size, stream, body
+        self.user = memory.settings.user_name
         self.session = f"habit-{uuid.uuid4().hex[:8]}"
         self.previous: dict | None = None
 
     def send(self, messages: list[dict], script: str, extends: bool = True,
              **extra) -> tuple[dict, dict]:
-        """(the answer message, usage); `extends`: the cache floor must hold."""
-        response = self.app.request("POST", "/v1/chat/completions", headers={
-            "X-Tandem-Session": self.session}, json={
-            "model": "tiny", "messages": messages, "script": script, **self.body, **extra})
-        assert response.status_code == 200, response.text
-        data = response.json()
-        usage = data["usage"]
+        """(the answer as a message to send back, usage); `extends`: the cache floor."""
+        body = {**self.body, **extra}
+        kwargs = {k: body.pop(k) for k in ("tools", "stop") if k in body}
+        call = dict(model="tiny", messages=messages, extra_body={"script": script, **body},
+                    extra_headers={"X-Tandem-Session": self.session}, **kwargs)
+        message, usage = (self._streamed(call) if self.stream else self._plain(call))
         if extends and self.previous is not None:
             floor = (self.previous["prompt_tokens"] + self.previous["completion_tokens"]
                      - self.block_size)
             assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (usage,
                                                                              self.previous)
         self.previous = usage
-        return data["choices"][0]["message"], usage
+        return message, usage
+
+    def _plain(self, call: dict) -> tuple[dict, dict]:
+        completion = self.sdk.chat.completions.create(**call)
+        message = completion.choices[0].message.model_dump(exclude_none=True)
+        return message, completion.usage.model_dump()
+
+    def _streamed(self, call: dict) -> tuple[dict, dict]:
+        chunks = self.sdk.chat.completions.create(**call, stream=True,
+                                                  stream_options={"include_usage": True})
+        message: dict = {"role": "assistant", "content": ""}
+        calls: dict[int, dict] = {}
+        usage: dict = {}
+        for chunk in chunks:
+            if chunk.usage is not None:
+                usage = chunk.usage.model_dump()
+            for choice in chunk.choices:
+                delta = choice.delta.model_dump(exclude_none=True)
+                message["content"] += delta.get("content") or ""
+                if delta.get("reasoning_content"):
+                    message["reasoning_content"] = (message.get("reasoning_content", "")
+                                                    + delta["reasoning_content"])
+                for call in delta.get("tool_calls") or ():
+                    calls.setdefault(call["index"], {k: v for k, v in call.items()
+                                                     if k != "index"})
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        return message, usage
 
     def record(self):
-        return self.app.memory.ledger.latest("tester", self.session)
+        return self.memory.ledger.latest(self.user, self.session)
 
     def kinds(self) -> list[str]:
         return [s.kind for s in self.record().spans]
 
     def prompt_text(self) -> str:
-        return self.app.app.state.tandem.engine.tokenizer.decode(list(self.record().ids))
+        return self.tokenizer.decode(list(self.record().ids))
+
+    def due(self) -> list[str]:
+        """The writer's triggers for this conversation."""
+        return [t for _, session, t in self.memory.triggers.due() if session == self.session]
 
 
-def add_note(app: InProcessApp, title: str, body: str) -> str:
-    result = app.memory.store("tester").add(title=title, body=body, kind="reference",
-                                            scope="user", source="cli", has_user_message=True)
+def add_note(memory, title: str, body: str) -> str:
+    store = memory.store(memory.settings.user_name)
+    result = store.add(title=title, body=body, kind="reference", scope="user", source="cli",
+                       has_user_message=True)
     assert result.ok
     return result.note.id
 
 
 @pytest.mark.parametrize("send_back", [True, False], ids=["reasoning-sent-back",
                                                           "reasoning-dropped"])
-def test_reasoning_sent_back_or_dropped_keeps_the_replay(app, tiny_profile, send_back):
-    chat = Conversation(app, tiny_profile.block_size,
-                        chat_template_kwargs={"enable_thinking": True})
+def test_reasoning_sent_back_or_dropped_keeps_the_replay(talk, send_back):
+    chat = talk(chat_template_kwargs={"enable_thinking": True})
     history = [{"role": "user", "content": "Which port does the api use?"}]
     for turn in range(3):
         message, _ = chat.send(history, f"<think>\nLet me think, turn {turn}.\n</think>\n\n"
@@ -84,13 +135,13 @@ def test_reasoning_sent_back_or_dropped_keeps_the_replay(app, tiny_profile, send
     assert "Let me think, turn 0." in chat.prompt_text()  # the real reasoning, replayed
 
 
-def test_a_tool_loop_with_parallel_calls_keeps_the_replay(app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size, tools=TOOLS)
+def test_a_tool_loop_with_parallel_calls_keeps_the_replay(talk):
+    chat = talk(tools=TOOLS)
     history = [{"role": "user", "content": "Read a.txt and b.txt"}]
     calls = ('<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>\n'
              '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.txt"}}\n</tool_call>')
     message, _ = chat.send(history, calls)
-    assert not message["content"]  # no stray newline between the calls
+    assert not message.get("content")  # no stray newline between the calls
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["read_file"] * 2
     history += [message] + [{"role": "tool", "tool_call_id": c["id"], "content": f"text {n}"}
                             for n, c in enumerate(message["tool_calls"])]
@@ -101,36 +152,36 @@ def test_a_tool_loop_with_parallel_calls_keeps_the_replay(app, tiny_profile):
 
 
 def test_regenerating_an_answer_gets_its_notes_again_and_sets_off_no_compaction(
-        app, tiny_profile):
-    note = add_note(app, "deploy runbook", "deploy with make deploy from the release branch")
-    chat = Conversation(app, tiny_profile.block_size)
+        talk, memory):
+    tag = uuid.uuid4().hex[:6]
+    note = add_note(memory, f"deploy runbook {tag}", f"deploy {tag} with make deploy from the "
+                    "release branch")
+    chat = talk()
     first = [{"role": "user", "content": "Hello there."}]
     message, _ = chat.send(first, "Hi.")
     chat.send(first, "Hello!", extends=False)  # regenerate turn 1
     assert chat.kinds().count("shared") == 1  # the card is there on the new attempt too
-    second = [*first, message, {"role": "user", "content": "How do we deploy the release "
-                                                           "branch?"}]
+    second = [*first, message, {"role": "user", "content": f"How do we deploy {tag} from "
+                                                           "the release branch?"}]
     chat.send(second, "With make deploy.")
     notes = [s for s in chat.record().spans if s.kind == "notes"]
     assert [s.note_ids for s in notes] == [(note,)]
     chat.send(second, "Run make deploy.", extends=False)  # regenerate turn 2
     notes = [s for s in chat.record().spans if s.kind == "notes"]
     assert [s.note_ids for s in notes] == [(note,)]  # the new attempt has them too
-    assert app.memory.triggers.due() == []
+    assert chat.due() == []
 
 
-def test_an_edited_first_message_keeps_the_card_and_sets_off_no_compaction(
-        app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_an_edited_first_message_keeps_the_card_and_sets_off_no_compaction(talk):
+    chat = talk()
     message, _ = chat.send([{"role": "user", "content": "Helo, typo here."}], "Hi.")
     chat.send([{"role": "user", "content": "Hello, no typo."}], "Hi again.", extends=False)
     assert chat.kinds()[0] == "shared" and "<tandem_memory" in chat.prompt_text()
-    assert app.memory.triggers.due() == []
+    assert chat.due() == []
 
 
-def test_a_client_sending_its_last_messages_keeps_the_card_and_no_writer_each_turn(
-        app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_a_client_sending_its_last_messages_keeps_the_card_and_no_writer_each_turn(talk):
+    chat = talk()
     system = {"role": "system", "content": "You are brief."}
     history: list[dict] = []
     for turn in range(5):
@@ -139,11 +190,11 @@ def test_a_client_sending_its_last_messages_keeps_the_card_and_no_writer_each_tu
         message, _ = chat.send(window, f"Answer {turn}.", extends=False)
         history.append(message)
         assert "shared" in chat.kinds()
-    assert app.memory.triggers.due() == []
+    assert chat.due() == []
 
 
-def test_a_real_compaction_hands_the_writer_the_dropped_history(app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_a_real_compaction_hands_the_writer_the_dropped_history(talk, memory):
+    chat = talk()
     history: list[dict] = []
     for turn in range(3):
         history.append({"role": "user", "content": f"Tell me about part {turn}. " * 20})
@@ -153,15 +204,15 @@ def test_a_real_compaction_hands_the_writer_the_dropped_history(app, tiny_profil
     summary = [{"role": "system", "content": "Summary: we discussed three parts."},
                {"role": "user", "content": "Go on."}]
     chat.send(summary, "Going on.", extends=False)
-    assert app.memory.triggers.due() == [("tester", chat.session, "compaction")]
-    assert app.memory.triggers.dropped("tester", chat.session) is dropped
+    assert chat.due() == ["compaction"]
+    assert memory.triggers.dropped(chat.user, chat.session) is dropped
     chat.send([*summary, {"role": "assistant", "content": "Going on."},
                {"role": "user", "content": "More."}], "More.")
-    assert app.memory.triggers.due() == [("tester", chat.session, "compaction")]  # once
+    assert chat.due() == ["compaction"]  # once
 
 
-def test_a_stop_string_ends_the_record_where_the_client_text_ends(app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_a_stop_string_ends_the_record_where_the_client_text_ends(talk):
+    chat = talk()
     first = [{"role": "user", "content": "Count for me."}]
     message, _ = chat.send(first, "One two three END four five.", stop=["END"])
     assert message["content"] == "One two three "
@@ -170,8 +221,8 @@ def test_a_stop_string_ends_the_record_where_the_client_text_ends(app, tiny_prof
     chat.send([*first, message, {"role": "user", "content": "Go on."}], "Four.")
 
 
-def test_a_status_line_the_model_wrote_itself_is_kept_and_matches(app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_a_status_line_the_model_wrote_itself_is_kept_and_matches(talk):
+    chat = talk()
     first = [{"role": "user", "content": "Say the odd line."}]
     message, _ = chat.send(first, "Here it is.\n› remembered: not a real note")
     assert message["content"].endswith("› remembered: not a real note")
@@ -179,14 +230,15 @@ def test_a_status_line_the_model_wrote_itself_is_kept_and_matches(app, tiny_prof
     assert "not a real note" in chat.prompt_text()
 
 
-def test_a_real_status_line_sent_back_is_taken_off_and_the_block_replayed(app, tiny_profile):
-    chat = Conversation(app, tiny_profile.block_size)
+def test_a_real_status_line_sent_back_is_taken_off_and_the_block_replayed(talk):
+    chat = talk()
+    title = f"cache host {uuid.uuid4().hex[:6]}"
     first = [{"role": "user", "content": "Remember the cache host."}]
-    message, _ = chat.send(first, "Noted. " + BLOCK.format(title="cache host alpha"))
-    assert message["content"].endswith("› remembered: cache host alpha")
+    message, _ = chat.send(first, "Noted. " + BLOCK.format(title=title))
+    assert message["content"].endswith(f"› remembered: {title}")
     chat.send([*first, message, {"role": "user", "content": "Thanks."}], "Ok.")
     text = chat.prompt_text()
-    assert "title: cache host alpha" in text and "› remembered" not in text
+    assert f"title: {title}" in text and "› remembered" not in text
     assert "block" in chat.kinds()
 
 
