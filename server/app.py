@@ -19,8 +19,10 @@ from conductor.nightly import nightly_loop
 from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
+from server.auth import Auth, is_loopback
 from server.conductor_routes import conductor_router
-from server.errors import APIError, install_error_handlers
+from server.errors import APIError, error_response, install_error_handlers
+from server.keys import KeyStore
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
@@ -59,9 +61,13 @@ class ServerState:
 def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                progress: Callable[[str], None] = log.info,
                on_ready: Callable[[], None] | None = None,
-               memory_settings: MemorySettings | None = None) -> FastAPI:
-    """The app; without an engine it starts one from the profile in the background."""
+               memory_settings: MemorySettings | None = None,
+               auth: Auth | None = None) -> FastAPI:
+    """The app; without an engine it starts one from the profile in the background.
+    `auth` defaults to the named keys under `home` (none: auth off)."""
     memory = MemoryServices(home, memory_settings or MemorySettings())
+    auth = auth or Auth(keys=KeyStore(home))
+    auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory)
     if engine is not None:
         state.engine_ready(engine)
@@ -91,6 +97,15 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     @app.middleware("http")
     async def count_responses(request: Request, call_next):
+        path = request.url.path
+        peer = request.client.host if request.client else None
+        request.state.key_user = None
+        if path.startswith("/v1") or (path == "/metrics" and not is_loopback(peer)):
+            try:
+                request.state.key_user = await auth.user_for(request.headers.get("authorization"))
+            except APIError as exc:
+                state.http.record("unauthorized", exc.status)
+                return error_response(exc)
         response = await call_next(request)
         route = request.scope.get("route")
         state.http.record(getattr(route, "path", "unmatched"), response.status_code)
@@ -130,7 +145,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             raise _validation_error(exc) from None
         engine_ = state.ready_engine()
         peer = request.client.host if request.client else None
-        prepared = chat.prepare(engine_, profile, memory, parsed, request.headers, peer)
+        prepared = chat.prepare(engine_, profile, memory, parsed, request.headers, peer,
+                                request.state.key_user)
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)

@@ -67,7 +67,8 @@ def model_names(profile: Profile) -> set[str]:
 
 
 def prepare(engine: Engine, profile: Profile, services: MemoryServices,
-            request: ChatCompletionRequest, headers, peer: str | None) -> PreparedChat:
+            request: ChatCompletionRequest, headers, peer: str | None,
+            key_user: str | None = None) -> PreparedChat:
     """Validate against the served profile and build the prompt; APIError when bad."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
@@ -80,7 +81,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
                        param="X-Tandem-Memory")
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings)
+    memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
+                             key_user)
     visible = visible_messages(request)
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):

@@ -50,8 +50,16 @@ def _serve(args: argparse.Namespace) -> int:
         trusted_proxies=frozenset(args.trusted_proxy) or settings.trusted_proxies,
         nightly_hour=settings.nightly_hour if args.nightly_hour is None else args.nightly_hour,
     )
+    from server.auth import Auth, exposure_problem
+    from server.keys import KeyStore
+
+    auth = Auth(api_key=args.api_key or os.environ.get("TANDEM_API_KEY") or None,
+                keys=KeyStore(tandem_home()), engine_user=settings.user_name)
+    problem = exposure_problem(args.host, auth, args.insecure_no_auth)
+    if problem is not None:
+        raise ProfileError(problem)
     app = create_app(profile, tandem_home(), progress=_say, on_ready=ready,
-                     memory_settings=settings)
+                     memory_settings=settings, auth=auth)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -99,6 +107,28 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from server.keys import KeysError, KeyStore
+
+    store = KeyStore(tandem_home())
+    try:
+        if args.keys_command == "add":
+            key = store.add(args.label)
+            print(key)
+            print(f"[tandem] the key for {args.label!r}; it is shown once and stored only as "
+                  "a hash", file=sys.stderr)
+        elif args.keys_command == "revoke":
+            store.revoke(args.label)
+            print(f"[tandem] revoked the key of {args.label!r}", file=sys.stderr)
+        else:
+            for entry in store.list():
+                print(f"{entry.label}\t{entry.created}")
+    except KeysError as exc:
+        print(f"tandem: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a proxy address whose requests carry X-Tandem-User (repeatable)")
     serve.add_argument("--nightly-hour", type=int, choices=range(24), metavar="0-23",
                        help="hour of the daily notes job (default: $TANDEM_NIGHTLY_HOUR or 3)")
+    serve.add_argument("--api-key", help="every /v1 route needs 'Authorization: Bearer "
+                       "KEY' (default: $TANDEM_API_KEY); named keys: tandem keys add")
+    serve.add_argument("--insecure-no-auth", action="store_true",
+                       help="serve a non-loopback --host with no API key (anyone who reaches "
+                       "the port reads and writes this user's memory)")
     serve.set_defaults(func=_serve)
 
     profiles = commands.add_parser("profiles", help="list the profiles")
@@ -137,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     notes_cli.register(commands)
+    keys = commands.add_parser("keys", help="named API keys: each key's label is its user")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    add = keys_commands.add_parser("add", help="make a key for LABEL and print it once")
+    add.add_argument("label")
+    keys_commands.add_parser("list", help="the labels and when their keys were made")
+    revoke = keys_commands.add_parser("revoke", help="the key stops working at once")
+    revoke.add_argument("label")
+    keys.set_defaults(func=_keys)
     return parser
 
 

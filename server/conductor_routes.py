@@ -35,6 +35,10 @@ def conductor_router(state) -> APIRouter:
         if peer not in LOOPBACK or peer in state.memory.settings.trusted_proxies:
             raise APIError(403, "conductor routes answer local clients only",
                            code="admin_only", kind="permission_error")
+        key_user = getattr(request.state, "key_user", None)
+        if key_user is not None and key_user != state.memory.settings.user_name:
+            raise APIError(403, "conductor routes answer the engine's own user only",
+                           code="admin_only", kind="permission_error")
         if state.writer is None:
             raise APIError(503, "the engine is still loading", code="engine_not_ready",
                            kind="server_error")

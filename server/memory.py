@@ -127,12 +127,20 @@ def derive_session(request: ChatCompletionRequest) -> str:
     return "s-" + hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
 
 
-def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
-                    settings: MemorySettings) -> MemoryContext:
+def request_user(headers, peer: str | None, settings: MemorySettings,
+                 key_user: str | None = None) -> str | None:
+    """Whose memory a request is: the user a trusted proxy relays (None: nobody's), else
+    the user its API key names, else the engine's own user."""
     relayed = peer is not None and peer in settings.trusted_proxies
-    user = (headers.get(USER_HEADER) or None) if relayed else settings.user_name
+    user = (headers.get(USER_HEADER) or None) if relayed else key_user or settings.user_name
     if user is not None and not valid_user(user):
-        user = None  # not a name the store can file under
+        return None  # not a name the store can file under
+    return user
+
+
+def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
+                    settings: MemorySettings, key_user: str | None = None) -> MemoryContext:
+    user = request_user(headers, peer, settings, key_user)
     header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
     session = headers.get(SESSION_HEADER) or derive_session(request)
     if not valid_session(session):  # any header value is accepted, filed under its hash

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from conductor.notes import WriteResult
 from server.errors import APIError
-from server.memory import TOKEN_HEADER, MemoryServices
+from server.memory import TOKEN_HEADER, MemoryServices, request_user
 
 
 class MemoryWrite(BaseModel):
@@ -40,6 +40,12 @@ def memory_router(services: MemoryServices) -> APIRouter:
         owner = services.resolve_token(request.headers.get(TOKEN_HEADER))
         if owner is None:
             raise APIError(403, f"a known {TOKEN_HEADER} header is required",
+                           code="invalid_memory_token", kind="permission_error")
+        peer = request.client.host if request.client else None
+        user = request_user(request.headers, peer, services.settings,
+                            getattr(request.state, "key_user", None))
+        if user != owner[0]:  # a token is good only with the key (the user) it was issued to
+            raise APIError(403, f"this {TOKEN_HEADER} belongs to another user",
                            code="invalid_memory_token", kind="permission_error")
         return owner
 

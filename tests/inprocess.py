@@ -14,7 +14,7 @@ class InProcessApp:
 
     def __init__(self, served, home: Path, memory_mode: str | None = None,
                  scripted: bool = True, trusted_proxies: frozenset[str] = frozenset(),
-                 client_host: str = "127.0.0.1") -> None:
+                 client_host: str = "127.0.0.1", auth=None) -> None:
         from engine.profiles import MemorySettings as ProfileMemory
         from server.app import create_app
         from server.memory import MemorySettings
@@ -25,7 +25,7 @@ class InProcessApp:
             profile = dataclasses.replace(profile, memory=ProfileMemory(mode=memory_mode))
         profile = dataclasses.replace(profile, scripted=scripted)
         settings = MemorySettings(user_name="tester", trusted_proxies=trusted_proxies)
-        self.app = create_app(profile, home, engine=engine, memory_settings=settings)
+        self.app = create_app(profile, home, engine=engine, memory_settings=settings, auth=auth)
         self.memory = self.app.state.tandem.memory
         self._served = served
         self._client_host = client_host

@@ -1,0 +1,63 @@
+"""Who may talk to the engine: `Authorization: Bearer KEY` on every `/v1` route.
+
+Auth is on when the server has a key of its own (`--api-key`, `$TANDEM_API_KEY`) or any
+named key (`tandem keys add LABEL`). The engine's own key is the engine's user; a named
+key is the user its label names: its own notes, sessions and memory tokens. With auth
+off (no key at all) the server answers loopback only, unless told otherwise
+(`--insecure-no-auth`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import dataclass, field
+
+from server.errors import APIError
+from server.keys import KeyStore
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def is_loopback(host: str | None) -> bool:
+    return host in LOOPBACK or (host or "").startswith("127.")
+
+
+@dataclass
+class Auth:
+    api_key: str | None = None  # the engine's own key: its user is the engine's user
+    keys: KeyStore | None = None  # named keys: each label is a user
+    engine_user: str = field(default="local")
+
+    def enabled(self) -> bool:
+        return self.api_key is not None or (self.keys is not None and self.keys.has_keys())
+
+    async def user_for(self, authorization: str | None) -> str | None:
+        """The user the request's key names; None when auth is off. 401 when the key is
+        missing or not a valid one."""
+        if not self.enabled():
+            return None
+        scheme, _, key = (authorization or "").partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise _unauthorized("no API key: send 'Authorization: Bearer KEY'")
+        if self.api_key is not None and hmac.compare_digest(key.encode(), self.api_key.encode()):
+            return self.engine_user
+        label = await asyncio.to_thread(self.keys.label_for, key) if self.keys else None
+        if label is None:
+            raise _unauthorized("invalid API key")
+        return label
+
+
+def _unauthorized(message: str) -> APIError:
+    return APIError(401, message, code="invalid_api_key", kind="invalid_request_error")
+
+
+def exposure_problem(host: str, auth: Auth, insecure: bool) -> str | None:
+    """Why serving on `host` would hand the engine (and its memory) to the network."""
+    if is_loopback(host) or insecure or auth.enabled():
+        return None
+    return (f"--host {host} answers other machines, and no API key is set: anyone who "
+            "reaches the port could read and write this user's memory. Give a key with "
+            "--api-key KEY (or $TANDEM_API_KEY), add named keys with `tandem keys add "
+            "LABEL`, or pass --insecure-no-auth if you mean it.")

@@ -1,0 +1,132 @@
+"""Named API keys: one key a person, its label is that person's user name.
+
+`$TANDEM_HOME/keys.json` holds, per label, a key id (in the clear: it finds the entry) and
+an scrypt hash of the secret with a salt of its own; the key's text is printed once by
+`tandem keys add` and stored nowhere. A key reads `tdm-<id>-<secret>`.
+
+The server and the `tandem keys` command are separate processes: the server reloads the
+file whenever it changes, so a revoked key stops working at its next request, without a
+restart. A verified key is remembered in memory (scrypt costs tens of milliseconds: once
+a key, not once a request), and forgotten when the file changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conductor.atomic import atomic_write
+from conductor.paths import valid_user
+
+KEYS_FILE = "keys.json"
+PREFIX = "tdm"
+# scrypt, as OWASP suggests for it: N=2^15, r=8, p=1 (32 MiB, ~50 ms here).
+SCRYPT = {"n": 2**15, "r": 8, "p": 1, "maxmem": 64 * 1024 * 1024}
+
+
+class KeysError(ValueError):
+    """A `tandem keys` request that cannot be done (bad label, duplicate, unknown)."""
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    label: str
+    key_id: str
+    salt: str  # hex
+    hash: str  # hex: scrypt(secret, salt)
+    created: str
+
+
+def _hash(secret: str, salt: bytes) -> bytes:
+    return hashlib.scrypt(secret.encode(), salt=salt, **SCRYPT)
+
+
+class KeyStore:
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / KEYS_FILE
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._entries: dict[str, KeyEntry] = {}  # key id -> entry
+        self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
+
+    # -- the command's side -------------------------------------------------------------
+    def add(self, label: str) -> str:
+        """A new key for `label`; returns its text, which is stored nowhere."""
+        if not valid_user(label):
+            raise KeysError(f"label {label!r}: use letters, digits and . _ @ - only (it is "
+                            "the user's name)")
+        entries = self._read()
+        if any(e.label == label for e in entries.values()):
+            raise KeysError(f"a key labelled {label!r} exists; revoke it first")
+        key_id, secret, salt = secrets.token_hex(4), secrets.token_urlsafe(24), os.urandom(16)
+        entries[key_id] = KeyEntry(label, key_id, salt.hex(), _hash(secret, salt).hex(),
+                                   datetime.now(UTC).isoformat(timespec="seconds"))
+        self._write(entries)
+        return f"{PREFIX}-{key_id}-{secret}"
+
+    def revoke(self, label: str) -> None:
+        entries = self._read()
+        kept = {i: e for i, e in entries.items() if e.label != label}
+        if len(kept) == len(entries):
+            raise KeysError(f"no key labelled {label!r}")
+        self._write(kept)
+
+    def list(self) -> list[KeyEntry]:
+        return sorted(self._read().values(), key=lambda e: e.label)
+
+    # -- the server's side --------------------------------------------------------------
+    def has_keys(self) -> bool:
+        with self._lock:
+            self._refresh()
+            return bool(self._entries)
+
+    def label_for(self, key: str) -> str | None:
+        """The label of a valid key, or None."""
+        digest = hashlib.sha256(key.encode()).digest()
+        with self._lock:
+            self._refresh()
+            if digest in self._verified:
+                return self._verified[digest]
+            parts = key.split("-", 2)
+            if len(parts) != 3 or parts[0] != PREFIX:
+                return None
+            entry = self._entries.get(parts[1])
+            if entry is None:
+                return None
+            if not hmac.compare_digest(_hash(parts[2], bytes.fromhex(entry.salt)).hex(),
+                                       entry.hash):
+                return None
+            self._verified[digest] = entry.label
+            return entry.label
+
+    def _refresh(self) -> None:
+        try:
+            stat = self.path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._stamp:
+            self._entries = self._read() if stamp is not None else {}
+            self._verified.clear()
+            self._stamp = stamp
+
+    # -- the file -----------------------------------------------------------------------
+    def _read(self) -> dict[str, KeyEntry]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise KeysError(f"{self.path} is not valid JSON: {exc}") from None
+        return {e["key_id"]: KeyEntry(**e) for e in data.get("keys", [])}
+
+    def _write(self, entries: dict[str, KeyEntry]) -> None:
+        payload = {"keys": [asdict(e) for e in sorted(entries.values(), key=lambda e: e.label)]}
+        atomic_write(self.path, json.dumps(payload, indent=2) + "\n", mode=0o600)
