@@ -10,25 +10,101 @@ Two tests, in order:
    another fact on the same topic. Both scores use the same index statistics, so the ratio
    is comparable across scopes and index sizes, where raw BM25 scores are not.
 
+A candidate found either way is then checked for a **different fact**: lexical overlap
+alone cannot tell "port 5433" from "port 5432", so the words the two notes do not share
+are compared. Each side's *key words* are the ones it says in its title and again in its
+body (its subject and value: "staging", "5433", "Biscuit"; the whole title when the body
+repeats none of it), plus every *specific* token
+(a number, a path, a version, an identifier, a name). When the old note has a key word
+the new one never mentions *and* the new one has a key word the old never mentions, one
+value took another's place: two facts, no merge. A paraphrase changes only the words
+around the fact; a typo fix (close spelling) is not a different value. The model's
+``update`` op stays the way to correct a value.
+
 ``DEDUPE_THRESHOLD`` was chosen on the labelled pairs in
-``tests/conductor/dedupe_pairs.py`` (see ``conductor/NOTES_STORE.md``).
+``tests/conductor/dedupe_pairs.py``; the different-fact rule was measured on
+``tests/data/dedupe/pairs.jsonl`` (see ``conductor/NOTES_STORE.md``).
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Mapping
 
 from conductor.note_format import Note, normalise_title
 from conductor.search import NoteIndex, note_text
 
-# Chosen on the labelled set: restatements scored 0.68-1.00, other facts on the same topic
-# 0.13-0.48; 0.58 is the middle of the gap (NOTES_STORE.md).
-DEDUPE_THRESHOLD = 0.58
+# A candidate finder since the different-fact check guards the merge: restatements of the
+# first labelled set score 0.68-1.00; on the 203 pairs, 0.45 misses 10% of restatements
+# (0.58: 20%) and merges no different fact (NOTES_STORE.md).
+DEDUPE_THRESHOLD = 0.45
 CANDIDATES = 5
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:@-]*[A-Za-z0-9]|[A-Za-z0-9]")
+_SPECIFIC = re.compile(r"\d|[/_.:@]|[a-z][A-Z]|^[A-Z][a-z]")
+_STOPWORDS = frozenset(
+    "a an and are as at be but by can do does for from had has have how i if in is it its "
+    "me my no not of on or our so that the their them then there these this to us was we "
+    "were what when where which who why will with you your all any every use used uses "
+    "using user user's users".split())
+SPELLING = 0.85  # two words this alike (difflib ratio) are one word spelt two ways
 
 
 def same_title(a: str, b: str) -> bool:
     return normalise_title(a) == normalise_title(b)
+
+
+def _words(text: str) -> dict[str, str]:
+    """Normalised word -> the word as written (for telling names and values apart)."""
+    out: dict[str, str] = {}
+    for token in _TOKEN.findall(text):
+        word = token.lower().removesuffix("'s")
+        if word in _STOPWORDS or len(word) < 2 and not word.isdigit():
+            continue
+        if word.isalpha() and len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]  # deploys ~ deploy
+        out.setdefault(word, token)
+    return out
+
+
+def _key_words(title: str, body: str) -> tuple[set[str], set[str]]:
+    """(every word, the key words): said in the title and again in the body, or specific."""
+    in_title, in_body = _words(title), _words(body)
+    every = {**in_body, **in_title}
+    # A body that does not say the title's words again leaves the whole title as the key.
+    key = {w for w in in_title if w in in_body} or set(in_title)
+    key |= {w for w, raw in every.items() if _SPECIFIC.search(raw) and not _sentence_start(
+        raw, title, body)}
+    return set(every), key
+
+
+def _sentence_start(raw: str, title: str, body: str) -> bool:
+    """A capitalised plain word that only opens a sentence is not a name."""
+    if not re.fullmatch(r"[A-Z][a-z]+", raw):
+        return False
+    anywhere = re.findall(rf"(?:^|[^.!?]\s)({re.escape(raw)})\b", f"{title}\n{body}",
+                          re.MULTILINE)
+    openers = re.findall(rf"(?:^|[.!?]\s+)({re.escape(raw)})\b", f"{title}\n{body}",
+                         re.MULTILINE)
+    return len(openers) >= len(anywhere)
+
+
+def different_facts(old: Note, title: str, body: str) -> bool:
+    """True when the new note puts another value where the old one had its own."""
+    old_words, old_key = _key_words(old.title, old.body)
+    new_words, new_key = _key_words(title, body)
+    dropped = {w for w in old_key if w not in new_words}
+    added = {w for w in new_key if w not in old_words}
+    # A spelling fix is not a new value: pair off alphabetic words that are close.
+    for word in list(dropped):
+        twin = next((a for a in added if word.isalpha() and a.isalpha() and
+                     difflib.SequenceMatcher(None, word, a).ratio() >= SPELLING), None)
+        if twin is not None:
+            dropped.discard(word)
+            added.discard(twin)
+    return bool(dropped) and bool(added)
 
 
 def closest(
@@ -55,6 +131,7 @@ def find_duplicate(
     notes: Mapping[str, Note],
     *,
     title: str,
+    body: str,
     text: str,
     filters: Mapping[str, str | None],
     threshold: float = DEDUPE_THRESHOLD,
@@ -64,9 +141,10 @@ def find_duplicate(
     for note in notes.values():
         if note.archived or note.scope != scope or note.scope_key != key:
             continue
-        if same_title(note.title, title):
+        if same_title(note.title, title) and not different_facts(note, title, body):
             return note
     match = closest(index, notes, text, filters)
-    if match is not None and match[1] >= threshold:
+    if match is not None and match[1] >= threshold and not different_facts(match[0], title,
+                                                                            body):
         return match[0]
     return None

@@ -237,6 +237,7 @@ class NoteStore:
                 self._index,
                 snap.notes,
                 title=content.title,
+                body=content.body,
                 text=note_text(_as_note(content)),
                 filters=filters,
             )
@@ -434,6 +435,40 @@ class NoteStore:
             self._write(ratified, old_path=note.path)
             self._reindex([note.id])
             return self._done(op, ratified, via=via, by="user")
+
+    @_guard("split")
+    def split(self, note_id: str, revision: int, *, via: str = "cli") -> WriteResult:
+        """Restore revision ``revision`` of a note as a note of its own: the way back from
+        a merge that joined two facts. The new note is provisional, in the old one's scope,
+        and never deduped (it would merge straight back)."""
+        _check_via(via)
+        op = "split"
+        with self._writing() as snap:
+            note = self._live_note(snap, op, note_id, via=via, by="user")
+            if isinstance(note, WriteResult):
+                return note
+            path = self.layout.revision_path(note_id, revision)
+            if not 1 <= revision < note.revision or not path.exists():
+                return self._refuse(op, Refusal(Reason.NOT_FOUND, f"{note_id} has no revision "
+                                                f"{revision}"), note_id=note_id, via=via,
+                                    by="user")
+            old = parse(path.read_text(encoding="utf-8"), path)
+            now = self._now()
+            restored = replace(
+                old,
+                id=_new_id(snap.notes),
+                status="provisional",
+                revision=1,
+                created=now,
+                updated=now,
+                archived_at=None,
+                archive_proposed=None,
+                path=None,
+                changelog=[_entry(now, "user", "split", f"{note_id} revision {revision}", via)],
+            )
+            self._write(restored)
+            self._reindex([restored.id])
+            return self._done(op, restored, via=via, by="user")
 
     @_guard("reject")
     def reject(
@@ -955,7 +990,10 @@ class NoteStore:
             updated=now,
             changelog=[
                 *note.changelog,
-                _entry(now, by, "edit" if by == "user" else "revise", why, source),
+                # An add that restated this note says so: the user sees a merge, not a
+                # silent change.
+                _entry(now, by, "merge" if revised_existing
+                       else "edit" if by == "user" else "revise", why, source),
             ],
         )
         self._write(revised, old_path=note.path)

@@ -77,6 +77,10 @@ def register(subparsers: Any) -> None:
     search.add_argument("--limit", type=int, default=10)
     ratify = sub.add_parser("ratify", parents=[common], help="ratify a note")
     ratify.add_argument("id")
+    split = sub.add_parser("split", parents=[common], help="restore a revision of a note as "
+                           "a note of its own (undo a merge)")
+    split.add_argument("id")
+    split.add_argument("revision", type=int, help="the revision number (see notes show)")
     archive = sub.add_parser("archive", parents=[common], help="archive a note")
     archive.add_argument("id")
     archive.add_argument("--reason", default=None)
@@ -161,6 +165,10 @@ def _ratify(args: argparse.Namespace) -> int:
     return _report(_open(args).ratify(args.id, via="cli"))
 
 
+def _split(args: argparse.Namespace) -> int:
+    return _report(_open(args).split(args.id, args.revision, via="cli"))
+
+
 def _archive(args: argparse.Namespace) -> int:
     return _report(_open(args).user_archive(args.id, args.reason, via="cli"))
 
@@ -211,6 +219,7 @@ _HANDLERS = {
     "show": _show,
     "search": _search,
     "ratify": _ratify,
+    "split": _split,
     "archive": _archive,
     "delete": _delete,
     "export": _export,

@@ -93,7 +93,12 @@ class MemoryFilter:
         if not result.ok:
             return False, ()  # the store journaled why
         if result.note is not None:
-            verb = "archived" if request.op == "archive" and not result.kept_live else "remembered"
+            if request.op == "archive" and not result.kept_live:
+                verb = "archived"
+            elif result.revised_existing or request.op == "update":
+                verb = "updated"  # a note changed; no new one appeared
+            else:
+                verb = "remembered"
             self.status_lines.append(status_line(verb, result.note.title))
             return True, (result.note.id,)
         return True, ()

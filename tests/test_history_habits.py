@@ -164,11 +164,11 @@ def test_regenerating_an_answer_gets_its_notes_again_and_sets_off_no_compaction(
     second = [*first, message, {"role": "user", "content": f"How do we deploy {tag} from "
                                                            "the release branch?"}]
     chat.send(second, "With make deploy.")
-    notes = [s for s in chat.record().spans if s.kind == "notes"]
-    assert [s.note_ids for s in notes] == [(note,)]
+    (chosen,) = [s.note_ids for s in chat.record().spans if s.kind == "notes"]
+    assert note in chosen  # (the server's store may hold other deploy notes: shared)
     chat.send(second, "Run make deploy.", extends=False)  # regenerate turn 2
-    notes = [s for s in chat.record().spans if s.kind == "notes"]
-    assert [s.note_ids for s in notes] == [(note,)]  # the new attempt has them too
+    again = [s.note_ids for s in chat.record().spans if s.kind == "notes"]
+    assert again == [chosen]  # the new attempt has them too
     assert chat.due() == []
 
 

@@ -202,3 +202,14 @@ def test_any_session_header_value_files_its_notes(app):
     assert content.endswith("› remembered: odd session")
     (note,) = app.memory.store("tester").list(scope="session")
     assert note.session.startswith("h-")
+
+
+def test_a_block_that_restates_a_note_says_updated_not_remembered(app):
+    restated = block("staging database port is 5433").replace(
+        "title: staging database port is 5433", "title: port 5433 for the staging database")
+    first, _, _ = app.chat(user("a"), "Ok. " + block("staging database port is 5433"),
+                           headers={"X-Tandem-Session": "restate"})
+    assert first.endswith("› remembered: staging database port is 5433")
+    again, _, _ = app.chat(user("b"), "Ok. " + restated, headers={"X-Tandem-Session": "restate"})
+    assert again.endswith("› updated: port 5433 for the staging database")
+    assert len(app.memory.store("tester").list()) == 1

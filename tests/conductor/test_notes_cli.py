@@ -166,3 +166,22 @@ def test_odd_os_user_name_falls_back_to_local(monkeypatch: pytest.MonkeyPatch) -
 def test_bad_user_name_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["notes", "list", "--user", "../x", "--home", str(home)]) == 1
     assert "bad user name" in capsys.readouterr().err
+
+
+def test_split_restores_a_merged_revision_as_a_note_of_its_own(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = cli_store.add(title="Staging database port is 5433", kind="registry",
+                          body="The staging database listens on port 5433.", scope="user")
+    merged = cli_store.add(title="Port 5433 for the staging database", kind="registry",
+                           body="Use port 5433 when connecting to the staging database.",
+                           scope="user")
+    assert merged.revised_existing and merged.note.id == first.note.id
+    assert run(["notes", "split", first.note.id, "1", *opts(home)]) == 0
+    assert capsys.readouterr().out.startswith("split: ")
+    notes = {n.title: n for n in cli_store.list()}
+    assert set(notes) == {"Staging database port is 5433", "Port 5433 for the staging database"}
+    restored = notes["Staging database port is 5433"]
+    assert restored.id != first.note.id and restored.changelog[-1]["what"] == "split"
+    assert run(["notes", "split", first.note.id, "7", *opts(home)]) == 1  # no such revision
+    assert "no revision 7" in capsys.readouterr().err

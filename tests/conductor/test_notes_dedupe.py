@@ -122,21 +122,23 @@ def labelled_ratios(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str,
     return rows
 
 
-def test_threshold_separates_the_labelled_set(
+def test_every_restatement_finds_its_note_above_the_threshold(
     labelled_ratios: list[tuple[str, float, bool]],
 ) -> None:
     dups = [r for r in labelled_ratios if r[0] == "dup"]
-    news = [r for r in labelled_ratios if r[0] == "new"]
-    assert len(dups) == len(news) == len(BASE)
-    # Every restatement finds its own note, above the threshold...
+    assert len(dups) == len(BASE)
     assert all(found and ratio >= DEDUPE_THRESHOLD for _, ratio, found in dups)
-    # ...and no other fact on the same topic reaches it.
-    assert all(ratio < DEDUPE_THRESHOLD for _, ratio, _ in news)
+    # BM25 finds candidates; the different-fact check guards the merge. The threshold
+    # still leaves room below the weakest restatement.
+    assert DEDUPE_THRESHOLD < min(r for _, r, _ in dups) - 0.05
 
 
-def test_threshold_sits_in_the_middle_of_the_gap(
-    labelled_ratios: list[tuple[str, float, bool]],
-) -> None:
-    lowest_dup = min(r for label, r, _ in labelled_ratios if label == "dup")
-    highest_new = max(r for label, r, _ in labelled_ratios if label == "new")
-    assert highest_new + 0.05 < DEDUPE_THRESHOLD < lowest_dup - 0.05
+def test_no_other_fact_on_the_same_topic_is_merged(tmp_path: Path) -> None:
+    """End to end through add: each `new` probe of the first labelled set stays a note of
+    its own, each `dup` probe revises its base note."""
+    for base, label, title, body, tags in PROBES:
+        store = NoteStore(tmp_path / f"{base}-{label}" / "memory", "eval")
+        for t, b, tg in BASE:
+            store.add(title=t, body=b, tags=tg, kind="reference", scope="user")
+        result = store.add(title=title, body=body, tags=tags, kind="reference", scope="user")
+        assert result.ok and result.revised_existing == (label == "dup"), (label, title)
