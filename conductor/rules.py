@@ -20,11 +20,14 @@ from conductor.note_format import (
     word_count,
 )
 from conductor.paths import project_key, valid_session
-from conductor.secrets import Redaction, has_secret, redact
+from conductor.secrets import MARKER_TEXT, Redaction, has_secret, redact
 
-# A body whose non-whitespace characters are more than half secret is a credential dump,
-# not a fact: refused rather than stored as a row of markers.
+# A body whose non-whitespace characters are more than half secret, or that keeps fewer
+# than MIN_WORDS_LEFT words once its secrets are redacted, is a credential dump, not a
+# fact: refused rather than stored as a row of markers ("key id [redacted] secret
+# [redacted]" says nothing worth keeping).
 MOSTLY_SECRET = 0.5
+MIN_WORDS_LEFT = 8
 # Kinds that bind the assistant's behaviour towards the user.
 RULE_KINDS = ("rule", "ruling")
 
@@ -121,7 +124,8 @@ def check_content(
     # Files are read back with universal newlines: store what will be read.
     body = body.replace("\r\n", "\n").replace("\r", "\n")
     redaction = redact(body.strip())
-    if redaction.secret_fraction > MOSTLY_SECRET:
+    if redaction.total and (redaction.secret_fraction > MOSTLY_SECRET
+                            or word_count(MARKER_TEXT.sub(" ", redaction.text)) < MIN_WORDS_LEFT):
         return Refusal(Reason.SECRET, "the body is mostly secret")
     words = word_count(redaction.text)
     if words > caps.body_words:

@@ -15,8 +15,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 MARKER = "[redacted:{family}]"
+MARKER_TEXT = re.compile(r"\[redacted:[a-z_]+\]")
 # A value that is a reference, not a secret: $VAR, ${VAR}, <placeholder>, {{ tmpl }}, ***.
 _NOT_A_VALUE = r"(?!\[redacted:|\$|<|\{\{|\*{3}|%\()"
+
+_SECRET_WORD = (r"(?:password|passwd|passphrase|pwd|secret|api[ _-]?key|apikey|token|bearer"
+                r"|private[ _-]?key|signing[_-]?key|encryption[_-]?key|credentials?)")
+# A value someone made, not an English word: 8+ characters without spaces that mix
+# letters with digits, or upper with lower case (10+), or carry signs.
+_MADE_VALUE = (r"(?=\S*[A-Za-z])(?:(?=\S*\d)\S{8,}|(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z]{10,}"
+               r"|(?=\S*[!@#$%^&*+/])\S{8,})")
 
 # (family, pattern). Order matters: specific provider formats before generic ones.
 _PATTERNS: list[tuple[str, str]] = [
@@ -42,21 +50,49 @@ _PATTERNS: list[tuple[str, str]] = [
     ("azure", r"(?i)\b(?:AccountKey|SharedAccessKey)=(?P<value>[A-Za-z0-9+/=]{32,})"),
     ("slack", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
     ("slack", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}"),
+    ("discord", r"https://(?:discord|discordapp)\.com/api/webhooks/\d+/[A-Za-z0-9_-]{30,}"),
+    ("discord", r"\b[A-Za-z0-9_-]{24,28}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}\b"),
+    ("telegram", r"(?<!\d)\d{8,10}:AA[A-Za-z0-9_-]{30,}"),
+    ("sendgrid", r"\bSG\.[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}"),
+    ("npm", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    ("pypi", r"\bpypi-AgE[A-Za-z0-9_-]{40,}"),
+    ("digitalocean", r"\bdo[por]_v1_[a-f0-9]{64}\b"),
+    ("grafana", r"\bglsa_[A-Za-z0-9]{32}_[a-f0-9]{8}\b"),
+    ("shopify", r"\bshp(?:at|ca|pa|ss)_[a-f0-9]{32}\b"),
+    ("square", r"\bsq0(?:atp|csp)-[A-Za-z0-9_-]{22,}"),
+    ("twilio", r"\b(?:AC|SK)[a-f0-9]{32}\b"),
+    ("mailgun", r"\bkey-[a-f0-9]{32}\b"),
+    ("putty", r"Private-Lines:\s*\d+\s+(?P<value>[A-Za-z0-9+/=]{20,})"),
     (
         "jwt",
         r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
     ),
-    ("bearer", r"(?i)\bbearer\s+" + _NOT_A_VALUE + r"(?P<value>[A-Za-z0-9._~+/=-]{16,})"),
     (
-        "url_password",
-        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:" + _NOT_A_VALUE + r"(?P<value>[^\s/@]+)@",
+        "bearer",
+        r"(?i)\b(?:bearer|basic|token)\s+" + _NOT_A_VALUE
+        + r"(?P<value>(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,})",
     ),
     (
+        "url_password",
+        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:" + _NOT_A_VALUE + r"(?P<value>[^\s/@]+)@",
+    ),
+    ("cli_password", r"(?:\s-u|--user)\s+[^\s:]+:" + _NOT_A_VALUE + r"(?P<value>[^\s@]{4,})"),
+    ("login_password", r"(?i)\blogin\s+\S+\s*/\s*" + _NOT_A_VALUE + r"(?P<value>\S{6,})"),
+    (
+        # KEY=value, key: value, "key": "value", for every name that says secret
+        # (DB_PASSWORD, SecretAccessKey, JWT_SECRET, signing_key...).
         "password_assignment",
-        r"(?i)\b(?:password|passwd|passphrase|pwd|secret|client_secret|api[_-]?key"
-        r"|access[_-]?token|auth[_-]?token|secret[_-]?key)\b[\"']?\s*[:=]\s*"
+        r"(?i)(?<![A-Za-z0-9])[\w.-]*?" + _SECRET_WORD + r"[\w.-]*[\"']?\s*[:=]\s*"
         + _NOT_A_VALUE
         + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'|[^\s\"',;]{4,})",
+    ),
+    (
+        # "password hunter22", "the secret is wJalr...": a keyword, a space (or "is"), and
+        # a value that looks made, not a word: digits and letters, or mixed case, or signs.
+        "password_phrase",
+        r"(?i)\b(?:password|passwd|passphrase|pass|pwd|secret(?:\s+(?:access\s+)?key)?"
+        r"|token|bearer|api\s*key|access\s+token|auth\s+token|client\s+secret|private\s+key)"
+        r"(?:\s+is)?\s+" + _NOT_A_VALUE + r"(?-i:(?P<value>" + _MADE_VALUE + r"))",
     ),
 ]
 

@@ -213,3 +213,32 @@ def test_a_block_that_restates_a_note_says_updated_not_remembered(app):
     again, _, _ = app.chat(user("b"), "Ok. " + restated, headers={"X-Tandem-Session": "restate"})
     assert again.endswith("› updated: port 5433 for the staging database")
     assert len(app.memory.store("tester").list()) == 1
+
+
+SECRET_BODY = ("key id AKIA" + "IOSFODNN7EXAMPLE secret " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"
+               + "EXAMPLEKEY")
+
+
+def test_a_block_that_is_mostly_a_secret_is_refused_and_goes_out_as_text(app):
+    raw = BLOCK.replace("{title}", "aws access").replace(
+        "The project builds with node 20 and pnpm.", SECRET_BODY)
+    content, _, _ = app.chat(user("Keep my AWS key."), "Sure. " + raw,
+                             headers={"X-Tandem-Session": "secret-block"})
+    assert "› remembered" not in content and "<tandem_memory" in content  # as it was
+    assert app.memory.store("tester").list() == []
+
+
+def test_a_block_with_a_secret_in_its_title_is_refused(app):
+    raw = BLOCK.replace("{title}", "token ghp_" + "aB3dE5gH7jK9mN1pQ3sT" + "aB3dE5gH7jK9mN1p")
+    content, _, _ = app.chat(user("x"), raw, headers={"X-Tandem-Session": "secret-title"})
+    assert "› remembered" not in content and app.memory.store("tester").list() == []
+
+
+def test_the_memory_route_refuses_a_mostly_secret_body(app):
+    _, _, response = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "route"})
+    token = {"X-Tandem-Memory-Token": response.headers["x-tandem-memory-token"]}
+    refused = app.request("POST", "/v1/memory", headers=token, json={
+        "op": "add", "scope": "user", "kind": "reference", "title": "aws access",
+        "body": SECRET_BODY})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "secret"
+    assert app.memory.store("tester").list() == []

@@ -173,3 +173,15 @@ def test_the_idle_loop_visits_a_session_after_a_give_up(app, served):
     runs = served.run(app.app.state.tandem.writer.tick())
     assert [(r.session, r.trigger) for r in runs] == [("loop", "give_up")]
     assert app.memory.triggers.due() == []
+
+
+def test_a_writer_block_that_is_mostly_a_secret_is_refused(app):
+    converse(app, "secret")
+    secret = ("key id AKIA" + "IOSFODNN7EXAMPLE secret " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"
+              + "EXAMPLEKEY")
+    script = BLOCK.replace("{title}", "aws access").replace(
+        "The integration tests need the local database running.", secret)
+    run = run_writer(app, "secret", gate_script="yes", script=script)
+    assert run["outcome"] == "refused" and run["refusals"] == ["secret"]
+    assert app.memory.store("tester").list() == []
+    assert "wJalr" not in json.dumps(run_files(app)[-1])
