@@ -74,6 +74,18 @@ def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
         handle.write(payload)
 
 
+def append_private(path: Path, text: str) -> None:
+    """Append to a log file that only its owner reads (0600 in a 0700 folder, whatever
+    the umask); one write a call, so lines from two writers do not interleave."""
+    ensure_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def remove_file(path: Path) -> bool:
     """Unlink ``path`` and fsync its folder; False when it was already gone."""
     try:

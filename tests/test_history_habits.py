@@ -260,6 +260,8 @@ def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
                 if len(seen) > 200:
                     break
     record = _eventually_record(ledger, user, session)
+    triggers = served.app.state.tandem.memory.triggers
+    assert (user, session, "give_up") in triggers.due()  # the writer will look at it
     tokenizer = served.app.state.tandem.engine.tokenizer
     answer = tokenizer.decode(list(record.ids)).rsplit("</think>\n\n", 1)[1]
     assert answer.startswith(seen) and len(answer) < len(script)

@@ -64,6 +64,7 @@ def test_the_writer_stores_provisional_notes_from_its_blocks(app):
     record = run_files(app)[-1]
     assert record["note_ids"] == [note.id]
     assert "local database" not in json.dumps(record)  # ids and counts, never text
+    assert_private_tree(app.memory.root)
 
 
 def test_a_rule_about_the_user_is_refused_in_a_writer_turn(app):
@@ -83,6 +84,21 @@ def test_shadow_mode_counts_blocks_and_stores_nothing(app):
     assert app.memory.store("tester").list() == []
     shadow = (app.memory.root / "cognition" / "writer-shadow.jsonl").read_text()
     assert '"blocks": 2' in shadow and "one" not in shadow
+    assert_private_tree(app.memory.root)
+
+
+def assert_private_tree(root) -> None:
+    """Every folder under memory/ is 0700 and every file 0600, whoever wrote it."""
+    import os
+    import stat
+
+    files = 0
+    for folder, _dirs, names in os.walk(root):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
+        for name in names:
+            assert stat.S_IMODE(os.stat(os.path.join(folder, name)).st_mode) == 0o600, name
+            files += 1
+    assert files > 0
 
 
 def test_a_tool_call_written_another_way_ends_the_turn_at_its_name(app):
