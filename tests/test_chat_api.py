@@ -132,12 +132,21 @@ def test_models_health_and_readiness(client):
     assert [m["id"] for m in models["data"]] == ["tiny"]
 
 
+def _metric(text: str, name: str) -> float:
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.rsplit(" ", 1)[1])
+
+
 def test_metrics_count_requests_tokens_and_ttft(client):
+    names = ('tandem_requests_finished_total{kind="client"}',
+             'tandem_ttft_seconds_count{kind="client"}',
+             'tandem_http_responses_total{route="/v1/chat/completions",status="200"}')
+    chat(client, script="warm")  # every series exists before the one counted
+    before = client.get("/metrics").text
     chat(client, script="counted")
-    text = client.get("/metrics").text
-    assert 'tandem_requests_finished_total{kind="client"}' in text
-    assert 'tandem_ttft_seconds_count{kind="client"}' in text
-    assert 'tandem_http_responses_total{route="/v1/chat/completions",status="200"}' in text
+    after = client.get("/metrics").text
+    for name in names:
+        assert _metric(after, name) == _metric(before, name) + 1, name
 
 
 def test_a_seeded_request_with_a_long_prompt_is_answered(client):
