@@ -75,3 +75,21 @@ def test_profiles_command_lists_model_and_memory_mode(capsys):
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
     assert "tiny" in out and "builtin:tiny-qwen3" in out and "Qwen/Qwen3-8B" in out
+
+
+# vLLM's CPU attention: block sizes in multiples of 32, these head sizes (and up by 16s).
+CPU_HEAD_SIZES = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256}
+
+
+@pytest.mark.parametrize("name", profile_names())
+def test_cpu_profiles_keep_the_cpu_attention_rules(name):
+    from engine.model_builder import BUILTIN_MODELS
+
+    profile = load_profile(name)
+    if profile.device != "cpu":
+        return
+    assert profile.block_size % 32 == 0, (name, profile.block_size)
+    if profile.builtin_model:
+        config = BUILTIN_MODELS[profile.builtin_model].config
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        assert head in CPU_HEAD_SIZES, (name, head)
