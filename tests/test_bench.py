@@ -99,3 +99,16 @@ def test_per_turn_ratios_pair_each_later_turn_with_the_same_turn_of_the_base_mod
     assert ratios == [1.5, 1.0]
     assert spread(ratios) == {"min": 1.0, "median": 1.25, "max": 1.5}
     assert spread([]) is None
+
+
+def test_the_bench_keeps_its_own_claims(report):
+    """naive re-reads everything, lanes share no cache, modes rotate, busy samples abort."""
+    results, _ = report
+    turns = results["session"]["turns"]
+    assert all(t["cached_fraction"] < 0.1 for t in turns if t["mode"] == "naive")
+    assert all(t["cached_tokens"] == 0 for t in turns if t["turn"] == 1)  # lanes isolated
+    for k in range(1, QUICK.turns + 1):
+        order = [t["mode"] for t in turns[(k - 1) * len(MODES): k * len(MODES)]]
+        assert sorted(order) == sorted(MODES) and order[0] == MODES[(k - 1) % len(MODES)]
+    busy = [s for s in results["writer"]["preemption"] if s["busy"]]
+    assert busy and all(s["background_finish_reason"] == "abort" for s in busy)

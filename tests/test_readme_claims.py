@@ -99,3 +99,18 @@ def test_enable_thinking_changes_the_prompt(app, thinking):
     answer = text[len(prompt):]
     # Thinking off: the template closes an empty think block for the model.
     assert answer.startswith("<think>\n\n</think>\n\n") != thinking
+
+
+def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
+        monkeypatch, tmp_path):
+    from server.memory import MemoryServices, MemorySettings
+
+    monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")
+    monkeypatch.setenv("TANDEM_NIGHTLY_HOUR", "5")
+    services = MemoryServices(tmp_path)
+    assert services.triggers.idle_s == 7.5
+    assert MemorySettings().nightly_hour == 5
+    monkeypatch.delenv("TANDEM_WRITER_IDLE_S")
+    monkeypatch.delenv("TANDEM_NIGHTLY_HOUR")
+    assert MemoryServices(tmp_path).triggers.idle_s == 180.0
+    assert MemorySettings().nightly_hour == 3
