@@ -108,3 +108,34 @@ def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
                      f"{r['prompt_tokens']} | {r['cached_tokens']} | {end} | "
                      f"{r['ttft_s']:.3f} |")
     return lines
+
+
+NEW_SESSION_PLOT = "new_session_ttft.png"
+
+
+def plot_new_sessions(rows: list[dict[str, Any]], profile: str, path) -> None:
+    """Bars: each new session's first-token time, memory on beside off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    numbers = sorted({r["session_number"] for r in rows})
+    labels = [next(r["step"] for r in rows if r["session_number"] == n).replace("_", " ")
+              for n in numbers]
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    width = 0.38
+    for shift, mode in ((-width / 2, "off"), (width / 2, "on")):
+        values = [next((r["ttft_s"] for r in rows if r["session_number"] == n
+                        and r["mode"] == mode), 0.0) for n in numbers]
+        ax.bar([n + shift for n in numbers], values, width, label=f"memory {mode}")
+    ax.set_xticks(numbers, [f"{n}: {label}" for n, label in zip(numbers, labels, strict=True)],
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("TTFT (s, log scale)")
+    ax.set_title(f"New session, first turn ({profile})")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

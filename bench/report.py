@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.lanes import MODES
+from bench.new_sessions import NEW_SESSION_PLOT, new_session_ratios, plot_new_sessions
 from bench.new_sessions import markdown_lines as new_session_markdown
-from bench.new_sessions import new_session_ratios
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
 TTFT_PLOT = "ttft_per_turn.png"
@@ -268,6 +268,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> str:
     plot(turns, "cached_fraction", "cached tokens / prompt tokens",
          f"Cached fraction per turn ({profile})", out_dir / CACHED_PLOT)
     results["plots"] = {"ttft": TTFT_PLOT, "cached_fraction": CACHED_PLOT}
+    if results.get("new_sessions"):
+        plot_new_sessions(results["new_sessions"], profile, out_dir / NEW_SESSION_PLOT)
+        results["plots"]["new_sessions"] = NEW_SESSION_PLOT
     (out_dir / RESULTS_JSON).write_text(json.dumps(results, indent=2) + "\n")
     text = markdown(results)
     (out_dir / SUMMARY_MD).write_text(text)
