@@ -91,8 +91,6 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
                            services.shown.as_written)
     cut = replay_cut(engine.tokenizer, rendered, match)
     replayed = match.record.spans if cut is not None and match is not None else None
-    if replayed is None and memory.off_reason is None:
-        note_miss(services, memory, visible, engine.count_tokens)
     hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
     built = assemble(engine.tokenizer, rendered, match, cut, hidden.head, hidden.tails,
                      profile.block_size)
@@ -106,6 +104,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         raise APIError(400, f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} tokens "
                        f"exceed this model's context of {profile.max_model_len} tokens",
                        code="context_length_exceeded", param="max_tokens")
+    if replayed is None and memory.off_reason is None:  # a valid request that missed
+        note_miss(services, memory, visible, engine.count_tokens)
     script_ids = None
     if request.script is not None:
         script_ids = tuple(engine.tokenizer.encode(request.script, add_special_tokens=False))

@@ -11,9 +11,8 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from server.auth import is_loopback
 from server.errors import APIError
-
-LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 class WriterRunRequest(BaseModel):
@@ -32,7 +31,7 @@ def conductor_router(state) -> APIRouter:
 
     def admin(request: Request):
         peer = request.client.host if request.client else None
-        if peer not in LOOPBACK or peer in state.memory.settings.trusted_proxies:
+        if not is_loopback(peer) or peer in state.memory.settings.trusted_proxies:
             raise APIError(403, "conductor routes answer local clients only",
                            code="admin_only", kind="permission_error")
         key_user = getattr(request.state, "key_user", None)

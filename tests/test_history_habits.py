@@ -11,6 +11,8 @@ import httpx
 import openai
 import pytest
 
+from tests.inprocess import eventually
+
 BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
          "{title} is a fact worth keeping.\n</tandem_memory>")
 TOOLS = [{"type": "function", "function": {
@@ -242,6 +244,18 @@ def test_a_real_status_line_sent_back_is_taken_off_and_the_block_replayed(talk):
     assert "block" in chat.kinds()
 
 
+def test_a_status_line_sent_back_on_a_miss_is_taken_off_by_what_was_shown(talk):
+    chat = talk()
+    title = f"cache host {uuid.uuid4().hex[:6]}"
+    first = [{"role": "user", "content": "Remember the cache host."}]
+    message, _ = chat.send(first, "Noted. " + BLOCK.format(title=title))
+    chat.session += "-elsewhere"  # the same history in another session: nothing replays
+    chat.send([*first, message, {"role": "user", "content": "Thanks."}], "Ok.",
+              extends=False)
+    text = chat.prompt_text()
+    assert "Noted." in text and "› remembered" not in text  # rendered without the line
+
+
 def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
     ledger = served.app.state.tandem.memory.ledger
     user = served.app.state.tandem.memory.settings.user_name
@@ -259,7 +273,8 @@ def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
                     seen += delta.get("content") or ""
                 if len(seen) > 200:
                     break
-    record = _eventually_record(ledger, user, session)
+    eventually(lambda: ledger.latest(user, session) is not None, timeout=30)
+    record = ledger.latest(user, session)
     triggers = served.app.state.tandem.memory.triggers
     assert (user, session, "give_up") in triggers.due()  # the writer will look at it
     tokenizer = served.app.state.tandem.engine.tokenizer
@@ -276,15 +291,3 @@ def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
     assert tuple(latest.ids[: len(record.ids)]) == tuple(record.ids)  # replayed as it was
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(record.ids) - 2 * (
         tiny_profile.block_size)
-
-
-def _eventually_record(ledger, user: str, session: str):
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        record = ledger.latest(user, session)
-        if record is not None:
-            return record
-        time.sleep(0.05)
-    raise AssertionError("the stopped turn was not recorded")
