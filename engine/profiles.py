@@ -7,6 +7,7 @@ so the memory modes accept `true`/`false` for `on`/`off`: `mode: off` means what
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,18 @@ class ProfileError(ValueError):
     """A profile that cannot be used; the message names the file and the key."""
 
 
+CONVERSATIONS = ("sessions", "continuous")
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     mode: str = "off"
     writer_mode: str = "off"
+    # sessions: /v1/chat/completions serves the history the client sends; continuous: the
+    # server keeps one conversation a user and takes only the client's last user message.
+    conversation: str = "sessions"
+    replay_turns: int = 40  # the continuous conversation's replay window, in turns
+    replay_tokens: int | None = None  # ... and in tokens (None: a third of the context)
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
-_MEMORY_KEYS = ("mode", "writer")
+_MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens")
 _WRITER_KEYS = ("mode",)
 
 
@@ -122,9 +131,21 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     for key in writer:
         if key not in _WRITER_KEYS:
             raise ProfileError(f"{path}: unknown key 'memory.writer.{key}'")
+    conversation = raw.get("conversation", "sessions")
+    _check_type(path, "memory.conversation", conversation, (str,))
+    _choice(path, "memory.conversation", conversation, CONVERSATIONS)
+    window = {}
+    for key, types in (("replay_turns", (int,)), ("replay_tokens", (int, type(None)))):
+        if key in raw:
+            _check_type(path, f"memory.{key}", raw[key], types)
+            if raw[key] is not None and raw[key] < 2:
+                raise ProfileError(f"{path}: key 'memory.{key}' must be at least 2, "
+                                   f"got {raw[key]}")
+            window[key] = raw[key]
     return MemorySettings(
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
+        conversation=conversation, **window,
     )
 
 
@@ -200,7 +221,8 @@ def default_profile_name() -> str:
 def with_overrides(profile: Profile, memory_mode: str | None = None,
                    writer_mode: str | None = None) -> Profile:
     """A copy with the memory switches replaced (the CLI's --memory and --writer)."""
-    memory = MemorySettings(
+    memory = dataclasses.replace(
+        profile.memory,
         mode=_mode(profile.path, "memory.mode", memory_mode or profile.memory.mode),
         writer_mode=_mode(profile.path, "memory.writer.mode",
                           writer_mode or profile.memory.writer_mode),

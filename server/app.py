@@ -21,8 +21,10 @@ from engine.profiles import Profile
 from server import chat
 from server.auth import Auth, is_loopback
 from server.conductor_routes import conductor_router
+from server.continuous import prepare_continuous
 from server.errors import APIError, error_response, install_error_handlers
 from server.keys import KeyStore
+from server.layer_routes import layer_router
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
@@ -95,6 +97,18 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(memory_router(memory))
     app.include_router(conductor_router(state))
 
+    async def answer(engine_: Engine, prepared: chat.PreparedChat,
+                     parsed: ChatCompletionRequest):
+        headers = chat.response_headers(prepared)
+        if parsed.stream:
+            include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", **headers})
+        return JSONResponse(await chat.complete(engine_, memory, prepared), headers=headers)
+
+    app.include_router(layer_router(state, answer))
+
     @app.middleware("http")
     async def count_responses(request: Request, call_next):
         path = request.url.path
@@ -145,15 +159,13 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             raise _validation_error(exc) from None
         engine_ = state.ready_engine()
         peer = request.client.host if request.client else None
-        prepared = chat.prepare(engine_, profile, memory, parsed, request.headers, peer,
-                                request.state.key_user)
-        headers = chat.response_headers(prepared)
-        if parsed.stream:
-            include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **headers})
-        return JSONResponse(await chat.complete(engine_, memory, prepared), headers=headers)
+        # A continuous profile keeps one conversation a user: the client's history is not
+        # used, only its last user message.
+        build = (prepare_continuous if profile.memory.conversation == "continuous"
+                 else chat.prepare)
+        prepared = build(engine_, profile, memory, parsed, request.headers, peer,
+                         request.state.key_user)
+        return await answer(engine_, prepared, parsed)
 
     return app
 

@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from server.memblock import MemoryFilter
 from server.memory import MemoryContext, MemoryServices, resolve_context
 from server.output_parser import OutputParser, ParsedDelta
 from server.prompt import (
+    Tail,
     assemble,
     ids_for_text,
     render_chat,
@@ -37,6 +38,19 @@ from server.prompt import (
 from server.schema import ChatCompletionRequest
 
 DEFAULT_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One finished (or abandoned) answer, as the continuous conversation's history
+    keeps it."""
+
+    written: str  # the answer's text as the model wrote it, blocks held back
+    status: str  # the status lines the client was shown after it
+    reasoning: str
+    tool_calls: list[tuple[str | None, str, str]]  # (id, name, arguments)
+    hidden: list[Tail]  # what this turn hid after its new messages
+    interrupted: bool
 
 
 @dataclass
@@ -55,6 +69,9 @@ class PreparedChat:
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
     created: int = field(default_factory=lambda: int(time.time()))
+    # Called once the turn is recorded, on the event loop: the continuous conversation
+    # numbers it in its history at once and writes the file in a worker thread.
+    on_recorded: Callable[[RecordedTurn], None] | None = None
 
     @property
     def ledger_user(self) -> str:
@@ -68,8 +85,11 @@ def model_names(profile: Profile) -> set[str]:
 
 def prepare(engine: Engine, profile: Profile, services: MemoryServices,
             request: ChatCompletionRequest, headers, peer: str | None,
-            key_user: str | None = None) -> PreparedChat:
-    """Validate against the served profile and build the prompt; APIError when bad."""
+            key_user: str | None = None, session: str | None = None,
+            leading_tails: Sequence[Tail] = ()) -> PreparedChat:
+    """Validate against the served profile and build the prompt; APIError when bad.
+    `session` overrides the header and the derived id (the continuous conversation's);
+    `leading_tails` go right after the new messages, before memory's own tails."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
@@ -82,7 +102,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
                        param="X-Tandem-Memory")
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
-                             key_user)
+                             key_user, session)
     visible = visible_messages(request)
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and request.tools and tools_for_template(request):
@@ -92,8 +112,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     cut = replay_cut(engine.tokenizer, rendered, match)
     replayed = match.record.spans if cut is not None and match is not None else None
     hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
-    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head, hidden.tails,
-                     profile.block_size)
+    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head,
+                     [*leading_tails, *hidden.tails], profile.block_size)
     room = profile.max_model_len - len(built.ids)
     if room < 1:
         raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
@@ -141,6 +161,7 @@ class Answer:
     memory_filter: MemoryFilter
     output_ids: list[int] = field(default_factory=list)
     engine_text: str = ""  # the text of output_ids as the engine gave it (no stop string)
+    reasoning: str = ""
     last: Delta | None = None
 
     @classmethod
@@ -171,15 +192,18 @@ class Answer:
         it back), and have the writer look at the session."""
         held = len(self.parser.held_text) + len(self.memory_filter.held_text)
         if self.output_ids:
-            self._record(self.engine_text[: len(self.engine_text) - held])
+            self._record(self.engine_text[: len(self.engine_text) - held], interrupted=True)
+        elif self.chat.on_recorded is not None:  # what the user said is kept all the same
+            self._hand_over(interrupted=True)
         self.gave_up()
 
     def _filtered(self, parsed: ParsedDelta, first: int) -> ParsedDelta:
+        self.reasoning += parsed.reasoning
         if parsed.content:
             parsed.content = self.memory_filter.feed(parsed.content, first, len(self.output_ids))
         return parsed
 
-    def _record(self, shown_text: str | None = None) -> None:
+    def _record(self, shown_text: str | None = None, interrupted: bool = False) -> None:
         """The turn into the ledger: the prompt and the output ids, which end where the
         client's text ends when `shown_text` (the engine text it saw) is given."""
         chat = self.chat
@@ -207,6 +231,19 @@ class Answer:
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
             self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)
+        self._hand_over(interrupted)
+
+    def _hand_over(self, interrupted: bool) -> None:
+        """The turn to `on_recorded` (which must not wait on a disk: it runs here)."""
+        if self.chat.on_recorded is None:
+            return
+        turn = RecordedTurn(
+            written=self.memory_filter.visible_text, status=self.memory_filter.status_suffix,
+            reasoning=self.reasoning,
+            tool_calls=[(c.id, c.name, c.arguments) for c in self.parser.tool_calls],
+            hidden=[t for t in (self.chat.hidden.head, *self.chat.hidden.tails) if t],
+            interrupted=interrupted)
+        self.chat.on_recorded(turn)
 
     def _note_head(self) -> None:
         """The head and the shared context this turn ran are cached now: the prewarm

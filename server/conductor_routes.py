@@ -26,18 +26,24 @@ class WriterModeRequest(BaseModel):
     mode: Literal["off", "shadow", "on"]
 
 
+def check_admin(request: Request, settings) -> None:
+    """The admin rule: a loopback client, not relayed by a proxy, with the engine user's key
+    (or none where the server has no keys)."""
+    peer = request.client.host if request.client else None
+    if not is_loopback(peer) or peer in settings.trusted_proxies:
+        raise APIError(403, "conductor routes answer local clients only",
+                       code="admin_only", kind="permission_error")
+    key_user = getattr(request.state, "key_user", None)
+    if key_user is not None and key_user != settings.user_name:
+        raise APIError(403, "conductor routes answer the engine's own user only",
+                       code="admin_only", kind="permission_error")
+
+
 def conductor_router(state) -> APIRouter:
     router = APIRouter(prefix="/v1/conductor")
 
     def admin(request: Request):
-        peer = request.client.host if request.client else None
-        if not is_loopback(peer) or peer in state.memory.settings.trusted_proxies:
-            raise APIError(403, "conductor routes answer local clients only",
-                           code="admin_only", kind="permission_error")
-        key_user = getattr(request.state, "key_user", None)
-        if key_user is not None and key_user != state.memory.settings.user_name:
-            raise APIError(403, "conductor routes answer the engine's own user only",
-                           code="admin_only", kind="permission_error")
+        check_admin(request, state.memory.settings)
         if state.writer is None:
             raise APIError(503, "the engine is still loading", code="engine_not_ready",
                            kind="server_error")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from conductor.journal import Journal
+from conductor.layers.history import QuarantineReport
+from conductor.layers.user_layers import UserLayers
 from conductor.ledger import Ledger
 from conductor.notes import NoteStore
 from conductor.paths import valid_session, valid_user
@@ -25,6 +29,8 @@ from conductor.shared_context import (
 from conductor.shown_answers import ShownAnswers
 from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
+
+log = logging.getLogger("tandem.memory")
 
 MEMORY_HEADER = "x-tandem-memory"
 USER_HEADER = "x-tandem-user"
@@ -139,10 +145,11 @@ def request_user(headers, peer: str | None, settings: MemorySettings,
 
 
 def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
-                    settings: MemorySettings, key_user: str | None = None) -> MemoryContext:
+                    settings: MemorySettings, key_user: str | None = None,
+                    session: str | None = None) -> MemoryContext:
     user = request_user(headers, peer, settings, key_user)
     header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
-    session = headers.get(SESSION_HEADER) or derive_session(request)
+    session = session or headers.get(SESSION_HEADER) or derive_session(request)
     if not valid_session(session):  # any header value is accepted, filed under its hash
         session = "h-" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
     last_role = request.messages[-1].role
@@ -162,6 +169,7 @@ class MemoryServices:
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     _stores: dict[str, NoteStore] = field(default_factory=dict)
+    _layers: dict[str, UserLayers] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
     _by_session: dict[tuple[str, str], str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -175,6 +183,25 @@ class MemoryServices:
             if user not in self._stores:
                 self._stores[user] = NoteStore(self.root, user)
             return self._stores[user]
+
+    def layers(self, user: str) -> UserLayers:
+        """The user's memory layers (core, working, semantic, history)."""
+        with self._lock:
+            if user not in self._layers:
+                self._layers[user] = UserLayers(self.root, user, self._quarantine_report(user))
+            return self._layers[user]
+
+    def _quarantine_report(self, user: str) -> QuarantineReport:
+        journal = Journal(self.root / "journal.jsonl")
+
+        def report(name: str, reason: str) -> None:
+            log.warning("history turn %s set aside: %s", name, reason)
+            try:  # file names and reasons only: a turn's text never reaches the journal
+                journal.append(op="history_quarantine", user=user, id=name[:200],
+                               reason=reason[:200].replace("\n", " "))
+            except (OSError, ValueError):
+                log.warning("journal not written for a set-aside turn")
+        return report
 
     def token_for(self, user: str, session: str) -> str:
         """The session's token for the memory routes, issued once."""

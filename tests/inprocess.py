@@ -14,7 +14,8 @@ class InProcessApp:
 
     def __init__(self, served, home: Path, memory_mode: str | None = None,
                  scripted: bool = True, trusted_proxies: frozenset[str] = frozenset(),
-                 client_host: str = "127.0.0.1", auth=None) -> None:
+                 client_host: str = "127.0.0.1", auth=None,
+                 memory_changes: dict | None = None) -> None:
         from engine.profiles import MemorySettings as ProfileMemory
         from server.app import create_app
         from server.memory import MemorySettings
@@ -23,6 +24,9 @@ class InProcessApp:
         profile = engine.profile
         if memory_mode is not None:
             profile = dataclasses.replace(profile, memory=ProfileMemory(mode=memory_mode))
+        if memory_changes:  # other memory keys of the profile (conversation, replay window)
+            profile = dataclasses.replace(
+                profile, memory=dataclasses.replace(profile.memory, **memory_changes))
         profile = dataclasses.replace(profile, scripted=scripted)
         settings = MemorySettings(user_name="tester", trusted_proxies=trusted_proxies)
         self.app = create_app(profile, home, engine=engine, memory_settings=settings, auth=auth)
@@ -46,18 +50,31 @@ class InProcessApp:
         response = self.request("POST", "/v1/chat/completions", headers=headers or {}, json={
             "model": "tiny", "messages": messages, "script": script, "stream": stream,
             "stream_options": {"include_usage": True} if stream else None, **body})
-        assert response.status_code == 200, response.text
-        if not stream:
-            data = response.json()
-            return data["choices"][0]["message"]["content"] or "", data["usage"], response
-        content, usage = "", {}
-        for line in response.text.splitlines():
-            if line.startswith("data: {"):
-                event = json.loads(line[6:])
-                if event["choices"]:
-                    content += event["choices"][0]["delta"].get("content") or ""
-                usage = event.get("usage") or usage
-        return content, usage, response
+        return _answer(response, stream)
+
+    def converse(self, message: str, script: str, headers: dict | None = None,
+                 stream: bool = False, **body) -> tuple[str, dict, httpx.Response]:
+        """(content the client saw, usage, response) for one message of the continuous
+        conversation."""
+        response = self.request("POST", "/v1/conductor/converse", headers=headers or {}, json={
+            "message": message, "script": script, "stream": stream,
+            "stream_options": {"include_usage": True} if stream else None, **body})
+        return _answer(response, stream)
+
+
+def _answer(response: httpx.Response, stream: bool) -> tuple[str, dict, httpx.Response]:
+    assert response.status_code == 200, response.text
+    if not stream:
+        data = response.json()
+        return data["choices"][0]["message"]["content"] or "", data["usage"], response
+    content, usage = "", {}
+    for line in response.text.splitlines():
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            if event["choices"]:
+                content += event["choices"][0]["delta"].get("content") or ""
+            usage = event.get("usage") or usage
+    return content, usage, response
 
 
 def eventually(check, timeout: float = 10.0) -> None:

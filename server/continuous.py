@@ -1,0 +1,141 @@
+"""The continuous conversation: one per user, no sessions, its history kept by the server.
+
+`prepare_continuous` turns the user's new message into a chat request whose messages are
+the layers (policy + core, working memory), the replay window of history turns and the
+new message; `server/chat.py` then serves it like any chat turn, so the ledger's exact ids
+carry from one message to the next. When the answer is recorded, the turn is appended to
+the history (`history/turns/...`), unless memory may not write for the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from conductor.layers.conversation import (
+    TIME_KIND,
+    WindowBounds,
+    local_offset_minutes,
+    replay_window,
+    system_text,
+    time_line,
+    working_memory_text,
+)
+from conductor.layers.turn_format import Part, Turn, TurnMessage
+from conductor.layers.user_layers import UserLayers
+from engine.engine import Engine
+from engine.profiles import Profile
+from server import chat
+from server.chat import PreparedChat, RecordedTurn
+from server.errors import APIError
+from server.memory import MemoryServices, request_user
+from server.prompt import Tail
+from server.schema import ChatCompletionRequest, ChatMessage
+
+log = logging.getLogger("tandem.continuous")
+
+CONTINUOUS_SESSION = "continuous"
+
+
+def window_bounds(profile: Profile) -> WindowBounds:
+    return WindowBounds(turns=profile.memory.replay_turns,
+                        tokens=profile.memory.replay_tokens or profile.max_model_len // 3)
+
+
+def prepare_continuous(engine: Engine, profile: Profile, services: MemoryServices,
+                       request: ChatCompletionRequest, headers, peer: str | None,
+                       key_user: str | None = None,
+                       utc_offset_minutes: int | None = None) -> PreparedChat:
+    """The user's next message in their one conversation. `request` carries the new user
+    message as its last message (and the sampling settings); anything before it is the
+    client's copy of the history and is not used: the server holds the history."""
+    last = request.messages[-1]
+    if last.role != "user":
+        raise APIError(400, "the continuous conversation takes a user message last; tool "
+                       "results and assistant messages belong to sessions "
+                       "(memory.conversation: sessions)", code="invalid_value",
+                       param="messages")
+    user = request_user(headers, peer, services.settings, key_user)
+    switch = (headers.get("x-tandem-memory") or "").strip().lower()
+    if user is None or switch == "off" or profile.memory.mode == "off":
+        # Memory off reads and writes no layer: the message is answered on its own.
+        alone = request.model_copy(update={"messages": [last]})
+        return chat.prepare(engine, profile, services, alone, headers, peer, key_user)
+    layers = services.layers(user)
+    layers.ensure()
+    now = datetime.now(UTC)
+    offset = local_offset_minutes(now) if utc_offset_minutes is None else utc_offset_minutes
+    state = layers.state()
+    turns = layers.history.turns_after(state.window_start - 1)
+    window, moved = replay_window(turns, state, window_bounds(profile), engine.count_tokens)
+    if moved != state:
+        layers.save_state(moved)
+    messages = [ChatMessage(role="system", content=system_text(layers.core())),
+                ChatMessage(role="system", content=working_memory_text(layers.working_memory()))]
+    for turn in window:
+        messages += _turn_messages(turn, services)
+    messages.append(last)
+    previous = turns[-1].time if turns else None
+    time_tail = Tail(TIME_KIND, time_line(now, offset, previous))
+    assembled = request.model_copy(update={"messages": messages})
+    prepared = chat.prepare(engine, profile, services, assembled, headers, peer, key_user,
+                            session=CONTINUOUS_SESSION, leading_tails=[time_tail])
+    if prepared.memory.writes:
+        text = last.text()
+        prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
+                                                             recorded)
+    return prepared
+
+
+def _turn_messages(turn: Turn, services: MemoryServices) -> list[ChatMessage]:
+    """A history turn as the chat messages the client would have sent back: answers as
+    they were shown (status lines included), tool calls with their exact arguments."""
+    out = []
+    for message in turn.messages:
+        if message.role == "assistant":
+            shown, calls = message.shown(), message.tool_calls()
+            services.shown.remember(shown, message.text())
+            tool_calls = [{"id": c.call_id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}}
+                          for c in calls] or None
+            out.append(ChatMessage(role="assistant", content=shown, tool_calls=tool_calls))
+        elif message.role == "tool":
+            call_id = next((p.call_id for p in message.parts if p.call_id), None)
+            out.append(ChatMessage(role="tool", content=message.text(), tool_call_id=call_id))
+        else:
+            out.append(ChatMessage(role="user", content=message.text()))
+    return out
+
+
+def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
+                 recorded: RecordedTurn) -> None:
+    user_parts = [Part("text", text)]
+    user_parts += [Part("hidden", kind=t.kind, note_ids=t.note_ids) for t in recorded.hidden
+                   if t.note_ids]
+    answer: list[Part] = []
+    if recorded.reasoning:
+        answer.append(Part("reasoning", recorded.reasoning))
+    if recorded.written:
+        answer.append(Part("text", recorded.written))
+    answer += [Part("tool_call", name=name, arguments=arguments, call_id=call_id)
+               for call_id, name, arguments in recorded.tool_calls]
+    if recorded.status:
+        answer.append(Part("status", recorded.status))
+    messages = (TurnMessage("user", tuple(user_parts)), TurnMessage("assistant", tuple(answer)))
+    turn = layers.history.reserve(lambda seq: Turn(seq, at, offset, messages,
+                                                   recorded.interrupted))
+    asyncio.get_running_loop().run_in_executor(None, _write_turn, layers, turn)
+
+
+def _write_turn(layers: UserLayers, turn: Turn) -> None:
+    try:
+        layers.history.write(turn)
+    except OSError as exc:  # reported, never a crash of the answer that already went out
+        log.error("history turn %d not written: %s", turn.seq, type(exc).__name__)
+
+
+def history_json(turn: Turn) -> dict[str, Any]:
+    """A turn for a client to show: the stored JSON, which never holds hidden text."""
+    return turn.to_json()
