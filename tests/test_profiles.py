@@ -43,6 +43,9 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  depth: 3\n", "'memory.depth'"),
     (BASE + "device: tpu\n".replace("device: tpu\n", "") + "block_size: 0\n", "'block_size'"),
     (BASE + "cpu_reserved_cores: -1\n", "'cpu_reserved_cores'"),
+    (BASE + "memory:\n  conversation: forever\n", "'memory.conversation'"),
+    (BASE + "memory:\n  replay_turns: 1\n", "'memory.replay_turns'"),
+    (BASE + "memory:\n  replay_tokens: many\n", "'memory.replay_tokens'"),
     ("device: cpu\n", "'model'"),
     (BASE.replace("cpu", "tpu"), "'device'"),
 ])
@@ -57,6 +60,16 @@ def test_yaml_on_and_off_read_as_memory_modes(tmp_path):
     profile = load_profile_file(write(tmp_path, BASE + "memory:\n  mode: off\n  writer:\n"
                                                        "    mode: on\n"))
     assert (profile.memory.mode, profile.memory.writer_mode) == ("off", "on")
+
+
+def test_the_conversation_keys_read_with_their_defaults(tmp_path):
+    plain = load_profile_file(write(tmp_path, BASE))
+    assert (plain.memory.conversation, plain.memory.replay_turns,
+            plain.memory.replay_tokens) == ("sessions", 40, None)
+    custom = load_profile_file(write(tmp_path, BASE + "memory:\n  conversation: continuous\n"
+                                     "  replay_turns: 12\n  replay_tokens: 900\n"))
+    assert (custom.memory.conversation, custom.memory.replay_turns,
+            custom.memory.replay_tokens) == ("continuous", 12, 900)
 
 
 def test_serve_with_a_bad_profile_prints_a_message_not_a_traceback(tmp_path, capsys):

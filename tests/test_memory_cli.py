@@ -1,0 +1,59 @@
+"""`tandem memory layers` and `tandem memory history` over real layer files."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from conductor.layers.turn_format import Part, Turn, TurnMessage
+from conductor.layers.user_layers import UserLayers
+from server.cli import main
+
+
+def with_turns(home, n: int) -> UserLayers:
+    layers = UserLayers(home / "memory", "ada")
+    layers.ensure()
+    for i in range(n):
+        layers.history.append(lambda seq, i=i: Turn(
+            seq, datetime(2026, 11, 30, 9, i, tzinfo=UTC), 60,
+            (TurnMessage("user", (Part("text", f"question {i}"),)),
+             TurnMessage("assistant", (Part("text", f"answer {i}"),
+                                       Part("status", "\n\n› remembered: x"))))))
+    return layers
+
+
+def test_memory_layers_lists_files_sizes_tokens_and_the_checkpoint(tmp_path, capsys,
+                                                                 built_models):
+    (tmp_path / "models").symlink_to(built_models, target_is_directory=True)
+    with_turns(tmp_path, 3)
+    assert main(["memory", "layers", "--home", str(tmp_path), "--user", "ada",
+                 "--profile", "tiny", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    agent = next(f for f in listed["files"] if f["name"] == "AGENT.md")
+    assert agent["bytes"] == (tmp_path / "memory/layers/ada/core/AGENT.md").stat().st_size
+    assert 10 < agent["tokens"] < agent["bytes"]
+    assert listed["history"] == {"turns": 3, "last_seq": 3, "quarantined": []}
+    assert listed["checkpoint_seq"] == 0
+    assert main(["memory", "layers", "--home", str(tmp_path), "--user", "ada",
+                 "--profile", "tiny"]) == 0
+    text = capsys.readouterr().out
+    assert "WORKING_MEMORY.md" in text and "3 turns, last #3; checkpoint #0" in text
+
+
+def test_memory_history_prints_the_last_turns_in_local_time(tmp_path, capsys):
+    with_turns(tmp_path, 4)
+    assert main(["memory", "history", "--home", str(tmp_path), "--user", "ada",
+                 "--last", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "question 1" not in out and "question 2" in out and "question 3" in out
+    assert "#3  2026-11-30 10:02 +0100" in out and "› remembered: x" in out
+
+
+def test_memory_commands_refuse_bad_input_with_a_message(tmp_path, capsys):
+    assert main(["memory", "history", "--home", str(tmp_path), "--user", "../x"]) == 2
+    assert "not a user name" in capsys.readouterr().err
+    assert main(["memory", "history", "--home", str(tmp_path), "--user", "ada",
+                 "--last", "0"]) == 2
+    assert "--last" in capsys.readouterr().err
+    assert main(["memory", "history", "--home", str(tmp_path), "--user", "ada"]) == 0
+    assert "no turns yet" in capsys.readouterr().out
