@@ -80,6 +80,7 @@ class Lane:
                               memory_settings=MemorySettings(user_name=USER))
         self.services = self.app.state.tandem.memory
         self._naive_tokens: dict[str, int] = {}
+        self._continuous = Conversation(session="continuous")
 
     def store(self) -> NoteStore:
         return self.services.store(USER)
@@ -102,8 +103,24 @@ class Lane:
                 "stream_options": {"include_usage": True}, **self.generation}
         if script:
             body["script"] = turn.answer
-        content, usage, completion_id, sent, done = await self._post(body, conversation.session)
+        content, usage, completion_id, sent, done = await self._post(
+            "/v1/chat/completions", body, {"X-Tandem-Session": conversation.session})
         conversation.history += [user, {"role": "assistant", "content": content}]
+        return self._result(conversation, system, number, usage, completion_id, sent, done)
+
+    async def converse(self, turn: Turn, number: int, script: bool) -> TurnResult:
+        """One message of the lane user's continuous conversation: the server keeps the
+        history, the client sends the new message only."""
+        body = {"message": turn.user, "stream": True, "stream_options": {"include_usage": True},
+                **self.generation}
+        if script:
+            body["script"] = turn.answer
+        _, usage, completion_id, sent, done = await self._post("/v1/conductor/converse", body,
+                                                               {})
+        return self._result(self._continuous, None, number, usage, completion_id, sent, done)
+
+    def _result(self, conversation: Conversation, system: str | None, number: int, usage: dict,
+                completion_id: str, sent: float, done: float) -> TurnResult:
         final = self.probe.final.get(completion_id)
         timings = final.timings if final is not None else None
         first = self.probe.first_token_at.get(completion_id, done)
@@ -112,7 +129,7 @@ class Lane:
             mode=self.mode, turn=number, prompt_tokens=usage["prompt_tokens"],
             cached_tokens=details.get("cached_tokens") or 0,
             completion_tokens=usage["completion_tokens"],
-            memory_tokens=self._memory_tokens(conversation, system),
+            memory_tokens=self._memory_tokens(conversation, system or ""),
             ttft_s=first - sent, engine_ttft_s=timings.ttft_s if timings else None,
             decode_s_per_token=timings.decode_s_per_token if timings else None,
             total_s=done - sent, finish_reason=final.finish_reason if final else None)
@@ -127,13 +144,13 @@ class Lane:
         new, conversation.tail_tokens = total - conversation.tail_tokens, total
         return new
 
-    async def _post(self, body: dict, session: str) -> tuple[str, dict, str, float, float]:
+    async def _post(self, path: str, body: dict, headers: dict[str, str]
+                    ) -> tuple[str, dict, str, float, float]:
         transport = httpx.ASGITransport(app=self.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench",
                                      timeout=None) as client:
             sent = time.perf_counter()
-            response = await client.post("/v1/chat/completions", json=body,
-                                         headers={"X-Tandem-Session": session})
+            response = await client.post(path, json=body, headers=headers)
             done = time.perf_counter()
         if response.status_code != 200:
             raise RuntimeError(f"lane {self.mode}: HTTP {response.status_code}: {response.text}")

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.continuous_bench import run_continuous
 from bench.conversation import fill_store
 from bench.lanes import MODES, Lane
 from bench.new_sessions import run_new_sessions
@@ -80,6 +81,8 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         turns = await run_session(lanes, session_turns(config.turns), script, progress)
         recall = await run_recall(lanes, config.recall_samples, script, progress)
         new_sessions = await run_new_sessions(lanes, script, profile.block_size, progress)
+        continuous = await run_continuous(lanes["on"], session_turns(config.turns), script,
+                                          progress)
     writer = await measure_writer(engine, nonce, config.record_tokens, config.write_tokens,
                                   config.preempt_samples, progress)
     return {
@@ -92,6 +95,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns]},
         "recall": [r.as_dict() for r in recall],
         "new_sessions": new_sessions,
+        "continuous": continuous,
         "writer": writer,
     }
 

@@ -75,6 +75,24 @@ def test_new_sessions_find_the_shared_context_cached_and_the_prewarm_runs_after_
     assert results["summary"]["ratios"]["new_session_cached_minus_floor_min"] >= 0
 
 
+def test_the_continuous_conversation_is_served_from_the_cache_message_after_message(report):
+    results, out = report
+    rows = results["continuous"]
+    for way in ("continuous", "chat"):
+        assert sorted(r["message"] for r in rows if r["way"] == way) == list(
+            range(1, QUICK.turns + 1))
+    continuous = sorted((r for r in rows if r["way"] == "continuous"),
+                        key=lambda r: r["message"])
+    block = results["environment"]["block_size"]
+    for before, now in zip(continuous, continuous[1:], strict=False):
+        floor = before["prompt_tokens"] + before["completion_tokens"] - block
+        assert now["cached_tokens"] >= floor, now
+    ratios = results["summary"]["ratios"]
+    assert ratios["continuous_cached_minus_floor_min"] >= 0
+    assert ratios["continuous_ttft_over_chat"] > 0
+    assert (out / results["plots"]["continuous"]).stat().st_size > 0
+
+
 def test_summary_targets_and_plots_are_written(report):
     results, out = report
     summary = results["summary"]
