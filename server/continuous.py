@@ -17,11 +17,9 @@ from typing import Any
 from conductor.layers.conversation import (
     TIME_KIND,
     WindowBounds,
+    conversation_messages,
     local_offset_minutes,
-    replay_window,
-    system_text,
     time_line,
-    working_memory_text,
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
@@ -67,18 +65,16 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     layers.ensure()
     now = datetime.now(UTC)
     offset = local_offset_minutes(now) if utc_offset_minutes is None else utc_offset_minutes
-    state = layers.state()
-    turns = layers.history.turns_after(state.window_start - 1)
-    window, moved = replay_window(turns, state, window_bounds(profile), engine.count_tokens)
-    if moved != state:
-        layers.save_state(moved)
-    messages = [ChatMessage(role="system", content=system_text(layers.core())),
-                ChatMessage(role="system", content=working_memory_text(layers.working_memory()))]
-    for turn in window:
-        messages += _turn_messages(turn, services)
+    previous = layers.last_turn()
+    window = layers.replay(window_bounds(profile), engine.count_tokens)
+    for turn in window:  # the answers as shown: their status lines come off when rendered
+        for message in turn.messages:
+            if message.role == "assistant":
+                services.shown.remember(message.shown(), message.text())
+    prefix = conversation_messages(layers.core(), layers.working_memory(), window)
+    messages = [ChatMessage.model_validate(m) for m in prefix]
     messages.append(last)
-    previous = turns[-1].time if turns else None
-    time_tail = Tail(TIME_KIND, time_line(now, offset, previous))
+    time_tail = Tail(TIME_KIND, time_line(now, offset, previous.time if previous else None))
     assembled = request.model_copy(update={"messages": messages})
     prepared = chat.prepare(engine, profile, services, assembled, headers, peer, key_user,
                             session=CONTINUOUS_SESSION, leading_tails=[time_tail])
@@ -87,26 +83,6 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
         prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
                                                              recorded)
     return prepared
-
-
-def _turn_messages(turn: Turn, services: MemoryServices) -> list[ChatMessage]:
-    """A history turn as the chat messages the client would have sent back: answers as
-    they were shown (status lines included), tool calls with their exact arguments."""
-    out = []
-    for message in turn.messages:
-        if message.role == "assistant":
-            shown, calls = message.shown(), message.tool_calls()
-            services.shown.remember(shown, message.text())
-            tool_calls = [{"id": c.call_id, "type": "function",
-                           "function": {"name": c.name, "arguments": c.arguments}}
-                          for c in calls] or None
-            out.append(ChatMessage(role="assistant", content=shown, tool_calls=tool_calls))
-        elif message.role == "tool":
-            call_id = next((p.call_id for p in message.parts if p.call_id), None)
-            out.append(ChatMessage(role="tool", content=message.text(), tool_call_id=call_id))
-        else:
-            out.append(ChatMessage(role="user", content=message.text()))
-    return out
 
 
 def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,

@@ -60,6 +60,36 @@ def working_memory_text(text: str) -> str:
     return text.strip() or "# Working memory\n\n(empty)"
 
 
+def conversation_messages(core: Sequence[CoreFile], working_memory: str,
+                          window: Sequence[Turn]) -> list[dict]:
+    """The conversation up to (not including) a new message, as chat messages: the policy
+    and core, working memory, then each replayed turn as the client would have sent it
+    back (answers as shown, status lines included; tool calls with their exact
+    arguments)."""
+    out: list[dict] = [{"role": "system", "content": system_text(core)},
+                       {"role": "system", "content": working_memory_text(working_memory)}]
+    for turn in window:
+        out += turn_messages(turn)
+    return out
+
+
+def turn_messages(turn: Turn) -> list[dict]:
+    out: list[dict] = []
+    for message in turn.messages:
+        if message.role == "assistant":
+            calls = [{"id": c.call_id, "type": "function",
+                      "function": {"name": c.name, "arguments": c.arguments}}
+                     for c in message.tool_calls()]
+            out.append({"role": "assistant", "content": message.shown(),
+                        **({"tool_calls": calls} if calls else {})})
+        elif message.role == "tool":
+            call_id = next((p.call_id for p in message.parts if p.call_id), None)
+            out.append({"role": "tool", "content": message.text(), "tool_call_id": call_id})
+        else:
+            out.append({"role": "user", "content": message.text()})
+    return out
+
+
 def turn_tokens(turn: Turn, count: CountTokens) -> int:
     total = 0
     for message in turn.messages:

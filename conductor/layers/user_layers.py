@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from conductor.layers.conversation import CountTokens, WindowBounds, replay_window
 from conductor.layers.core import CoreFile, ensure_core, read_core
 from conductor.layers.history import HistoryStore, QuarantineReport, _log_quarantine
 from conductor.layers.paths import LayerFiles
 from conductor.layers.semantic import ensure_semantic
 from conductor.layers.state import ConversationState, read_state, write_state
+from conductor.layers.turn_format import Turn
 from conductor.layers.working import ensure_working_memory, read_working_memory
 
 
@@ -47,3 +49,17 @@ class UserLayers:
 
     def save_state(self, state: ConversationState) -> None:
         write_state(self.files, state)
+
+    def replay(self, bounds: WindowBounds, count: CountTokens) -> list[Turn]:
+        """The turns the conversation's prompt replays now; moves (and saves) the window's
+        start when the window outgrew its bounds."""
+        state = self.state()
+        turns = self.history.turns_after(state.window_start - 1)
+        window, moved = replay_window(turns, state, bounds, count)
+        if moved != state:
+            self.save_state(moved)
+        return window
+
+    def last_turn(self) -> Turn | None:
+        last = self.history.last_seq
+        return self.history.read(last) if last else None

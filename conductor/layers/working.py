@@ -7,37 +7,26 @@ shows on the next message.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 
 from conductor.atomic import atomic_write
 from conductor.layers.paths import LayerFiles
+from conductor.layers.sections import Entry, parse_sections, render_sections
 
 SECTIONS = ("Current Priorities", "Active Tasks", "Open Threads", "Recent Progress",
             "Pending Checks")
-TITLE = "# Working memory"
+TITLE = "Working memory"
+ID_PREFIX = "w"
 
 
-def render_working_memory(sections: dict[str, list[str]]) -> str:
-    """The file from its sections' bullet lines; every fixed section appears, in order."""
-    out = [TITLE, ""]
-    for name in SECTIONS:
-        out.append(f"## {name}")
-        out.extend(f"- {line}" for line in sections.get(name, ()))
-        out.append("")
-    return "\n".join(out)
+def render_working_memory(sections: dict[str, Sequence[Entry]]) -> str:
+    """The file from its sections' entries; every fixed section appears, in order."""
+    return render_sections(TITLE, SECTIONS, sections)
 
 
-def parse_working_memory(text: str) -> dict[str, list[str]]:
-    """The bullet lines under each fixed section; other headings and lines are ignored."""
-    sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
-    current: str | None = None
-    for line in text.splitlines():
-        heading = re.match(r"##\s+(.+?)\s*$", line)
-        if heading:
-            current = next((s for s in SECTIONS if s.lower() == heading.group(1).lower()), None)
-        elif current is not None and line.lstrip().startswith("- "):
-            sections[current].append(line.lstrip()[2:].strip())
-    return sections
+def parse_working_memory(text: str) -> dict[str, list[Entry]]:
+    """The entries under each fixed section; other headings and lines are ignored."""
+    return parse_sections(text, SECTIONS, ID_PREFIX)
 
 
 def ensure_working_memory(files: LayerFiles) -> None:
@@ -50,7 +39,3 @@ def read_working_memory(files: LayerFiles) -> str:
         return files.working_memory.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return ""
-
-
-def write_working_memory(files: LayerFiles, sections: dict[str, list[str]]) -> None:
-    atomic_write(files.working_memory, render_working_memory(sections))

@@ -17,6 +17,7 @@ from conductor.layers.conversation import (
 from conductor.layers.core import CORE_FILES, ensure_core, read_core
 from conductor.layers.history import HistoryStore
 from conductor.layers.paths import LayerFiles
+from conductor.layers.sections import Entry, entry_id
 from conductor.layers.state import ConversationState, read_state, write_state
 from conductor.layers.turn_format import (
     SCHEMA_VERSION,
@@ -189,11 +190,21 @@ def test_the_first_messages_time_line_says_so_and_negative_offsets_show():
 
 
 def test_working_memory_has_its_fixed_sections_in_order_and_parses_back():
-    text = render_working_memory({"Active Tasks": ["ship the layers"], "Other": ["lost"]})
+    task = Entry("w-00aa11", "ship the layers")
+    text = render_working_memory({"Active Tasks": [task], "Other": [Entry("w-ffffff", "lost")]})
     assert [line[3:] for line in text.splitlines() if line.startswith("## ")] == list(SECTIONS)
     parsed = parse_working_memory(text + "\n## Notes of mine\n- not a section\n")
-    assert parsed["Active Tasks"] == ["ship the layers"]
+    assert parsed["Active Tasks"] == [task]
     assert all(not v for k, v in parsed.items() if k != "Active Tasks")
+
+
+def test_an_entry_keeps_its_id_through_a_rewrite_and_a_hand_written_bullet_gets_one():
+    text = "# Working memory\n\n## Open Threads\n- [w-00aa11] first words\n- by hand\n"
+    parsed = parse_working_memory(text)["Open Threads"]
+    assert parsed[0] == Entry("w-00aa11", "first words")
+    assert parsed[1].id == entry_id("w", "Open Threads", "by hand")
+    again = parse_working_memory(render_working_memory({"Open Threads": parsed}))
+    assert again["Open Threads"] == parsed
 
 
 def test_core_files_come_from_templates_once_and_an_operators_change_stands(files):
