@@ -40,6 +40,7 @@ class GenerationParams:
     script_ids: tuple[int, ...] | None = None  # scripted profiles only: force these ids
     ban_tool_call: bool | None = None  # default: on for background, off for client
     choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
+    json_schema: dict | None = None  # or to JSON under this schema (xgrammar)
     logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
 
 
@@ -79,6 +80,16 @@ def resolve_model_path(profile: Profile, home: Path, progress: Callable[[str], N
     if profile.builtin_model:
         return str(ensure_model(home, profile.builtin_model, progress))
     return profile.model
+
+
+def _structured(params: GenerationParams):
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if params.choices:
+        return StructuredOutputsParams(choice=list(params.choices))
+    if params.json_schema is not None:
+        return StructuredOutputsParams(json=params.json_schema)
+    return None
 
 
 class Engine:
@@ -141,7 +152,10 @@ class Engine:
             # Log-probabilities as the sampler saw them (after the scripted driver, the
             # tool-call ban and the grammar): the writer's gate reads its answer's odds.
             logprobs_mode="processed_logprobs",
-            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
+            # Compact JSON: with any whitespace allowed, a weak model can write blank
+            # space until max_tokens and never close the object.
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
+                                                              disable_any_whitespace=True),
             disable_log_stats=True,
             **({"gpu_memory_utilization": profile.gpu_memory_utilization}
                if profile.gpu_memory_utilization is not None else {}),
@@ -174,7 +188,7 @@ class Engine:
     ) -> AsyncIterator[Delta]:
         """Stream a generation; closing the iterator early aborts the engine request."""
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        from vllm.sampling_params import RequestOutputKind
 
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         extra: dict = {KIND_KEY: kind}
@@ -196,8 +210,7 @@ class Engine:
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
             extra_args=extra,
-            structured_outputs=(StructuredOutputsParams(choice=list(params.choices))
-                                if params.choices else None),
+            structured_outputs=_structured(params),
             logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
             else None,
         )

@@ -37,6 +37,9 @@ class MemorySettings:
     conversation: str = "sessions"
     replay_turns: int = 40  # the continuous conversation's replay window, in turns
     replay_tokens: int | None = None  # ... and in tokens (None: a third of the context)
+    jobs_mode: str = "on"  # the cognition jobs: on, or off (they run only when asked)
+    # (job, base_url, model, api_key_env): jobs that run on an OpenAI-compatible endpoint
+    job_endpoints: tuple[tuple[str, str, str, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
-_MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens")
+_MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs")
+JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 
 
@@ -142,11 +146,40 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
                 raise ProfileError(f"{path}: key 'memory.{key}' must be at least 2, "
                                    f"got {raw[key]}")
             window[key] = raw[key]
+    jobs_mode, endpoints = _jobs(path, raw.get("jobs") or {})
     return MemorySettings(
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
-        conversation=conversation, **window,
+        conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints, **window,
     )
+
+
+def _jobs(path: Path, raw: Any) -> tuple[str, tuple[tuple[str, str, str, str | None], ...]]:
+    """`memory.jobs`: `mode: on|off`, and per job `model: {base_url, model, api_key_env}`
+    (the job names are checked when the server starts)."""
+    _check_type(path, "memory.jobs", raw, (dict,))
+    mode = raw.get("mode", "on")
+    mode = {True: "on", False: "off"}.get(mode, mode)
+    _choice(path, "memory.jobs.mode", mode, JOBS_MODES)
+    endpoints = []
+    for job, settings in raw.items():
+        if job == "mode":
+            continue
+        key = f"memory.jobs.{job}"
+        _check_type(path, key, settings, (dict,))
+        if set(settings) != {"model"}:
+            raise ProfileError(f"{path}: key '{key}' takes 'model' only")
+        model = settings["model"]
+        _check_type(path, f"{key}.model", model, (dict,))
+        unknown = set(model) - {"base_url", "model", "api_key_env"}
+        if unknown or not {"base_url", "model"} <= set(model):
+            raise ProfileError(f"{path}: key '{key}.model' needs base_url and model "
+                               "(and may name api_key_env)")
+        for part in ("base_url", "model", "api_key_env"):
+            if part in model:
+                _check_type(path, f"{key}.model.{part}", model[part], (str,))
+        endpoints.append((str(job), model["base_url"], model["model"], model.get("api_key_env")))
+    return mode, tuple(endpoints)
 
 
 def _choice(path: Path, key: str, value: str, choices: tuple[str, ...]) -> None:

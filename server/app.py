@@ -23,6 +23,8 @@ from server.auth import Auth, is_loopback
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
 from server.errors import APIError, error_response, install_error_handlers
+from server.job_routes import job_router
+from server.job_service import JobService
 from server.keys import KeyStore
 from server.layer_routes import layer_router
 from server.memory import MemoryServices, MemorySettings
@@ -44,6 +46,7 @@ class ServerState:
     load_error: str | None = None
     writer: WriterService | None = None
     prewarm: PrewarmService | None = None
+    jobs: JobService | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
     started_at: float = field(default_factory=time.time)
 
@@ -51,6 +54,7 @@ class ServerState:
         self.engine = engine
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
         self.prewarm = PrewarmService(self.memory, engine)
+        self.jobs = JobService(self.memory, engine, self.profile)
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -96,6 +100,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     install_error_handlers(app)
     app.include_router(memory_router(memory))
     app.include_router(conductor_router(state))
+    app.include_router(job_router(state))
 
     async def answer(engine_: Engine, prepared: chat.PreparedChat,
                      parsed: ChatCompletionRequest):
@@ -194,12 +199,14 @@ BACKGROUND_CHECK_S = 1.0
 
 async def _run_background_when_ready(state: ServerState) -> None:
     """The idle loop of background turns, one at a time, from the moment the engine is
-    ready: prewarms first (cheap, and they make the next session fast), then the writer."""
-    while state.writer is None or state.prewarm is None:
+    ready: prewarms first (cheap, and they make the next session fast), then the writer,
+    then the cognition jobs."""
+    while state.writer is None or state.prewarm is None or state.jobs is None:
         await asyncio.sleep(0.5)
     while True:
         await asyncio.sleep(BACKGROUND_CHECK_S)
-        for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick)):
+        for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick),
+                           ("jobs", state.jobs.tick)):
             try:
                 await tick()
             except Exception:  # a failed run must not stop the loop; ids only in the log

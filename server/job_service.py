@@ -1,0 +1,92 @@
+"""The cognition jobs inside the server: the controller, the models, the idle-time runs.
+
+The idle loop calls `tick`: the first due job of any user runs as a background turn,
+unless a client request is in flight. `run` is a manual run (admin route, CLI). Either
+way a job is never started twice at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from conductor.background.backend import JobBackend
+from conductor.background.controller import JobController
+from conductor.background.job import Caps
+from conductor.background.job_models import JobModel, JobModels, endpoint_model
+from conductor.background.jobs import JOBS
+from conductor.background.runner import JobRun, run_job, utc_now
+from engine.engine import Engine
+from engine.profiles import Profile, ProfileError
+from server.continuous import window_bounds
+from server.job_backends import EndpointJobBackend, EngineJobBackend
+from server.memory import MemoryServices
+
+log = logging.getLogger("tandem.jobs")
+JOB_MAX_TOKENS = 1536
+
+
+class JobBusy(Exception):
+    """The job is running already."""
+
+
+def profile_job_models(profile: Profile) -> dict[str, JobModel]:
+    models = {}
+    for job, base_url, model, key_env in profile.memory.job_endpoints:
+        if job not in JOBS:
+            raise ProfileError(f"{profile.path}: key 'memory.jobs.{job}': no such job "
+                               f"(jobs: {', '.join(JOBS)})")
+        try:
+            models[job] = endpoint_model(base_url, model, key_env)
+        except ValueError as exc:
+            raise ProfileError(f"{profile.path}: key 'memory.jobs.{job}.model': {exc}") from None
+    return models
+
+
+class JobService:
+    def __init__(self, memory: MemoryServices, engine: Engine, profile: Profile,
+                 clock: Callable[[], datetime] = utc_now) -> None:
+        self.memory = memory
+        self.engine = engine
+        self.profile = profile
+        self.mode = profile.memory.jobs_mode
+        self.controller = JobController(memory.root, clock,
+                                        last_seq=lambda user: memory.layers(user).history.last_seq)
+        self.models = JobModels(memory.root / "jobs" / "models.json",
+                                profile_job_models(profile))
+        self.caps = Caps()
+        self.max_tokens = JOB_MAX_TOKENS
+
+    def backend(self, job: str) -> JobBackend:
+        model = self.models.get(job)
+        if model.inherits:
+            return EngineJobBackend(self.engine, self.memory.ledger)
+        return EndpointJobBackend(model.base_url, model.model, model.api_key_env)
+
+    async def tick(self) -> list[JobRun]:
+        """Run the first due job, when jobs are on and no client is waiting."""
+        if self.mode == "off" or self.engine.running("client"):
+            return []
+        due = self.controller.next_due()
+        if due is None:
+            return []
+        try:
+            return [await self.run(due.user, due.spec.name, due.trigger)]
+        except JobBusy:
+            return []
+
+    async def run(self, user: str, job: str, trigger: str = "manual",
+                  script: str | None = None) -> JobRun:
+        if not self.controller.start(user, job, trigger):
+            raise JobBusy(job)
+        try:
+            run = await run_job(JOBS[job], self.memory.layers(user), self.backend(job), trigger,
+                                window_bounds(self.profile), self.engine.count_tokens,
+                                self.caps, self.max_tokens, self.controller.clock, script)
+        finally:
+            self.controller.finish(user, job)
+        # Codes and counts only: a run's reason never holds the model's text.
+        log.info("job %s (%s) for a user: %s%s", job, trigger, run.outcome,
+                 f" ({run.reason})" if run.reason else "")
+        return run

@@ -1,0 +1,191 @@
+"""The cognition jobs on the real engine: scripted JSON for exact behaviour, unscripted on
+the tiny model's random weights where the grammar alone must give a valid artifact, the
+prompt on the conversation's cached prefix, preemption by a client and the retry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from conductor.background import consolidation
+from conductor.background.job import JobOutput, JobSpec
+from conductor.background.jobs import JOBS
+from conductor.background.runner import run_job
+from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic
+from conductor.layers.working import SECTIONS, parse_working_memory
+from server.continuous import window_bounds
+from server.job_backends import EngineJobBackend
+from tests.inprocess import InProcessApp, eventually
+
+VERIFY, CONSOLIDATE, EXTRACT = JOBS
+
+
+def compact(data: dict) -> str:
+    """A scripted answer as the grammar writes JSON: no spaces between tokens."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def wm_answer(**named: list[dict]) -> str:
+    return compact({"sections": {s: named.get(s.replace(" ", "_").lower(), [])
+                                 for s in SECTIONS}})
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    found = InProcessApp(served, tmp_path)
+    for i in range(7):
+        found.converse(f"turn {i}: we are moving the deploy to Friday", f"noted {i}")
+    eventually(lambda: found.memory.layers("tester").history.last_seq == 7)
+    return found
+
+
+def run(app: InProcessApp, job: str, script: str | None = None, **extra) -> dict:
+    response = app.request("POST", f"/v1/conductor/jobs/{job}/run",
+                           json={"script": script, **extra} if script else extra)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def layers_dir(app: InProcessApp):
+    return app.memory.layers("tester").files.user_dir
+
+
+def test_a_consolidation_rewrites_working_memory_and_moves_the_checkpoint(app, tokenizer):
+    record = run(app, CONSOLIDATE, wm_answer(active_tasks=[
+        {"id": "new", "text": "move the deploy to Friday"}]))
+    assert record["outcome"] == "changed" and record["files_changed"] == ["WORKING_MEMORY.md"]
+    assert (record["checkpoint_before"], record["checkpoint_after"]) == (0, 5)
+    assert record["turns"] == [1, 7]
+    wm = parse_working_memory((layers_dir(app) / "WORKING_MEMORY.md").read_text())
+    assert [e.text for e in wm["Active Tasks"]] == ["move the deploy to Friday"]
+    # The job's prompt began with the conversation's exact ids: served from the cache.
+    last = app.memory.ledger.latest("tester", "continuous")
+    assert record["cached_tokens"] >= len(last.ids) - 32
+    # The conversation now replays from after the checkpoint, with the new working memory.
+    app.converse("what is next?", "Friday's deploy")
+    text = tokenizer.decode(app.memory.ledger.latest("tester", "continuous").ids)
+    assert "turn 4:" not in text and "turn 5:" in text and "turn 6:" in text
+    assert "move the deploy to Friday" in text
+    runs = app.request("GET", "/v1/conductor/jobs/runs", params={"limit": 5}).json()["data"]
+    assert runs[0]["run_id"] == record["run_id"]
+    assert "deploy" not in json.dumps(runs)  # records hold ids and counts, never text
+
+
+def test_a_failed_run_changes_no_file_and_no_checkpoint_and_says_why(app):
+    before = (layers_dir(app) / "WORKING_MEMORY.md").read_text()
+    app.app.state.tandem.jobs.max_tokens = 8  # the JSON cannot close in 8 tokens
+    record = run(app, CONSOLIDATE, wm_answer(active_tasks=[{"id": "new", "text": "x" * 80}]))
+    assert record["outcome"] == "failed" and record["reason"] == "answer_cut_at_max_tokens"
+    assert record["checkpoint_after"] == record["checkpoint_before"] == 0
+    assert (layers_dir(app) / "WORKING_MEMORY.md").read_text() == before
+    listed = app.request("GET", "/v1/conductor/jobs").json()["data"]
+    consolidate = next(j for j in listed if j["job"] == CONSOLIDATE)
+    assert consolidate["dirty"] == 7 and consolidate["last_run"]["outcome"] == "failed"
+
+
+def test_the_review_flags_and_the_next_jobs_resolve_every_flag(app):
+    run(app, CONSOLIDATE, wm_answer(active_tasks=[{"id": "new", "text": "deploy on Monday"}],
+                                    open_threads=[{"id": "new", "text": "ask Sam"}]))
+    wm = parse_working_memory((layers_dir(app) / "WORKING_MEMORY.md").read_text())
+    monday, sam = wm["Active Tasks"][0].id, wm["Open Threads"][0].id
+    review = run(app, VERIFY, compact({"flags": [
+        {"id": monday, "problem": "contradicted", "reason": "the user said Friday"},
+        {"id": sam, "problem": "unsupported", "reason": "never said"}]}))
+    assert review["outcome"] == "changed" and review["flags_raised"] == 2
+    assert monday in (layers_dir(app) / "state/REVIEW.md").read_text()
+    # The model rewrites one and leaves the other: code downgrades what it left.
+    fixed = run(app, CONSOLIDATE, wm_answer(
+        active_tasks=[{"id": monday, "text": "deploy on Friday"}],
+        open_threads=[{"id": sam, "text": "ask Sam"}]))
+    assert fixed["flags_resolved"] == [{"id": monday, "action": "rewritten", "by": "model"},
+                                       {"id": sam, "action": "downgraded", "by": "code"}]
+    wm = parse_working_memory((layers_dir(app) / "WORKING_MEMORY.md").read_text())
+    assert [e.text for e in wm["Pending Checks"]] == ["unverified: ask Sam"]
+    jobs = app.request("GET", "/v1/conductor/jobs").json()
+    assert jobs["data"][0]["last_run"]["outcome"] == "changed"
+    state = json.loads((layers_dir(app) / "state/jobs.json").read_text())
+    assert state["flags"] == []  # every flag resolved
+
+
+@pytest.mark.parametrize("job", list(JOBS))
+def test_an_unscripted_job_on_random_weights_still_leaves_a_valid_artifact(app, job):
+    app.app.state.tandem.jobs.caps = consolidation.Caps(max_items=2, max_chars=48,
+                                                         max_flags=2, reason_chars=32)
+    record = run(app, job)
+    assert record["outcome"] in ("changed", "unchanged"), record
+    root = layers_dir(app)
+    wm = (root / "WORKING_MEMORY.md").read_text()
+    assert [line[3:] for line in wm.splitlines() if line.startswith("## ")] == list(SECTIONS)
+    for name in SEMANTIC_FILES:
+        text = (root / "semantic" / name).read_text()
+        assert all(len(e.text) <= 48 for s in parse_semantic(name, text).values() for e in s)
+
+
+def test_a_job_writing_outside_its_artifacts_is_refused(app, served):
+    core = layers_dir(app) / "core/AGENT.md"
+    before = core.read_text()
+    rogue = JobSpec(name="rogue", hours=(), threshold=1, artifacts=("WORKING_MEMORY.md",),
+                    checkpoint=lambda conversation, state: 0, schema=consolidation.schema,
+                    instruction=consolidation.instruction,
+                    apply=lambda inputs, answer, caps: JobOutput(files={
+                        "WORKING_MEMORY.md": "# fine\n", "core/AGENT.md": "# taken over\n"}))
+    jobs = app.app.state.tandem.jobs
+    record = served.run(run_job(rogue, app.memory.layers("tester"),
+                                EngineJobBackend(jobs.engine, app.memory.ledger), "manual",
+                                window_bounds(jobs.profile), jobs.engine.count_tokens, jobs.caps,
+                                64, script=wm_answer()))
+    assert record.outcome == "refused" and "core/AGENT.md" in record.reason
+    assert core.read_text() == before
+    assert "# fine" not in (layers_dir(app) / "WORKING_MEMORY.md").read_text()
+
+
+def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
+    jobs = app.app.state.tandem.jobs
+    long_answer = wm_answer(**{name.replace(" ", "_").lower(): [
+        {"id": "new", "text": f"{name} item {i} " + "words " * 20} for i in range(6)]
+        for name in SECTIONS})
+
+    async def scenario():
+        task = asyncio.create_task(jobs.run("tester", CONSOLIDATE, "state", long_answer))
+        while not jobs.engine.running("background"):
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.2)
+        transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            answer = await client.post("/v1/chat/completions", json={
+                "model": "tiny", "messages": [{"role": "user", "content": "quick"}],
+                "script": "Quick answer."})
+        return await task, answer.json()
+
+    record, answer = served.run(scenario())
+    assert record.outcome == "preempted" and record.reason == "client_request"
+    assert answer["choices"][0]["message"]["content"] == "Quick answer."
+    assert record.checkpoint_after == 0
+    jobs.mode = "on"  # the idle loop's turn: the job is still due, and runs again
+    due = jobs.controller.next_due()
+    assert (due.spec.name, due.trigger) == (CONSOLIDATE, "state")
+    retried = served.run(jobs.tick())
+    assert [r.job for r in retried] == [CONSOLIDATE]
+    assert retried[0].outcome in ("changed", "unchanged")
+
+
+def test_the_job_routes_are_for_the_admin_and_refuse_bad_input(served, app, tmp_path):
+    assert app.request("POST", "/v1/conductor/jobs/nope/run", json={}).status_code == 404
+    assert app.request("GET", "/v1/conductor/jobs/runs", params={"limit": 0}).status_code == 400
+    bad = app.request("PUT", f"/v1/conductor/jobs/{VERIFY}/model",
+                      json={"base_url": "ftp://x", "model": "m"})
+    assert bad.status_code == 400 and "http" in bad.json()["error"]["message"]
+    ok = app.request("PUT", f"/v1/conductor/jobs/{VERIFY}/model",
+                     json={"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    assert ok.json()["model"] == "m at http://127.0.0.1:9/v1"
+    unreachable = run(app, VERIFY)
+    assert unreachable["outcome"] == "failed" and unreachable["provider"] == "endpoint"
+    assert unreachable["reason"].startswith("endpoint_unreachable")
+    app.request("PUT", f"/v1/conductor/jobs/{VERIFY}/model", json={"inherit": True})
+    listed = app.request("GET", "/v1/conductor/jobs").json()["data"]
+    assert next(j for j in listed if j["job"] == VERIFY)["model"] == "engine"
+    remote = InProcessApp(served, tmp_path, client_host="192.168.1.20")
+    assert remote.request("GET", "/v1/conductor/jobs").status_code == 403
