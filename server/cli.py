@@ -19,7 +19,7 @@ from engine.profiles import (
     profile_names,
     with_overrides,
 )
-from server import memory_cli
+from server import jobs_cli, memory_cli
 
 
 def _say(message: str) -> None:
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     notes_cli.register(commands)
     memory_cli.register(commands, default_profile_name)
+    jobs_cli.register(commands, default_profile_name)
     keys = commands.add_parser("keys", help="named API keys: each key's label is its user")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     add = keys_commands.add_parser("add", help="make a key for LABEL and print it once")
