@@ -10,6 +10,7 @@ setup:
 
 test:
 	@$(PY) -m pytest -q
+	@$(PY) -m pytest -q -m endpoint
 
 lint:
 	@$(VENV)/bin/ruff check .
