@@ -23,13 +23,14 @@ from conductor.layers.conversation import (
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
+from conductor.shared_context import SHARED_KIND
 from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
 from server.chat import PreparedChat, RecordedTurn
 from server.errors import APIError
-from server.memory import MemoryServices, request_user
-from server.prompt import Tail
+from server.memory import MemoryContext, MemoryServices, request_user
+from server.prompt import Tail, assemble, render_chat
 from server.schema import ChatCompletionRequest, ChatMessage
 
 log = logging.getLogger("tandem.continuous")
@@ -83,6 +84,30 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
         prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
                                                              recorded)
     return prepared
+
+
+def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
+                            user: str) -> list[int]:
+    """The ids the user's next message will start with, as the server would render them
+    now (no ledger record matches after working memory or the checkpoint changed): the
+    layers, the shared context, the replayed turns, up to the new message. A prefill of
+    these in idle time lets that message find them cached."""
+    layers = services.layers(user)
+    window = layers.replay(window_bounds(profile), engine.count_tokens)
+    messages = [*conversation_messages(layers.core(), layers.working_memory(), window),
+                {"role": "user", "content": "."}]
+    request = ChatCompletionRequest(model=profile.name, messages=messages)
+    rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)
+    memory = MemoryContext(user=user, session=CONTINUOUS_SESSION, project=None,
+                           mode=profile.memory.mode, header=None, has_user_message=True)
+    shared = services.shared_context(user, None, memory.shows_card, memory.reads,
+                                     engine.count_tokens)
+    head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None
+    built = assemble(engine.tokenizer, rendered, None, None, head, [], profile.block_size)
+    history = rendered.history
+    new_message = history[history.rfind("<|im_start|>user"):] + (rendered.generation_prompt or "")
+    cut = len(engine.tokenizer.encode(new_message, add_special_tokens=False))
+    return built.ids[:-cut]
 
 
 def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,

@@ -19,12 +19,14 @@ from conductor.background.jobs import JOBS
 from conductor.background.runner import JobRun, run_job, utc_now
 from engine.engine import Engine
 from engine.profiles import Profile, ProfileError
-from server.continuous import window_bounds
+from server.continuous import conversation_prefix_ids, window_bounds
 from server.job_backends import EndpointJobBackend, EngineJobBackend
 from server.memory import MemoryServices
+from server.prewarm_service import PREFILL, PrewarmRun
 
 log = logging.getLogger("tandem.jobs")
 JOB_MAX_TOKENS = 1536
+CONSOLIDATE = "working_memory.consolidate"
 
 
 class JobBusy(Exception):
@@ -57,6 +59,9 @@ class JobService:
                                 profile_job_models(profile))
         self.caps = Caps()
         self.max_tokens = JOB_MAX_TOKENS
+        # Users whose conversation prefix changed under them (a consolidation): prefilled
+        # in idle time so their next message finds it cached.
+        self.prewarm_due: set[str] = set()
 
     def backend(self, job: str) -> JobBackend:
         model = self.models.get(job)
@@ -65,8 +70,14 @@ class JobService:
         return EndpointJobBackend(model.base_url, model.model, model.api_key_env)
 
     async def tick(self) -> list[JobRun]:
-        """Run the first due job, when jobs are on and no client is waiting."""
-        if self.mode == "off" or self.engine.running("client"):
+        """Prefill a conversation a consolidation changed, else run the first due job;
+        when jobs are on and no client is waiting."""
+        if self.engine.running("client"):
+            return []
+        if self.prewarm_due:  # a manual consolidation's too, jobs on or off
+            await self.prewarm_conversation(next(iter(self.prewarm_due)))
+            return []
+        if self.mode == "off":
             return []
         due = self.controller.next_due()
         if due is None:
@@ -86,7 +97,24 @@ class JobService:
                                 self.caps, self.max_tokens, self.controller.clock, script)
         finally:
             self.controller.finish(user, job)
+        if job == CONSOLIDATE and run.outcome == "changed":
+            self.prewarm_due.add(user)
         # Codes and counts only: a run's reason never holds the model's text.
         log.info("job %s (%s) for a user: %s%s", job, trigger, run.outcome,
                  f" ({run.reason})" if run.reason else "")
         return run
+
+    async def prewarm_conversation(self, user: str) -> PrewarmRun:
+        """One background token on the conversation's new prefix; a preempted prefill
+        stays due."""
+        ids = conversation_prefix_ids(self.engine, self.profile, self.memory, user)
+        cached, outcome = 0, "preempted"
+        async for delta in self.engine.generate(ids, PREFILL, kind="background"):
+            if delta.finished:
+                cached = delta.cached_tokens
+                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        if outcome == "done":
+            self.prewarm_due.discard(user)
+        log.info("conversation prewarm %s: %d prompt tokens, %d cached", outcome, len(ids),
+                 cached)
+        return PrewarmRun(len(ids), cached, outcome)

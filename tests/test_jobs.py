@@ -16,7 +16,7 @@ from conductor.background.jobs import JOBS
 from conductor.background.runner import run_job
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic
 from conductor.layers.working import SECTIONS, parse_working_memory
-from server.continuous import window_bounds
+from server.continuous import conversation_prefix_ids, window_bounds
 from server.job_backends import EngineJobBackend
 from tests.inprocess import InProcessApp, eventually
 
@@ -72,6 +72,18 @@ def test_a_consolidation_rewrites_working_memory_and_moves_the_checkpoint(app, t
     runs = app.request("GET", "/v1/conductor/jobs/runs", params={"limit": 5}).json()["data"]
     assert runs[0]["run_id"] == record["run_id"]
     assert "deploy" not in json.dumps(runs)  # records hold ids and counts, never text
+
+
+def test_after_a_consolidation_the_new_prefix_is_prefilled_and_the_next_message_finds_it(
+        app, served, tiny_profile):
+    run(app, CONSOLIDATE, wm_answer(open_threads=[{"id": "new", "text": "the Friday deploy"}]))
+    jobs = app.app.state.tandem.jobs
+    assert jobs.prewarm_due == {"tester"}
+    assert served.run(jobs.tick()) == []  # the idle loop's turn: the prefill, not a job
+    assert jobs.prewarm_due == set()
+    warmed = conversation_prefix_ids(jobs.engine, jobs.profile, app.memory, "tester")
+    _, usage, _ = app.converse("and now?", "Friday")
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= len(warmed) - tiny_profile.block_size
 
 
 def test_a_failed_run_changes_no_file_and_no_checkpoint_and_says_why(app):
