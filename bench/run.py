@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.continuous_bench import run_continuous
 from bench.conversation import fill_store
+from bench.jobs_bench import run_jobs_part
 from bench.lanes import MODES, Lane
 from bench.new_sessions import run_new_sessions
 from bench.probe import EngineProbe
@@ -83,6 +84,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         new_sessions = await run_new_sessions(lanes, script, profile.block_size, progress)
         continuous = await run_continuous(lanes["on"], session_turns(config.turns), script,
                                           progress)
+        jobs = await run_jobs_part(lanes["on"], nonce, config.preempt_samples, progress)
     writer = await measure_writer(engine, nonce, config.record_tokens, config.write_tokens,
                                   config.preempt_samples, progress)
     return {
@@ -96,6 +98,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         "recall": [r.as_dict() for r in recall],
         "new_sessions": new_sessions,
         "continuous": continuous,
+        "jobs": jobs,
         "writer": writer,
     }
 

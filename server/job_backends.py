@@ -5,6 +5,7 @@ OpenAI-compatible endpoint (the same JSON schema through `response_format`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,9 +23,12 @@ ENDPOINT_TIMEOUT_S = 600.0
 class EngineJobBackend:
     provider = "engine"
 
-    def __init__(self, engine: Engine, ledger: Ledger) -> None:
+    def __init__(self, engine: Engine, ledger: Ledger,
+                 on_tokens: Callable[[int], None] = lambda n: None) -> None:
+        """`on_tokens(n)`: told of each step's new tokens (the bench watches a job decode)."""
         self._engine = engine
         self._ledger = ledger
+        self._on_tokens = on_tokens
         self.model = engine.profile.name
 
     def prompt_ids(self, prompt: JobPrompt) -> list[int]:
@@ -56,6 +60,7 @@ class EngineJobBackend:
         async for delta in self._engine.generate(ids, params, kind="background"):
             out.text += delta.text
             out.output_tokens += len(delta.token_ids)
+            self._on_tokens(len(delta.token_ids))
             if delta.finished:
                 out.finish_reason = delta.finish_reason
                 out.cached_tokens = delta.cached_tokens

@@ -62,12 +62,16 @@ class JobService:
         # Users whose conversation prefix changed under them (a consolidation): prefilled
         # in idle time so their next message finds it cached.
         self.prewarm_due: set[str] = set()
+        self.live_tokens = 0  # tokens the engine has given jobs so far (for the bench)
 
     def backend(self, job: str) -> JobBackend:
         model = self.models.get(job)
         if model.inherits:
-            return EngineJobBackend(self.engine, self.memory.ledger)
+            return EngineJobBackend(self.engine, self.memory.ledger, self._count_tokens)
         return EndpointJobBackend(model.base_url, model.model, model.api_key_env)
+
+    def _count_tokens(self, n: int) -> None:
+        self.live_tokens += n
 
     async def tick(self) -> list[JobRun]:
         """Prefill a conversation a consolidation changed, else run the first due job;

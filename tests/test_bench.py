@@ -93,6 +93,22 @@ def test_the_continuous_conversation_is_served_from_the_cache_message_after_mess
     assert (out / results["plots"]["continuous"]).stat().st_size > 0
 
 
+def test_every_job_ran_and_a_client_preempted_the_busy_samples(report):
+    results, _ = report
+    jobs = results["jobs"]
+    assert [r["job"] for r in jobs["runs"]] == ["verification_review",
+                                                "working_memory.consolidate",
+                                                "semantic_memory.extract"]
+    assert all(r["outcome"] in ("changed", "unchanged") for r in jobs["runs"])
+    assert all(r["cached_tokens"] > 0 for r in jobs["runs"])  # on the conversation's prefix
+    busy = [s for s in jobs["preemption"] if s["busy"]]
+    assert len(busy) == QUICK.preempt_samples
+    assert all(s["job_outcome"] == "preempted" for s in busy)
+    assert jobs["conversation_prefill"]["outcome"] == "done"
+    after = jobs["after_consolidation"]
+    assert after["cached_tokens"] >= jobs["conversation_prefill"]["prompt_tokens"] - 32
+
+
 def test_summary_targets_and_plots_are_written(report):
     results, out = report
     summary = results["summary"]
