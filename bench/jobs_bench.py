@@ -26,6 +26,10 @@ from conductor.layers.working import SECTIONS
 
 Progress = Callable[[str], None]
 BENCH_CAPS = Caps(max_items=3, max_chars=80, max_flags=3, reason_chars=48)
+# A model writing its own JSON on random weights fills every item to its cap: on the
+# CPU at 4 tokens a second, these keep each job's answer to a minute or less.
+UNSCRIPTED_CAPS = Caps(max_items=1, max_chars=24, max_flags=1, reason_chars=16)
+UNSCRIPTED_MAX_TOKENS = 400
 CONSOLIDATE = "working_memory.consolidate"
 
 
@@ -50,8 +54,10 @@ async def run_jobs_part(lane: Lane, nonce: str, samples: int, progress: Progress
                         ) -> dict[str, Any]:
     state = lane.app.state.tandem
     jobs, engine = state.jobs, state.engine
-    jobs.caps = BENCH_CAPS
     scripted = engine.profile.scripted
+    jobs.caps = BENCH_CAPS if scripted else UNSCRIPTED_CAPS
+    if not scripted:
+        jobs.max_tokens = UNSCRIPTED_MAX_TOKENS
 
     def script(job: str, long: bool = False) -> str | None:
         return scripted_answer(job, long) if scripted else None
