@@ -73,7 +73,7 @@ from conductor.rules import (
     needs_user_message,
     resolve_scope,
 )
-from conductor.search import NoteIndex, note_text
+from conductor.note_search import NoteIndex, note_text
 from conductor.usage import UsageBook
 
 log = logging.getLogger(__name__)
