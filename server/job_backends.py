@@ -31,24 +31,34 @@ class EngineJobBackend:
         self._on_tokens = on_tokens
         self.model = engine.profile.name
 
-    def prompt_ids(self, prompt: JobPrompt) -> list[int]:
+    def prompt_ids(self, prompt: JobPrompt, room_for: int) -> list[int]:
         """The conversation's last record (its exact ids, cached) when the ledger holds
-        one, else the conversation rendered; then the instruction as a user turn."""
+        one and it leaves `room_for` tokens of answer; else the conversation rendered,
+        its oldest turns left out until it does; then the instruction as a user turn."""
         tokenizer = self._engine.tokenizer
+        limit = self._engine.profile.max_model_len - room_for
         turn = (f"<|im_start|>user\n{prompt.instruction}<|im_end|>\n"
                 "<|im_start|>assistant\n<think>\n\n</think>\n\n")
         record = self._ledger.latest(prompt.user, CONTINUOUS_SESSION)
         if record is not None:
             closing = [] if record.ended_cleanly else [IM_END]
-            return [*record.ids, *closing,
-                    *tokenizer.encode("\n" + turn, add_special_tokens=False)]
-        text = tokenizer.apply_chat_template(prompt.messages, tokenize=False,
-                                             add_generation_prompt=False, enable_thinking=False)
-        return tokenizer.encode(text + turn, add_special_tokens=False)
+            ids = [*record.ids, *closing, *tokenizer.encode("\n" + turn,
+                                                            add_special_tokens=False)]
+            if len(ids) <= limit:
+                return ids
+        head, turns = prompt.messages[:2], list(prompt.messages[2:])
+        while True:
+            text = tokenizer.apply_chat_template([*head, *turns], tokenize=False,
+                                                 add_generation_prompt=False,
+                                                 enable_thinking=False)
+            ids = tokenizer.encode(text + turn, add_special_tokens=False)
+            if len(ids) <= limit or not turns:
+                return ids
+            turns = _without_oldest_turn(turns)
 
     async def answer(self, prompt: JobPrompt, schema: dict[str, Any], max_tokens: int,
                      script: str | None = None) -> JobAnswer:
-        ids = self.prompt_ids(prompt)
+        ids = self.prompt_ids(prompt, max_tokens)
         room = self._engine.profile.max_model_len - len(ids)
         if room < 16:
             return JobAnswer("", "error", prompt_tokens=len(ids), error="no_room_in_context")
@@ -65,6 +75,12 @@ class EngineJobBackend:
                 out.finish_reason = delta.finish_reason
                 out.cached_tokens = delta.cached_tokens
         return out
+
+
+def _without_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages from the second user message on (a turn starts at a user message)."""
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    return messages[starts[1]:] if len(starts) > 1 else []
 
 
 class EndpointJobBackend:

@@ -86,6 +86,16 @@ def test_after_a_consolidation_the_new_prefix_is_prefilled_and_the_next_message_
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(warmed) - tiny_profile.block_size
 
 
+def test_a_job_on_a_long_conversation_leaves_out_its_oldest_turns_not_its_answer(
+        app, tiny_profile):
+    record = app.memory.ledger.latest("tester", "continuous")
+    jobs = app.app.state.tandem.jobs
+    jobs.max_tokens = tiny_profile.max_model_len - len(record.ids) + 64  # the record won't do
+    done = run(app, CONSOLIDATE, wm_answer(active_tasks=[{"id": "new", "text": "Friday"}]))
+    assert done["outcome"] == "changed"
+    assert done["prompt_tokens"] + jobs.max_tokens <= tiny_profile.max_model_len
+
+
 def test_a_failed_run_changes_no_file_and_no_checkpoint_and_says_why(app):
     before = (layers_dir(app) / "WORKING_MEMORY.md").read_text()
     app.app.state.tandem.jobs.max_tokens = 8  # the JSON cannot close in 8 tokens
