@@ -56,6 +56,7 @@ from conductor.note_format import (
     render,
     utc_now,
 )
+from conductor.note_search import NoteIndex, note_text
 from conductor.paths import (
     Layout,
     StoreRootError,
@@ -73,7 +74,6 @@ from conductor.rules import (
     needs_user_message,
     resolve_scope,
 )
-from conductor.note_search import NoteIndex, note_text
 from conductor.usage import UsageBook
 
 log = logging.getLogger(__name__)
