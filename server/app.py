@@ -32,6 +32,7 @@ from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, render_metrics
 from server.prewarm_service import PrewarmService
 from server.schema import ChatCompletionRequest
+from server.search_service import SearchService
 from server.writer_service import WriterService
 
 log = logging.getLogger("tandem.server")
@@ -47,6 +48,7 @@ class ServerState:
     writer: WriterService | None = None
     prewarm: PrewarmService | None = None
     jobs: JobService | None = None
+    search: SearchService | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
     started_at: float = field(default_factory=time.time)
 
@@ -55,6 +57,8 @@ class ServerState:
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
         self.prewarm = PrewarmService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
+        self.search = SearchService(self.memory, engine)
+        self.memory.on_change = self.search.mark_stale
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -98,7 +102,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app = FastAPI(title="Tandem", lifespan=lifespan)
     app.state.tandem = state
     install_error_handlers(app)
-    app.include_router(memory_router(memory))
+    app.include_router(memory_router(memory, lambda: state.search))
     app.include_router(conductor_router(state))
     app.include_router(job_router(state))
 
@@ -200,13 +204,14 @@ BACKGROUND_CHECK_S = 1.0
 async def _run_background_when_ready(state: ServerState) -> None:
     """The idle loop of background turns, one at a time, from the moment the engine is
     ready: prewarms first (cheap, and they make the next session fast), then the writer,
-    then the cognition jobs."""
-    while state.writer is None or state.prewarm is None or state.jobs is None:
+    then the cognition jobs, then the search index's sync."""
+    while state.writer is None or state.prewarm is None or state.jobs is None \
+            or state.search is None:
         await asyncio.sleep(0.5)
     while True:
         await asyncio.sleep(BACKGROUND_CHECK_S)
         for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick),
-                           ("jobs", state.jobs.tick)):
+                           ("jobs", state.jobs.tick), ("search", state.search.tick)):
             try:
                 await tick()
             except Exception:  # a failed run must not stop the loop; ids only in the log

@@ -228,6 +228,8 @@ class Answer:
         added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
         asyncio.get_running_loop().run_in_executor(
             None, record_injections, self.services, memory, added, chat.completion_id)
+        if self.memory_filter.hidden:  # blocks held back: notes may have been written
+            self.services.on_change(chat.memory.user)
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
             self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)

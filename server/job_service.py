@@ -103,6 +103,8 @@ class JobService:
             self.controller.finish(user, job)
         if job == CONSOLIDATE and run.outcome == "changed":
             self.prewarm_due.add(user)
+        if run.files_changed:
+            self.memory.on_change(user)
         # Codes and counts only: a run's reason never holds the model's text.
         log.info("job %s (%s) for a user: %s%s", job, trigger, run.outcome,
                  f" ({run.reason})" if run.reason else "")

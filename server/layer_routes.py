@@ -18,6 +18,7 @@ from server.conductor_routes import check_admin
 from server.continuous import prepare_continuous
 from server.errors import APIError
 from server.memory import request_user
+from server.memory_routes import hybrid_search
 from server.schema import ChatCompletionRequest, StreamOptions
 
 MAX_HISTORY_PAGE = 200
@@ -96,6 +97,17 @@ def layer_router(state, answer) -> APIRouter:
         found = admin_layers(request, user)
         count = state.engine.count_tokens if state.engine is not None else None
         return summary(found, count)
+
+    @router.get("/memory/search")
+    async def admin_search(request: Request, q: str, mode: str = "hybrid",
+                           collection: str | None = None, limit: int = 10,
+                           user: str | None = None) -> dict:
+        """The dashboard's search over a user's every layer (admin rule)."""
+        found = admin_layers(request, user)
+        if not 1 <= limit <= 100:
+            raise APIError(400, "limit must be between 1 and 100", code="invalid_value",
+                           param="limit")
+        return await hybrid_search(state.search, found.user, q, mode, collection, limit)
 
     @router.get("/memory/layers/{layer}/{name}")
     async def layer_file(layer: str, name: str, request: Request,

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -168,6 +169,9 @@ class MemoryServices:
     shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
+    # Told the user whose memory files changed (a note written, a job run): the search
+    # index syncs in idle time.
+    on_change: Callable[[str | None], None] = lambda user: None
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _layers: dict[str, UserLayers] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)

@@ -6,14 +6,18 @@ card the model sees); a request without a known token is answered 403.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from conductor.notes import WriteResult
+from conductor.search.index import MODES
+from conductor.search.sources import COLLECTIONS, SourceError
 from server.errors import APIError
 from server.memory import TOKEN_HEADER, MemoryServices, request_user
+from server.search_service import SearchService
 
 
 class MemoryWrite(BaseModel):
@@ -33,7 +37,8 @@ def _note_json(note) -> dict:
             "updated": str(note.updated)}
 
 
-def memory_router(services: MemoryServices) -> APIRouter:
+def memory_router(services: MemoryServices,
+                  search_service: Callable[[], SearchService | None]) -> APIRouter:
     router = APIRouter(prefix="/v1/memory")
 
     def session_of(request: Request) -> tuple[str, str]:
@@ -65,16 +70,23 @@ def memory_router(services: MemoryServices) -> APIRouter:
                                   tags=body.tags or None, kind=body.kind, source="route")
         else:
             result = store.archive(body.id, body.reason or "", source="route")
+        services.on_change(user)
         return _result_json(result)
 
     @router.get("/search")
-    async def search(request: Request, q: str, limit: int = 10) -> dict:
+    async def search(request: Request, q: str, limit: int = 10, mode: str | None = None,
+                     collection: str | None = None) -> dict:
+        """Notes by BM25 (as before); with `mode` or `collection`, the hybrid search over
+        every layer."""
         user, session = session_of(request)
         if not 1 <= limit <= 50:
             raise APIError(400, "limit must be between 1 and 50", code="invalid_value",
                            param="limit")
-        hits = services.store(user).search(q, limit=limit, include_stale=False)
-        return {"data": [{**_note_json(note), "score": score} for note, score in hits]}
+        if mode is None and collection is None:
+            hits = services.store(user).search(q, limit=limit, include_stale=False)
+            return {"data": [{**_note_json(note), "score": score} for note, score in hits]}
+        return await hybrid_search(search_service(), user, q, mode or "hybrid", collection,
+                                   limit)
 
     @router.get("/{note_id}")
     async def read(note_id: str, request: Request) -> dict:
@@ -85,6 +97,29 @@ def memory_router(services: MemoryServices) -> APIRouter:
         return _note_json(note)
 
     return router
+
+
+async def hybrid_search(service: SearchService | None, user: str, query: str, mode: str,
+                        collection: str | None, limit: int) -> dict:
+    """The hybrid search's answer, or a clear 4xx/503 for what cannot be searched."""
+    if service is None:
+        raise APIError(503, "the engine is still loading", code="engine_not_ready",
+                       kind="server_error")
+    if mode not in MODES:
+        raise APIError(400, f"mode must be one of {', '.join(MODES)}", code="invalid_value",
+                       param="mode")
+    if collection is not None and collection not in COLLECTIONS:
+        raise APIError(400, f"collection must be one of {', '.join(COLLECTIONS)}",
+                       code="invalid_value", param="collection")
+    if not query.strip():
+        raise APIError(400, "q must not be empty", code="invalid_value", param="q")
+    try:
+        hits, dense = await service.search(user, query, mode, collection, limit)
+    except SourceError as exc:
+        raise APIError(409, f"the search sources cannot be read: {exc}",
+                       code="bad_sources") from None
+    return {"object": "list", "mode": mode if dense or mode == "sparse" else "sparse",
+            "dense": dense, "data": [vars(h) for h in hits]}
 
 
 def _result_json(result: WriteResult) -> dict:

@@ -83,4 +83,5 @@ class WriterService:
                                         record=dropped if isinstance(dropped, Record) else None)
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
             runs.append(run)
+            self.memory.on_change(user)
         return runs

@@ -49,9 +49,15 @@ class Source:
 
 
 def _matches(rel: str, patterns: tuple[str, ...]) -> bool:
-    # "**/*.md" also matches a file at the top ("a.md"), as people expect of globs.
-    return any(fnmatch(rel, p) or (p.startswith("**/") and fnmatch(rel, p[3:]))
-               for p in patterns)
+    """fnmatch, where "**/" may also match no folder at all ("user/**/*.md" matches
+    "user/a.md", "**/*.md" matches "a.md"), as people expect of globs."""
+    for pattern in patterns:
+        forms = {pattern, pattern.replace("/**/", "/")}
+        if pattern.startswith("**/"):
+            forms.add(pattern[3:])
+        if any(fnmatch(rel, form) for form in forms):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,14 @@ def test_each_user_has_an_index_of_their_own(tmp_path, embedder):
     bob.sync()
     assert {h.path for h in bob.search(IDENTIFIER, limit=10)} == {"mine.md"}
     assert all(h.path != "mine.md" for h in ada.search("oolong tea", limit=10))
+
+
+def test_globs_match_files_at_any_depth_including_none(tmp_path):
+    from conductor.search.sources import Source
+
+    for rel in ("user/a.md", "user/deep/b.md", "projects/p/c.md", "archive/d.md", "user/e.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("# x\n")
+    source = Source("n", "notes", "markdown_tree", tmp_path,
+                    include=("user/**/*.md", "projects/**/*.md"), exclude=("**/deep/*",))
+    assert [rel for rel, _ in source.files()] == ["projects/p/c.md", "user/a.md"]
