@@ -125,23 +125,23 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def edge_latency(root: Path, embedder, size: int, rounds: int) -> dict[str, Any]:
-    from qdrant_edge import Point, UpdateOperation
+    from conductor.search.stores import Sparse, StoredPoint
 
     index = SearchIndex(root, f"size{size}", embedder)
-    shard = index._open()  # the bench fills the shard directly with synthetic points
+    store = index.store()  # the bench fills the store directly with synthetic points
     started = time.perf_counter()
     batch = []
     for point_id, vector, text in _synthetic(size, embedder.dimensions):
-        batch.append(Point(point_id, {"dense": vector, "bm25": index._bm25.embed_document(text)},
-                           {"collection": "library", "path": "synthetic.md", "section": "",
-                            "text": text, "hash": "", "vector_version": index.version}))
+        words = index._bm25.embed_document(text)
+        batch.append(StoredPoint(point_id, vector, Sparse(list(words.indices), list(words.values)),
+                                 {"collection": "library", "path": "synthetic.md",
+                                  "section": "", "text": text, "hash": "",
+                                  "vector_version": index.version}))
         if len(batch) == 512:
-            shard.update(UpdateOperation.upsert_points(batch))
+            store.upsert(batch)
             batch = []
-    if batch:
-        shard.update(UpdateOperation.upsert_points(batch))
-    shard.flush()
-    shard.optimize()  # build the HNSW index, as a long-lived shard has
+    store.upsert(batch)
+    store.optimize()  # build the HNSW index, as a long-lived shard has
     load_s = time.perf_counter() - started
     samples = []
     for r in range(rounds):

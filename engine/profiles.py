@@ -40,6 +40,8 @@ class MemorySettings:
     jobs_mode: str = "on"  # the cognition jobs: on, or off (they run only when asked)
     # (job, base_url, model, api_key_env): jobs that run on an OpenAI-compatible endpoint
     job_endpoints: tuple[tuple[str, str, str, str | None], ...] = ()
+    # The search's points in a Qdrant server (None: in the process); $TANDEM_QDRANT_URL wins.
+    qdrant_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
-_MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs")
+_MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
+                "search")
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 
@@ -147,10 +150,18 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
                                    f"got {raw[key]}")
             window[key] = raw[key]
     jobs_mode, endpoints = _jobs(path, raw.get("jobs") or {})
+    search = raw.get("search") or {}
+    _check_type(path, "memory.search", search, (dict,))
+    for key in search:
+        if key != "qdrant_url":
+            raise ProfileError(f"{path}: unknown key 'memory.search.{key}'")
+    if "qdrant_url" in search:
+        _check_type(path, "memory.search.qdrant_url", search["qdrant_url"], (str, type(None)))
     return MemorySettings(
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
-        conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints, **window,
+        conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
+        qdrant_url=search.get("qdrant_url"), **window,
     )
 
 

@@ -57,7 +57,8 @@ class ServerState:
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
         self.prewarm = PrewarmService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
-        self.search = SearchService(self.memory, engine)
+        self.search = SearchService(self.memory, engine,
+                                    qdrant_url=self.profile.memory.qdrant_url)
         self.memory.on_change = self.search.mark_stale
 
     def ready_engine(self) -> Engine:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta, timezone
@@ -137,7 +138,8 @@ def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
     from conductor.search.embedders import default_embedder
 
     embedder = None if args.memory_command == "sources" else default_embedder()
-    index = SearchIndex(root, user, embedder)
+    index = SearchIndex(root, user, embedder, os.environ.get("TANDEM_QDRANT_URL"),
+                        os.environ.get("TANDEM_QDRANT_API_KEY"))
     try:
         registry = index.registry()
     except SourceError as exc:

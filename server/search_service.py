@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 
 from conductor.search.embedders import Embedder, default_embedder
@@ -23,9 +24,12 @@ log = logging.getLogger("tandem.search")
 
 class SearchService:
     def __init__(self, memory: MemoryServices, engine: Engine,
-                 embedder: Embedder | None = None, load_default: bool = True) -> None:
+                 embedder: Embedder | None = None, load_default: bool = True,
+                 qdrant_url: str | None = None) -> None:
+        """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins)."""
         self.memory = memory
         self.engine = engine
+        self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
         self._embedder = embedder
         self._load_default = load_default and embedder is None
         self._indexes: dict[str, SearchIndex] = {}
@@ -40,7 +44,9 @@ class SearchService:
     def index(self, user: str) -> SearchIndex:
         with self._lock:
             if user not in self._indexes:
-                self._indexes[user] = SearchIndex(self.memory.root, user, self.embedder())
+                self._indexes[user] = SearchIndex(
+                    self.memory.root, user, self.embedder(), self.qdrant_url,
+                    os.environ.get("TANDEM_QDRANT_API_KEY"))
             return self._indexes[user]
 
     def mark_stale(self, user: str | None) -> None:

@@ -19,26 +19,25 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import atomic_write, ensure_dir
+from conductor.atomic import atomic_write
 from conductor.search.chunks import Chunk, split_markdown
 from conductor.search.embedders import Embedder
 from conductor.search.sources import Registry, Source, load_sources
+from conductor.search.stores import (
+    EdgeStore,
+    ServerStore,
+    Sparse,
+    StoredPoint,
+    VectorStore,
+    collection_name,
+)
 
 MODES = ("hybrid", "dense", "sparse")
-DENSE, SPARSE = "dense", "bm25"
-# Reciprocal rank fusion with a small k (the top ranks count most) and dense weighted
-# twice: BM25 hits on common words then cannot push a match of meaning out of the top, and
-# an exact identifier at BM25's rank 1 still lands near the top. Chosen on the labelled
-# set in bench/search_data (recall@5: equal weights at k=60 0.855, these 0.945 = dense
-# alone, identifiers 1.00 against dense's 0.93; BM25 alone 0.545).
-RRF_K = 1
-RRF_WEIGHTS = [2.0, 1.0]  # dense, sparse: the prefetches' order
-PREFETCH_FACTOR = 4
 UPSERT_BATCH = 64
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -70,52 +69,42 @@ def _slug(version: str) -> str:
 
 
 class SearchIndex:
-    """Not safe across processes writing at once: one server syncs a user's index."""
+    """Not safe across processes writing at once: one server syncs a user's index.
+    `qdrant_url`: keep the points in a Qdrant server rather than in the process."""
 
-    def __init__(self, root: Path, user: str, embedder: Embedder | None) -> None:
+    def __init__(self, root: Path, user: str, embedder: Embedder | None,
+                 qdrant_url: str | None = None, qdrant_api_key: str | None = None) -> None:
         self.root = root
         self.user = user
         self.embedder = embedder
+        self.qdrant_url = qdrant_url
+        self._api_key = qdrant_api_key
         self.embed_dir = root / "layers" / user / "embed"
         self.version = embedder.version if embedder is not None else "bm25-only"
         self.dir = self.embed_dir / "index" / _slug(self.version)
-        self._shard: Any = None
+        self._store: VectorStore | None = None
         self._bm25: Any = None
         self._lock = threading.RLock()
 
-    # -- the shard --------------------------------------------------------------------------
-    def _open(self):
-        from qdrant_edge import (
-            Bm25,
-            Distance,
-            EdgeConfig,
-            EdgeShard,
-            EdgeSparseVectorParams,
-            EdgeVectorParams,
-            Modifier,
-        )
+    def store(self) -> VectorStore:
+        from qdrant_edge import Bm25
 
-        if self._shard is None:
-            path = self.dir / "shard"
-            if path.exists():
-                self._shard = EdgeShard.load(str(path))
+        if self._store is None:
+            dims = self.embedder.dimensions if self.embedder is not None else None
+            if self.qdrant_url is None:
+                self._store = EdgeStore(self.dir / "shard", dims)
             else:
-                ensure_dir(path.parent)
-                dense = ({DENSE: EdgeVectorParams(size=self.embedder.dimensions,
-                                                  distance=Distance.Cosine)}
-                         if self.embedder is not None else None)
-                self._shard = EdgeShard.create(str(path), EdgeConfig(
-                    vectors=dense,
-                    sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)}))
+                self._store = ServerStore(self.qdrant_url,
+                                          collection_name(self.user, self.version), dims,
+                                          self._api_key)
             self._bm25 = Bm25()
-        return self._shard
+        return self._store
 
     def close(self) -> None:
         with self._lock:
-            if self._shard is not None:
-                self._shard.flush()
-                self._shard.close()
-                self._shard = None
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
     def registry(self) -> Registry:
         return load_sources(self.root, self.user, self.embed_dir)
@@ -144,28 +133,29 @@ class SearchIndex:
                 raise KeyError(source_id)
         report = SyncReport()
         with self._lock:
-            shard = self._open()
+            store = self.store()
             manifest = self._manifest()
             for source in sources:
-                manifest[source.id] = self._sync_source(shard, source,
+                manifest[source.id] = self._sync_source(store, source,
                                                         manifest.get(source.id, {}),
                                                         report, progress)
             if source_id is None:  # sources no longer in the registry: their chunks go
                 for gone in [s for s in manifest if s not in {x.id for x in sources}]:
                     ids = [c[0] for f in manifest.pop(gone).values() for c in f["chunks"]]
-                    self._delete(shard, ids)
+                    store.delete(ids)
                     report.chunks_deleted += len(ids)
-            shard.flush()
             atomic_write(self.dir / "manifest.json", json.dumps(manifest) + "\n")
             if source_id is None:  # complete under this version: older ones can go
                 for stale in self.stale_versions():
                     shutil.rmtree(self.embed_dir / "index" / stale, ignore_errors=True)
                     report.migrated_from.append(stale)
+                if isinstance(store, ServerStore):
+                    store.drop_other_versions(self.user)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _sync_source(self, shard, source: Source, old: dict[str, Any], report: SyncReport,
-                     progress: Progress | None) -> dict[str, Any]:
+    def _sync_source(self, store: VectorStore, source: Source, old: dict[str, Any],
+                     report: SyncReport, progress: Progress | None) -> dict[str, Any]:
         files = source.files()
         report.files_seen += len(files)
         current = {rel for rel, _ in files}
@@ -211,12 +201,12 @@ class SearchIndex:
                                  "chunks": entries}
         report.files_changed += len(changed)
         report.files_removed += len(gone)
-        self._move(shard, source, to_move)
+        self._move(store, source, to_move)
         report.chunks_repointed += len(to_move)
-        self._embed(shard, source, to_embed, progress)
+        self._embed(store, source, to_embed, progress)
         report.chunks_embedded += len(to_embed)
         dropped = [i for ids in loose.values() for i in ids if i not in used]
-        self._delete(shard, dropped)
+        store.delete(dropped)
         report.chunks_deleted += len(dropped)
         return new_manifest
 
@@ -225,91 +215,53 @@ class SearchIndex:
                 "section": chunk.section, "text": chunk.text, "hash": chunk.hash,
                 "vector_version": self.version}
 
-    def _vectors(self, chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+    def _points(self, source: Source, items: list[tuple[str, str, Chunk]]) -> list[StoredPoint]:
+        chunks = [c for _, _, c in items]
         texts = [f"{c.section}\n{c.text}" if c.section else c.text for c in chunks]
-        sparse = [self._bm25.embed_document(t) for t in texts]
-        if self.embedder is None:
-            return [{SPARSE: s} for s in sparse]
-        dense = self.embedder.embed(texts)
-        return [{DENSE: d, SPARSE: s} for d, s in zip(dense, sparse, strict=True)]
+        dense = self.embedder.embed(texts) if self.embedder is not None else [None] * len(texts)
+        points = []
+        for (point_id, rel, chunk), text, vector in zip(items, texts, dense, strict=True):
+            sparse = self._bm25.embed_document(text)
+            points.append(StoredPoint(point_id, vector, Sparse(list(sparse.indices),
+                                                                list(sparse.values)),
+                                      self._payload(source, rel, chunk)))
+        return points
 
-    def _embed(self, shard, source: Source, items: list[tuple[str, str, Chunk]],
+    def _embed(self, store: VectorStore, source: Source, items: list[tuple[str, str, Chunk]],
                progress: Progress | None) -> None:
-        from qdrant_edge import Point, UpdateOperation
-
         for start in range(0, len(items), UPSERT_BATCH):
             batch = items[start:start + UPSERT_BATCH]
-            vectors = self._vectors([c for _, _, c in batch])
-            shard.update(UpdateOperation.upsert_points([
-                Point(point_id, vector, self._payload(source, rel, chunk))
-                for (point_id, rel, chunk), vector in zip(batch, vectors, strict=True)]))
+            store.upsert(self._points(source, batch))
             if progress is not None:
                 progress(f"embedding {source.id}", start + len(batch), len(items))
 
-    def _move(self, shard, source: Source, moves: list[tuple[str, str, str, Chunk]]) -> None:
-        from qdrant_edge import Point, UpdateOperation
-
+    def _move(self, store: VectorStore, source: Source,
+              moves: list[tuple[str, str, str, Chunk]]) -> None:
+        """Re-point moved chunks: their vectors under new ids, with the new path."""
         if not moves:
             return
-        records = {str(r.id): r for r in shard.retrieve([m[0] for m in moves],
-                                                         with_payload=False, with_vector=True)}
-        points = [Point(new_id, records[old_id].vector, self._payload(source, rel, chunk))
-                  for old_id, new_id, rel, chunk in moves if old_id in records]
-        if points:
-            shard.update(UpdateOperation.upsert_points(points))
-        self._delete(shard, [m[0] for m in moves])
-
-    @staticmethod
-    def _delete(shard, ids: list[str]) -> None:
-        from qdrant_edge import UpdateOperation
-
-        if ids:
-            shard.update(UpdateOperation.delete_points(ids))
+        vectors = store.vectors([m[0] for m in moves])
+        store.upsert([StoredPoint(new_id, *vectors[old_id], self._payload(source, rel, chunk))
+                      for old_id, new_id, rel, chunk in moves if old_id in vectors])
+        store.delete([m[0] for m in moves])
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, mode: str = "hybrid", collection: str | None = None,
                limit: int = 10) -> list[Hit]:
         """Hybrid: the dense and BM25 prefetches fused by reciprocal rank; without an
         embedder every mode runs on BM25 (`self.embedder is None` tells the caller)."""
-        from qdrant_edge import (
-            FieldCondition,
-            Filter,
-            Fusion,
-            MatchValue,
-            Prefetch,
-            Query,
-            QueryRequest,
-        )
-
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         with self._lock:
-            shard = self._open()
-            where = (Filter(must=[FieldCondition(key="collection",
-                                                 match=MatchValue(value=collection))])
-                     if collection else None)
-            sparse = Query.Nearest(self._bm25.embed_query(query), using=SPARSE)
-            if self.embedder is None or mode == "sparse":
-                request = QueryRequest(limit=limit, query=sparse, filter=where,
-                                       with_payload=True)
-            else:
-                dense = Query.Nearest(self.embedder.embed([query])[0], using=DENSE)
-                if mode == "dense":
-                    request = QueryRequest(limit=limit, query=dense, filter=where,
-                                           with_payload=True)
-                else:
-                    deep = limit * PREFETCH_FACTOR
-                    request = QueryRequest(
-                        limit=limit, query=Fusion.Rrf(k=RRF_K, weights=RRF_WEIGHTS),
-                        with_payload=True,
-                        prefetches=[Prefetch(limit=deep, query=dense, filter=where),
-                                    Prefetch(limit=deep, query=sparse, filter=where)])
-            points = shard.query(request)
-        return [Hit(p.payload["collection"], p.payload["path"], p.payload["section"],
-                    float(p.score), p.payload["text"]) for p in points]
+            store = self.store()
+            words = self._bm25.embed_query(query)
+            sparse = Sparse(list(words.indices), list(words.values))
+            dense = (self.embedder.embed([query])[0]
+                     if self.embedder is not None and mode != "sparse" else None)
+            found = store.query(dense, sparse, mode, collection, limit)
+        return [Hit(p["collection"], p["path"], p["section"], score, p["text"])
+                for score, p in found]
 
     def count(self) -> int:
-        from qdrant_edge import CountRequest
-
         with self._lock:
-            return self._open().count(CountRequest())
+            return self.store().count()

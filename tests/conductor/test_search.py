@@ -183,3 +183,36 @@ def test_globs_match_files_at_any_depth_including_none(tmp_path):
     source = Source("n", "notes", "markdown_tree", tmp_path,
                     include=("user/**/*.md", "projects/**/*.md"), exclude=("**/deep/*",))
     assert [rel for rel, _ in source.files()] == ["projects/p/c.md", "user/a.md"]
+
+
+NO_SERVER = ("no Qdrant server can be started here (the docker daemon is not running and no "
+             "server binary is on the package registries): set TANDEM_TEST_QDRANT_URL to run")
+
+
+@pytest.fixture(params=["client-local", "server"])
+def server_url(request, tmp_path) -> str:
+    """The Qdrant-server path: qdrant-client against its local mode (the same client calls
+    a server gets), and against a real server when one is named."""
+    if request.param == "server":
+        url = os.environ.get("TANDEM_TEST_QDRANT_URL")
+        if not url:
+            pytest.skip(NO_SERVER)
+        return url
+    return str(tmp_path / "qdrant-local")
+
+
+def test_the_server_path_keeps_the_same_data_model_and_queries(tmp_path, embedder, server_url):
+    folder = library(tmp_path)
+    index = SearchIndex(tmp_path, "ada", embedder, qdrant_url=server_url)
+    assert index.sync().chunks_embedded == 9
+    assert top(index, PARAPHRASE, "hybrid") == ("deploy.md", "Deployment > Nightly pipeline")
+    assert top(index, IDENTIFIER, "sparse") == ("errors.md", "Error codes > E4012")
+    os.rename(folder / "flags.md", folder / "build-flags.md")
+    moved = index.sync()
+    assert (moved.chunks_repointed, moved.chunks_embedded) == (2, 0)
+    assert top(index, "--xq7-retain", "sparse")[0] == "build-flags.md"
+    index.close()
+    again = SearchIndex(tmp_path, "ada", Truncated(embedder), qdrant_url=server_url)
+    assert again.sync().migrated_from == ["all-minilm-l6-v2-384"]
+    assert again.count() == 9
+    again.close()

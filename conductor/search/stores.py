@@ -1,0 +1,236 @@
+"""Where a user's chunks live: Qdrant's engine embedded in the process (`EdgeStore`,
+`qdrant-edge-py`: one shard a folder), or a Qdrant server (`ServerStore`, `qdrant-client`:
+one collection a user and vector version). The same points, the same queries.
+
+A point: a dense vector under "dense" (when there is an embedder), a BM25 sparse vector
+under "bm25" (with the IDF modifier), and its chunk's payload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from conductor.atomic import ensure_dir
+
+DENSE, SPARSE = "dense", "bm25"
+PREFETCH_FACTOR = 4
+# Reciprocal rank fusion (score: weight / (k + rank), ranks from 0) with a small k, so the
+# top ranks count most, and dense weighted 1.8: BM25 hits on common words then cannot push
+# a match of meaning out of the top, while an exact identifier first for BM25 and second
+# for dense (1.8/2 + 1/1) beats dense's first (1.8/1). Not 2.0: that makes those two tie,
+# and a tie falls to the order of random point ids. Chosen on the labelled set in
+# bench/search_data (recall@5: equal weights at k=60 0.855, these 0.945 = dense alone,
+# identifiers 1.00 against dense's 0.93; BM25 alone 0.545).
+RRF_K = 1
+RRF_WEIGHTS = [1.8, 1.0]  # dense, sparse: the prefetches' order
+
+
+@dataclass(frozen=True)
+class Sparse:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    id: str
+    dense: list[float] | None
+    sparse: Sparse
+    payload: dict[str, Any]
+
+
+class VectorStore(Protocol):
+    def upsert(self, points: list[StoredPoint]) -> None: ...
+    def delete(self, ids: list[str]) -> None: ...
+    def vectors(self, ids: list[str]) -> dict[str, tuple[list[float] | None, Sparse]]: ...
+    def query(self, dense: list[float] | None, sparse: Sparse, mode: str,
+              collection: str | None, limit: int) -> list[tuple[float, dict[str, Any]]]: ...
+    def count(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class EdgeStore:
+    def __init__(self, path: Path, dimensions: int | None) -> None:
+        from qdrant_edge import (
+            Distance,
+            EdgeConfig,
+            EdgeShard,
+            EdgeSparseVectorParams,
+            EdgeVectorParams,
+            Modifier,
+        )
+
+        if path.exists():
+            self._shard = EdgeShard.load(str(path))
+        else:
+            ensure_dir(path.parent)
+            dense = ({DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)}
+                     if dimensions else None)
+            self._shard = EdgeShard.create(str(path), EdgeConfig(
+                vectors=dense,
+                sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)}))
+
+    def upsert(self, points: list[StoredPoint]) -> None:
+        from qdrant_edge import Point, SparseVector, UpdateOperation
+
+        def vector(p: StoredPoint) -> dict[str, Any]:
+            out: dict[str, Any] = {SPARSE: SparseVector(p.sparse.indices, p.sparse.values)}
+            if p.dense is not None:
+                out[DENSE] = p.dense
+            return out
+
+        if points:
+            self._shard.update(UpdateOperation.upsert_points(
+                [Point(p.id, vector(p), p.payload) for p in points]))
+
+    def delete(self, ids: list[str]) -> None:
+        from qdrant_edge import UpdateOperation
+
+        if ids:
+            self._shard.update(UpdateOperation.delete_points(ids))
+
+    def vectors(self, ids: list[str]) -> dict[str, tuple[list[float] | None, Sparse]]:
+        out = {}
+        for record in self._shard.retrieve(ids, with_payload=False, with_vector=True):
+            vector = record.vector
+            sparse = vector[SPARSE]
+            out[str(record.id)] = (vector.get(DENSE), Sparse(list(sparse.indices),
+                                                             list(sparse.values)))
+        return out
+
+    def query(self, dense: list[float] | None, sparse: Sparse, mode: str,
+              collection: str | None, limit: int) -> list[tuple[float, dict[str, Any]]]:
+        from qdrant_edge import (
+            FieldCondition,
+            Filter,
+            Fusion,
+            MatchValue,
+            Prefetch,
+            Query,
+            QueryRequest,
+            SparseVector,
+        )
+
+        where = (Filter(must=[FieldCondition(key="collection",
+                                             match=MatchValue(value=collection))])
+                 if collection else None)
+        by_words = Query.Nearest(SparseVector(sparse.indices, sparse.values), using=SPARSE)
+        if dense is None or mode == "sparse":
+            request = QueryRequest(limit=limit, query=by_words, filter=where, with_payload=True)
+        elif mode == "dense":
+            request = QueryRequest(limit=limit, query=Query.Nearest(dense, using=DENSE),
+                                   filter=where, with_payload=True)
+        else:
+            deep = limit * PREFETCH_FACTOR
+            request = QueryRequest(
+                limit=limit, query=Fusion.Rrf(k=RRF_K, weights=RRF_WEIGHTS), with_payload=True,
+                prefetches=[Prefetch(limit=deep, query=Query.Nearest(dense, using=DENSE),
+                                     filter=where),
+                            Prefetch(limit=deep, query=by_words, filter=where)])
+        return [(float(p.score), p.payload) for p in self._shard.query(request)]
+
+    def count(self) -> int:
+        from qdrant_edge import CountRequest
+
+        return self._shard.count(CountRequest())
+
+    def close(self) -> None:
+        self._shard.flush()
+        self._shard.close()
+
+    def optimize(self) -> None:
+        self._shard.optimize()
+
+
+def collection_name(user: str, version: str) -> str:
+    return "tandem-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{user}-{version}")
+
+
+class ServerStore:
+    """The same data model in a Qdrant server's collection (or `qdrant-client`'s local
+    mode when `url` is ":memory:" or a path: the same client code, for tests)."""
+
+    def __init__(self, url: str, collection: str, dimensions: int | None,
+                 api_key: str | None = None) -> None:
+        from qdrant_client import QdrantClient, models
+
+        self._models = models
+        self.collection = collection
+        if url == ":memory:" or not url.startswith(("http://", "https://")):
+            self._client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(
+                path=url)
+        else:
+            self._client = QdrantClient(url=url, api_key=api_key)
+        if not self._client.collection_exists(collection):
+            dense = ({DENSE: models.VectorParams(size=dimensions,
+                                                 distance=models.Distance.COSINE)}
+                     if dimensions else {})
+            sparse = {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+            self._client.create_collection(collection, vectors_config=dense,
+                                           sparse_vectors_config=sparse)
+
+    def _sparse(self, sparse: Sparse):
+        return self._models.SparseVector(indices=sparse.indices, values=sparse.values)
+
+    def upsert(self, points: list[StoredPoint]) -> None:
+        m = self._models
+        if points:
+            self._client.upsert(self.collection, [m.PointStruct(
+                id=p.id, payload=p.payload,
+                vector={SPARSE: self._sparse(p.sparse),
+                        **({DENSE: p.dense} if p.dense is not None else {})})
+                for p in points])
+
+    def delete(self, ids: list[str]) -> None:
+        if ids:
+            self._client.delete(self.collection,
+                                points_selector=self._models.PointIdsList(points=ids))
+
+    def vectors(self, ids: list[str]) -> dict[str, tuple[list[float] | None, Sparse]]:
+        out = {}
+        for record in self._client.retrieve(self.collection, ids, with_vectors=True):
+            vector = record.vector
+            sparse = vector[SPARSE]
+            out[str(record.id)] = (vector.get(DENSE), Sparse(list(sparse.indices),
+                                                             list(sparse.values)))
+        return out
+
+    def query(self, dense: list[float] | None, sparse: Sparse, mode: str,
+              collection: str | None, limit: int) -> list[tuple[float, dict[str, Any]]]:
+        m = self._models
+        where = (m.Filter(must=[m.FieldCondition(key="collection",
+                                                 match=m.MatchValue(value=collection))])
+                 if collection else None)
+        if dense is None or mode == "sparse":
+            found = self._client.query_points(self.collection, query=self._sparse(sparse),
+                                              using=SPARSE, query_filter=where, limit=limit)
+        elif mode == "dense":
+            found = self._client.query_points(self.collection, query=dense, using=DENSE,
+                                              query_filter=where, limit=limit)
+        else:
+            deep = limit * PREFETCH_FACTOR
+            found = self._client.query_points(
+                self.collection, limit=limit,
+                prefetch=[m.Prefetch(query=dense, using=DENSE, filter=where, limit=deep),
+                          m.Prefetch(query=self._sparse(sparse), using=SPARSE, filter=where,
+                                     limit=deep)],
+                query=m.RrfQuery(rrf=m.Rrf(k=RRF_K, weights=RRF_WEIGHTS)))
+        return [(float(p.score), p.payload or {}) for p in found.points]
+
+    def count(self) -> int:
+        return self._client.count(self.collection).count
+
+    def close(self) -> None:
+        self._client.close()
+
+    def drop_other_versions(self, user: str) -> list[str]:
+        """Collections of this user's earlier vector versions (a migration's leftovers)."""
+        prefix = collection_name(user, "")
+        stale = [c.name for c in self._client.get_collections().collections
+                 if c.name.startswith(prefix) and c.name != self.collection]
+        for name in stale:
+            self._client.delete_collection(name)
+        return stale
