@@ -11,6 +11,7 @@ setup:
 test:
 	@$(PY) -m pytest -q
 	@$(PY) -m pytest -q -m endpoint
+	@$(PY) -m pytest -q -m embed_endpoint
 
 lint:
 	@$(VENV)/bin/ruff check .

@@ -42,6 +42,9 @@ class MemorySettings:
     job_endpoints: tuple[tuple[str, str, str, str | None], ...] = ()
     # The search's points in a Qdrant server (None: in the process); $TANDEM_QDRANT_URL wins.
     qdrant_url: str | None = None
+    # (base_url, model, api_key_env): dense vectors from an OpenAI-compatible embeddings
+    # endpoint rather than the packaged all-MiniLM-L6-v2
+    search_embedder: tuple[str, str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,15 +156,27 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     search = raw.get("search") or {}
     _check_type(path, "memory.search", search, (dict,))
     for key in search:
-        if key != "qdrant_url":
+        if key not in ("qdrant_url", "embedder"):
             raise ProfileError(f"{path}: unknown key 'memory.search.{key}'")
     if "qdrant_url" in search:
         _check_type(path, "memory.search.qdrant_url", search["qdrant_url"], (str, type(None)))
+    embedder = None
+    if search.get("embedder") is not None:
+        raw_embedder = search["embedder"]
+        _check_type(path, "memory.search.embedder", raw_embedder, (dict,))
+        if set(raw_embedder) - {"base_url", "model", "api_key_env"} or not {
+                "base_url", "model"} <= set(raw_embedder):
+            raise ProfileError(f"{path}: key 'memory.search.embedder' needs base_url and "
+                               "model (and may name api_key_env)")
+        for part in raw_embedder:
+            _check_type(path, f"memory.search.embedder.{part}", raw_embedder[part], (str,))
+        embedder = (raw_embedder["base_url"], raw_embedder["model"],
+                    raw_embedder.get("api_key_env"))
     return MemorySettings(
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
-        qdrant_url=search.get("qdrant_url"), **window,
+        qdrant_url=search.get("qdrant_url"), search_embedder=embedder, **window,
     )
 
 

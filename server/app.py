@@ -58,7 +58,8 @@ class ServerState:
         self.prewarm = PrewarmService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
-                                    qdrant_url=self.profile.memory.qdrant_url)
+                                    qdrant_url=self.profile.memory.qdrant_url,
+                                    endpoint=self.profile.memory.search_embedder)
         self.memory.on_change = self.search.mark_stale
 
     def ready_engine(self) -> Engine:

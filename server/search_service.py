@@ -13,7 +13,12 @@ import logging
 import os
 import threading
 
-from conductor.search.embedders import Embedder, default_embedder
+from conductor.search.embedders import (
+    Embedder,
+    EmbedderError,
+    EndpointEmbedder,
+    default_embedder,
+)
 from conductor.search.index import Hit, SearchIndex, SyncReport
 from conductor.search.sources import SourceError
 from engine.engine import Engine
@@ -25,10 +30,14 @@ log = logging.getLogger("tandem.search")
 class SearchService:
     def __init__(self, memory: MemoryServices, engine: Engine,
                  embedder: Embedder | None = None, load_default: bool = True,
-                 qdrant_url: str | None = None) -> None:
-        """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins)."""
+                 qdrant_url: str | None = None,
+                 endpoint: tuple[str, str, str | None] | None = None) -> None:
+        """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins);
+        `endpoint`: (base_url, model, api_key_env) of an embeddings endpoint to use
+        rather than the packaged model."""
         self.memory = memory
         self.engine = engine
+        self._endpoint = endpoint
         self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
         self._embedder = embedder
         self._load_default = load_default and embedder is None
@@ -38,7 +47,14 @@ class SearchService:
 
     def embedder(self) -> Embedder | None:
         if self._load_default:
-            self._embedder, self._load_default = default_embedder(), False
+            self._load_default = False
+            if self._endpoint is None:
+                self._embedder = default_embedder()
+            else:
+                try:
+                    self._embedder = EndpointEmbedder(*self._endpoint)
+                except EmbedderError as exc:  # search runs on BM25 alone, and says so
+                    log.warning("no dense vectors: %s", exc)
         return self._embedder
 
     def index(self, user: str) -> SearchIndex:

@@ -48,6 +48,7 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  replay_tokens: many\n", "'memory.replay_tokens'"),
     (BASE + "memory:\n  search:\n    qdrant_url: 5\n", "'memory.search.qdrant_url'"),
     (BASE + "memory:\n  search:\n    engine: x\n", "'memory.search.engine'"),
+    (BASE + "memory:\n  search:\n    embedder: {model: m}\n", "'memory.search.embedder'"),
     (BASE + "memory:\n  jobs:\n    mode: sometimes\n", "'memory.jobs.mode'"),
     (BASE + "memory:\n  jobs:\n    x:\n      model: {base_url: u}\n", "'memory.jobs.x.model'"),
     ("device: cpu\n", "'model'"),

@@ -17,6 +17,10 @@ import httpx
 BATCH = 32
 
 
+class EmbedderError(RuntimeError):
+    """An embeddings endpoint that cannot be used; the message says which and why."""
+
+
 class Embedder(Protocol):
     version: str
     dimensions: int
@@ -66,23 +70,32 @@ class MiniLMEmbedder:
 
 
 class EndpointEmbedder:
-    """`POST {base_url}/embeddings` of an OpenAI-compatible server."""
+    """`POST {base_url}/embeddings` of an OpenAI-compatible server (on a GPU profile, an
+    embedding model such as Qwen3-Embedding served by vLLM). Its dimensions are asked of
+    the server once, with a probe, when not given."""
 
-    def __init__(self, base_url: str, model: str, dimensions: int,
+    def __init__(self, base_url: str, model: str, dimensions: int | None = None,
                  api_key_env: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.dimensions = dimensions
-        self.version = f"{model}:{dimensions}"
         self._key = os.environ.get(api_key_env) if api_key_env else None
+        self.dimensions = dimensions or len(self.embed(["dimensions probe"])[0])
+        self.version = f"{model}:{self.dimensions}"
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         out: list[list[float]] = []
         for start in range(0, len(texts), BATCH):
-            response = httpx.post(f"{self.base_url}/embeddings", headers=headers, timeout=120,
-                                  json={"model": self.model, "input": texts[start:start + BATCH]})
-            response.raise_for_status()
+            try:
+                response = httpx.post(f"{self.base_url}/embeddings", headers=headers,
+                                      timeout=120, json={"model": self.model,
+                                                         "input": texts[start:start + BATCH]})
+            except httpx.HTTPError as exc:
+                raise EmbedderError(f"embeddings endpoint {self.base_url}: "
+                                    f"{type(exc).__name__}") from None
+            if response.status_code != 200:
+                raise EmbedderError(f"embeddings endpoint {self.base_url} answered "
+                                    f"{response.status_code} for model {self.model!r}")
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             out += [_unit(d["embedding"]) for d in data]
         return out
