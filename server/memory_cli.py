@@ -28,8 +28,9 @@ from conductor.layers.turn_format import Turn
 from conductor.layers.user_layers import UserLayers
 from conductor.notes_cli import default_user
 from conductor.paths import default_home, valid_user
-from conductor.search.index import MODES, SearchIndex
+from conductor.search.index import MODES, Hit, SearchIndex
 from conductor.search.sources import COLLECTIONS, SourceError
+from conductor.search.stores import IndexBusy
 
 
 def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
@@ -57,6 +58,8 @@ def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--collection", choices=COLLECTIONS)
     search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--url", default="http://127.0.0.1:8000", help="the running "
+                        "server, asked when it holds the index (default %(default)s)")
     memory.set_defaults(func=lambda args: run(args, default_profile))
 
 
@@ -173,6 +176,14 @@ def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
     except KeyError:
         print(f"tandem memory sync: no source {args.source!r}", file=sys.stderr)
         return 2
+    except IndexBusy:
+        if args.memory_command == "sync":
+            print("tandem memory sync: the running server holds this index and keeps it in "
+                  "sync itself", file=sys.stderr)
+            return 0
+        hits = _search_through_server(args, user)
+        if hits is None:
+            return 2
     finally:
         index.close()
     if args.json:
@@ -185,6 +196,30 @@ def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
         if not hits:
             print("nothing found")
     return 0
+
+
+def _search_through_server(args: argparse.Namespace, user: str) -> list[Hit] | None:
+    """The running server's admin search, for when it holds the user's index."""
+    import httpx
+
+    key = os.environ.get("TANDEM_API_KEY")
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/v1/conductor/memory/search",
+                             params={"q": " ".join(args.query), "mode": args.mode,
+                                     "limit": args.limit, "user": user,
+                                     **({"collection": args.collection}
+                                        if args.collection else {})},
+                             headers={"Authorization": f"Bearer {key}"} if key else {},
+                             timeout=60)
+    except httpx.TransportError:
+        print(f"tandem memory search: the index is open in another process and no server "
+              f"answers at {args.url} (--url)", file=sys.stderr)
+        return None
+    if response.status_code != 200:
+        print(f"tandem memory search: the server answered {response.status_code}",
+              file=sys.stderr)
+        return None
+    return [Hit(**h) for h in response.json()["data"]]
 
 
 def _sync(index: SearchIndex, source: str | None) -> int:

@@ -90,3 +90,34 @@ def test_a_bad_registry_is_a_message_from_the_command_line(tmp_path, capsys):
     assert main(["memory", "search", "anything", "--home", str(tmp_path), "--user", "ada"]) == 2
     error = capsys.readouterr().err
     assert "source 'x'" in error and "type must be one of" in error
+
+
+def test_an_index_the_server_holds_is_said_so_not_a_traceback(tmp_path, capsys):
+    from conductor.search.embedders import default_embedder
+    from conductor.search.index import SearchIndex
+
+    held = SearchIndex(tmp_path / "memory", "ada", default_embedder())
+    held.sync()  # open, as the running server keeps it
+    try:
+        home = ["--home", str(tmp_path), "--user", "ada"]
+        assert main(["memory", "sync", *home]) == 0
+        assert "the running server holds this index" in capsys.readouterr().err
+        assert main(["memory", "search", "anything", "--url", "http://127.0.0.1:9",
+                     *home]) == 2
+        assert "no server answers at http://127.0.0.1:9" in capsys.readouterr().err
+    finally:
+        held.close()
+
+
+def test_a_search_of_an_index_the_server_holds_asks_the_server(served, tmp_path, capsys):
+    from conductor.search.embedders import default_embedder
+    from conductor.search.index import SearchIndex
+
+    held = SearchIndex(tmp_path / "memory", "ada", default_embedder())
+    held.sync()
+    try:
+        assert main(["memory", "search", "anything", "--url", served.base_url, "--json",
+                     "--home", str(tmp_path), "--user", "ada"]) == 0
+        assert json.loads(capsys.readouterr().out) == []  # the server's own (empty) index
+    finally:
+        held.close()

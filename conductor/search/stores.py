@@ -42,6 +42,10 @@ class StoredPoint:
     payload: dict[str, Any]
 
 
+class IndexBusy(RuntimeError):
+    """The index is open in another process (the running server holds its write lock)."""
+
+
 class VectorStore(Protocol):
     def upsert(self, points: list[StoredPoint]) -> None: ...
     def delete(self, ids: list[str]) -> None: ...
@@ -64,7 +68,12 @@ class EdgeStore:
         )
 
         if path.exists():
-            self._shard = EdgeShard.load(str(path))
+            try:
+                self._shard = EdgeShard.load(str(path))
+            except Exception as exc:  # the engine says only "Exception": read its words
+                if "WouldBlock" in str(exc):
+                    raise IndexBusy(f"{path} is open in another process") from None
+                raise
         else:
             ensure_dir(path.parent)
             dense = ({DENSE: EdgeVectorParams(size=dimensions, distance=Distance.Cosine)}
