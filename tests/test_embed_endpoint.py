@@ -6,19 +6,14 @@ so each session starts one engine."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from conductor.search.embedders import EmbedderError, EndpointEmbedder, default_embedder
 from conductor.search.index import SearchIndex
-from tests.served import free_port
+from tests.plain_vllm import plain_vllm
 
 pytestmark = pytest.mark.embed_endpoint
 CORPUS = Path(__file__).resolve().parent / "data" / "search"
@@ -26,35 +21,9 @@ CORPUS = Path(__file__).resolve().parent / "data" / "search"
 
 @pytest.fixture(scope="module")
 def embeddings_url(built_models):
-    port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-         "--model", str(built_models / "tiny-qwen3"), "--served-model-name", "tiny-embed",
-         "--host", "127.0.0.1", "--port", str(port), "--runner", "pooling",
-         "--convert", "embed", "--max-model-len", "4096", "--block-size", "32",
-         "--enforce-eager", "--dtype", "float32"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM's server exited: {process.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    else:
-        process.kill()
-        raise TimeoutError("vLLM's server did not start")
-    yield f"{base}/v1"
-    process.terminate()
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with plain_vllm(built_models / "tiny-qwen3", "tiny-embed", "--runner", "pooling",
+                    "--convert", "embed") as url:
+        yield url
 
 
 def library(root: Path) -> None:

@@ -5,13 +5,8 @@ session starts one engine: `-m endpoint`."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime
 
-import httpx
 import pytest
 
 from conductor.background.job import Caps
@@ -22,7 +17,7 @@ from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import SECTIONS
 from server.job_backends import EndpointJobBackend
-from tests.served import free_port
+from tests.plain_vllm import plain_vllm
 
 pytestmark = pytest.mark.endpoint
 VERIFY, CONSOLIDATE, EXTRACT = JOBS
@@ -31,36 +26,10 @@ SMALL = Caps(max_items=2, max_chars=40, max_flags=2, reason_chars=24)
 
 @pytest.fixture(scope="module")
 def vllm_server(built_models):
-    """`python -m vllm.entrypoints.openai.api_server` on the tiny model, compact JSON."""
-    port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-         "--model", str(built_models / "tiny-qwen3"), "--served-model-name", "tiny-plain",
-         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
-         "--block-size", "32", "--enforce-eager", "--dtype", "float32",
-         "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vLLM's server exited: {process.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    else:
-        process.kill()
-        raise TimeoutError("vLLM's server did not start")
-    yield f"{base}/v1"
-    process.terminate()
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    """Plain vLLM on the tiny model, compact JSON (as a small model's endpoint should be)."""
+    with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
+                    '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:
+        yield url
 
 
 def layers_with_turns(tmp_path, n: int) -> UserLayers:
