@@ -67,12 +67,7 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     now = datetime.now(UTC)
     offset = local_offset_minutes(now) if utc_offset_minutes is None else utc_offset_minutes
     previous = layers.last_turn()
-    window = layers.replay(window_bounds(profile), engine.count_tokens)
-    for turn in window:  # the answers as shown: their status lines come off when rendered
-        for message in turn.messages:
-            if message.role == "assistant":
-                services.shown.remember(message.shown(), message.text())
-    prefix = conversation_messages(layers.core(), layers.working_memory(), window)
+    prefix = _conversation_so_far(engine, profile, services, layers)
     messages = [ChatMessage.model_validate(m) for m in prefix]
     messages.append(last)
     time_tail = Tail(TIME_KIND, time_line(now, offset, previous.time if previous else None))
@@ -86,15 +81,25 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     return prepared
 
 
+def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServices,
+                         layers: UserLayers) -> list[dict[str, Any]]:
+    """The layers and the replay window as chat messages; each replayed answer's status
+    lines are made known, so rendering takes them off (after a restart too)."""
+    window = layers.replay(window_bounds(profile), engine.count_tokens)
+    for turn in window:
+        for message in turn.messages:
+            if message.role == "assistant":
+                services.shown.remember(message.shown(), message.text())
+    return conversation_messages(layers.core(), layers.working_memory(), window)
+
+
 def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
                             user: str) -> list[int]:
     """The ids the user's next message will start with, as the server would render them
     now (no ledger record matches after working memory or the checkpoint changed): the
     layers, the shared context, the replayed turns, up to the new message. A prefill of
     these in idle time lets that message find them cached."""
-    layers = services.layers(user)
-    window = layers.replay(window_bounds(profile), engine.count_tokens)
-    messages = [*conversation_messages(layers.core(), layers.working_memory(), window),
+    messages = [*_conversation_so_far(engine, profile, services, services.layers(user)),
                 {"role": "user", "content": "."}]
     request = ChatCompletionRequest(model=profile.name, messages=messages)
     rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)

@@ -42,6 +42,16 @@ class StoredPoint:
     payload: dict[str, Any]
 
 
+def _by_id(records) -> dict[str, tuple[list[float] | None, Sparse]]:
+    """Retrieved records (either engine's) as id -> (dense, sparse)."""
+    out = {}
+    for record in records:
+        sparse = record.vector[SPARSE]
+        out[str(record.id)] = (record.vector.get(DENSE),
+                               Sparse(list(sparse.indices), list(sparse.values)))
+    return out
+
+
 class IndexBusy(RuntimeError):
     """The index is open in another process (the running server holds its write lock)."""
 
@@ -102,13 +112,7 @@ class EdgeStore:
             self._shard.update(UpdateOperation.delete_points(ids))
 
     def vectors(self, ids: list[str]) -> dict[str, tuple[list[float] | None, Sparse]]:
-        out = {}
-        for record in self._shard.retrieve(ids, with_payload=False, with_vector=True):
-            vector = record.vector
-            sparse = vector[SPARSE]
-            out[str(record.id)] = (vector.get(DENSE), Sparse(list(sparse.indices),
-                                                             list(sparse.values)))
-        return out
+        return _by_id(self._shard.retrieve(ids, with_payload=False, with_vector=True))
 
     def query(self, dense: list[float] | None, sparse: Sparse, mode: str,
               collection: str | None, limit: int) -> list[tuple[float, dict[str, Any]]]:
@@ -199,13 +203,7 @@ class ServerStore:
                                 points_selector=self._models.PointIdsList(points=ids))
 
     def vectors(self, ids: list[str]) -> dict[str, tuple[list[float] | None, Sparse]]:
-        out = {}
-        for record in self._client.retrieve(self.collection, ids, with_vectors=True):
-            vector = record.vector
-            sparse = vector[SPARSE]
-            out[str(record.id)] = (vector.get(DENSE), Sparse(list(sparse.indices),
-                                                             list(sparse.values)))
-        return out
+        return _by_id(self._client.retrieve(self.collection, ids, with_vectors=True))
 
     def query(self, dense: list[float] | None, sparse: Sparse, mode: str,
               collection: str | None, limit: int) -> list[tuple[float, dict[str, Any]]]:
