@@ -215,7 +215,8 @@ class Engine:
             else None,
         )
         priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
-        timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids))
+        timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
+                                 request_id=request_id)
         self._running[request_id] = _Running(kind)
         self.stats.started(kind)
         finished = False

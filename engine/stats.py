@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+
+RECENT_REQUESTS = 256
 
 
 @dataclass
 class RequestTimings:
     kind: str
     prompt_tokens: int
+    request_id: str = ""
     started: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -51,6 +54,9 @@ class EngineStats:
     output_tokens: Counter = field(default_factory=Counter)
     ttft_sum_s: Counter = field(default_factory=Counter)
     ttft_count: Counter = field(default_factory=Counter)
+    # The last finished requests' timings by request id: the benches read one answer's
+    # generations here (an engine-tool continuation is `<completion id>-<n>`).
+    recent: OrderedDict[str, RequestTimings] = field(default_factory=OrderedDict)
 
     def started(self, kind: str) -> None:
         self.requests_started[kind] += 1
@@ -67,3 +73,6 @@ class EngineStats:
         if timings.ttft_s is not None:
             self.ttft_sum_s[kind] += timings.ttft_s
             self.ttft_count[kind] += 1
+        self.recent[timings.request_id] = timings
+        while len(self.recent) > RECENT_REQUESTS:
+            self.recent.popitem(last=False)

@@ -22,6 +22,7 @@ from server import chat
 from server.auth import Auth, is_loopback
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
+from server.engine_tools import EngineToolbox
 from server.errors import APIError, error_response, install_error_handlers
 from server.job_routes import job_router
 from server.job_service import JobService
@@ -49,6 +50,7 @@ class ServerState:
     prewarm: PrewarmService | None = None
     jobs: JobService | None = None
     search: SearchService | None = None
+    tools: EngineToolbox | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
     started_at: float = field(default_factory=time.time)
 
@@ -61,6 +63,7 @@ class ServerState:
                                     qdrant_url=self.profile.memory.qdrant_url,
                                     endpoint=self.profile.memory.search_embedder)
         self.memory.on_change = self.search.mark_stale
+        self.tools = EngineToolbox(self.memory, self.search, engine.tokenizer)
 
     def ready_engine(self) -> Engine:
         if self.engine is None:
@@ -113,10 +116,12 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage),
+            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage,
+                                                 state.tools),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
-        return JSONResponse(await chat.complete(engine_, memory, prepared), headers=headers)
+        return JSONResponse(await chat.complete(engine_, memory, prepared, state.tools),
+                            headers=headers)
 
     app.include_router(layer_router(state, answer))
 

@@ -27,7 +27,9 @@ from conductor.shared_context import SHARED_KIND
 from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
-from server.chat import PreparedChat, RecordedTurn
+from server.answer import RecordedTurn
+from server.chat import PreparedChat
+from server.engine_tools import with_engine_tools
 from server.errors import APIError
 from server.memory import MemoryContext, MemoryServices, request_user
 from server.prompt import Tail, assemble, render_chat
@@ -101,10 +103,11 @@ def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemorySe
     these in idle time lets that message find them cached."""
     messages = [*_conversation_so_far(engine, profile, services, services.layers(user)),
                 {"role": "user", "content": "."}]
-    request = ChatCompletionRequest(model=profile.name, messages=messages)
-    rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)
     memory = MemoryContext(user=user, session=CONTINUOUS_SESSION, project=None,
                            mode=profile.memory.mode, header=None, has_user_message=True)
+    request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),
+                                   memory)
+    rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)
     head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None
@@ -123,12 +126,12 @@ def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
     answer: list[Part] = []
     if recorded.reasoning:
         answer.append(Part("reasoning", recorded.reasoning))
-    if recorded.written:
-        answer.append(Part("text", recorded.written))
+    # In the order the client was shown them: the model's text, the status line of each
+    # engine-tool call between its parts, the status lines at the end (shown() joins
+    # them back); the client's calls after them.
+    answer += [Part(kind, text) for kind, text in recorded.segments]
     answer += [Part("tool_call", name=name, arguments=arguments, call_id=call_id)
                for call_id, name, arguments in recorded.tool_calls]
-    if recorded.status:
-        answer.append(Part("status", recorded.status))
     messages = (TurnMessage("user", tuple(user_parts)), TurnMessage("assistant", tuple(answer)))
     turn = layers.history.reserve(lambda seq: Turn(seq, at, offset, messages,
                                                    recorded.interrupted))

@@ -26,6 +26,7 @@ from conductor.shared_context import (
     shared_notes,
 )
 from conductor.tail_notes import build_matches
+from server.engine_tools import NAMES as ENGINE_TOOLS
 from server.memory import MemoryContext, MemoryServices
 from server.prompt import Tail, tools_for_template
 from server.schema import ChatCompletionRequest
@@ -67,7 +68,9 @@ def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Spa
             hidden.version = shared.version
         # The token only helps a model that can call the memory routes, i.e. one with
         # tools; the client has it in the response header either way.
-        token = hidden.token if memory.shows_card and tools_for_template(request) else None
+        client_tools = [t for t in tools_for_template(request) or ()
+                        if t["function"]["name"] not in ENGINE_TOOLS]
+        token = hidden.token if memory.shows_card and client_tools else None
         tail = build_session_tail(token, own, count_tokens)
         if tail is not None:
             hidden.tails.append(Tail(SESSION_KIND, *tail))

@@ -20,6 +20,7 @@ class ToolCall:
     name: str
     arguments: str  # JSON text, as the OpenAI API carries it
     id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    malformed: bool = False  # an engine tool's call whose body is not a call's JSON
 
     def as_openai(self, index: int | None = None) -> dict:
         call = {"id": self.id, "type": "function",
@@ -61,22 +62,54 @@ def parse_tool_call(body: str) -> ToolCall | None:
     return ToolCall(name=data["name"], arguments=text)
 
 
-class OutputParser:
-    """Feed text deltas in order; each feed returns what may be shown now."""
+@dataclass(frozen=True)
+class HeldCall:
+    """An engine tool's call, where it stands in the generation's text (char offsets)."""
 
-    def __init__(self, parse_tools: bool = True) -> None:
+    call: ToolCall
+    start: int  # where its opening tag starts
+    end: int  # right after its closing tag
+
+
+def _engine_tool_named(body: str, engine_tools: frozenset[str]) -> str | None:
+    """The engine tool a call body that is not valid JSON names, if any."""
+    return next((name for name in sorted(engine_tools) if f'"{name}"' in body), None)
+
+
+class OutputParser:
+    """Feed text deltas in order; each feed returns what may be shown now.
+
+    A call to one of `engine_tools` is not a client's call: the parser stops right after
+    it and holds it (`held`) for the server to run; `next_generation` goes on after it."""
+
+    def __init__(self, parse_tools: bool = True,
+                 engine_tools: frozenset[str] = frozenset()) -> None:
         self._parse_tools = parse_tools
+        self._engine_tools = engine_tools
         self._pending = ""
         self._state = "start"  # start -> (reasoning ->) content <-> call
         self._skip_space = False  # drop the newlines that follow <think> and </think>
-        self.tool_calls: list[ToolCall] = []
+        self._fed = 0  # chars fed in this generation
+        self._call_start = 0
+        self.tool_calls: list[ToolCall] = []  # the client's calls
+        self.held: HeldCall | None = None
 
     def feed(self, text: str) -> ParsedDelta:
-        self._pending += text
         out = ParsedDelta()
-        while self._step(out):
+        if self.held is not None:  # the generation is over for the client
+            return out
+        self._pending += text
+        self._fed += len(text)
+        while self.held is None and self._step(out):
             pass
         return out
+
+    def next_generation(self) -> None:
+        """The engine continues the answer after the held call's response: a new
+        generation, which may open with its own reasoning."""
+        self.held = None
+        self._pending, self._fed = "", 0
+        self._state, self._skip_space = "start", False
 
     @property
     def held_text(self) -> str:
@@ -87,7 +120,9 @@ class OutputParser:
         """End of the answer: whatever is still held goes out as what it is."""
         out = ParsedDelta()
         rest, self._pending = self._pending, ""
-        if self._state == "reasoning":
+        if self.held is not None:
+            pass  # what followed a held call is not shown
+        elif self._state == "reasoning":
             out.reasoning += rest
         elif self._state == "call":
             out.content += CALL_OPEN + rest  # an unclosed call is plain text
@@ -133,19 +168,25 @@ class OutputParser:
             return False
         body, self._pending = text[:end], text[end + len(CALL_CLOSE):]
         call = parse_tool_call(body.strip())
+        if call is None and (name := _engine_tool_named(body, self._engine_tools)):
+            call = ToolCall(name=name, arguments=body.strip(), malformed=True)
+        self._state = "content"
         if call is None:
             out.content += CALL_OPEN + body + CALL_CLOSE
+        elif call.name in self._engine_tools:
+            self.held = HeldCall(call, self._call_start, self._fed - len(self._pending))
+            return False
         else:
             self.tool_calls.append(call)
             out.tool_calls.append(call)
             self._skip_space = True  # the newline between two calls is not content
-        self._state = "content"
         return True
 
     def _until(self, tag: str, out: ParsedDelta, into: str, next_state: str) -> bool:
         text = self._pending
         at = text.find(tag)
         if at >= 0:
+            self._call_start = self._fed - len(text) + at  # used when the tag opens a call
             part = text[:at].rstrip() if into == "reasoning" else text[:at]
             setattr(out, into, getattr(out, into) + part)
             self._pending = text[at + len(tag):]

@@ -231,3 +231,24 @@ def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:
         decoded = tokenizer.decode(ids[:keep], skip_special_tokens=True)
     rest = text[len(decoded):]
     return [*ids[:keep], *(tokenizer.encode(rest, add_special_tokens=False) if rest else [])]
+
+
+CALL_CLOSE_TEXT = "</tool_call>"
+
+
+def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
+                       enable_thinking: bool) -> str:
+    """What follows a tool call's closing tag when the server answers it inside the turn:
+    the end of the assistant's message, the tool message and the next assistant header,
+    as the chat template renders them (the difference of two renderings)."""
+    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}
+    asked = [{"role": "user", "content": "."},
+             {"role": "assistant", "content": "", "tool_calls": [call]}]
+    before = _render(tokenizer, asked, None, enable_thinking, generation=False)
+    after = _render(tokenizer, [*asked, {"role": "tool", "content": response,
+                                         "tool_call_id": "call_0"}],
+                    None, enable_thinking, generation=True)
+    at = before.rfind(CALL_CLOSE_TEXT)
+    if at < 0 or not after.startswith(before):
+        raise ValueError("the chat template does not render a tool exchange as a suffix")
+    return before[at + len(CALL_CLOSE_TEXT):] + after[len(before):]

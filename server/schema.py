@@ -77,7 +77,9 @@ class ChatCompletionRequest(BaseModel):
     tools: list[ToolDefinition] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    script: str | None = None  # the tiny profile's scripted answer; refused elsewhere
+    # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
+    # generation when the model calls engine tools (the first ends with the call).
+    script: str | list[str] | None = None
 
     @field_validator("stop")
     @classmethod

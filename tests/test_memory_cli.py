@@ -80,7 +80,7 @@ def test_memory_sources_sync_and_search_from_the_command_line(tmp_path, capsys):
     assert main(["memory", "search", "E4012", "--mode", "sparse", "--json", *home]) == 0
     hits = json.loads(capsys.readouterr().out)
     assert hits[0]["path"] == "errors.md" and hits[0]["collection"] == "library"
-    assert set(hits[0]) == {"collection", "path", "section", "score", "text"}
+    assert set(hits[0]) == {"collection", "source", "path", "section", "score", "text"}
 
 
 def test_a_bad_registry_is_a_message_from_the_command_line(tmp_path, capsys):

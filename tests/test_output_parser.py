@@ -52,3 +52,41 @@ def test_without_tools_a_call_is_plain_text():
 
 def test_an_answer_that_only_looks_like_a_tag_is_content():
     assert run(["<thin", "g> is not a tag"])[1] == "<thing> is not a tag"
+
+
+ENGINE_CALL = ('Let me look.\n<tool_call>\n{"name": "memory_search", "arguments": {"query": "x"}}'
+               '\n</tool_call>\nafter')
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(ENGINE_CALL)), max_size=6))
+def test_an_engine_tool_call_is_held_at_its_end_whatever_the_split(cuts):
+    bounds = [0, *sorted(cuts), len(ENGINE_CALL)]
+    parser = OutputParser(engine_tools=frozenset({"memory_search"}))
+    content = ""
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        content += parser.feed(ENGINE_CALL[a:b]).content
+    content += parser.finish().content
+    assert content == "Let me look.\n" and parser.tool_calls == []
+    held = parser.held
+    assert held is not None and held.call.name == "memory_search"
+    assert ENGINE_CALL[held.start:held.end].startswith("<tool_call>")
+    assert ENGINE_CALL[held.start:held.end].endswith("</tool_call>")
+
+
+def test_a_malformed_engine_call_is_held_as_malformed_and_a_client_one_stays_text():
+    parser = OutputParser(engine_tools=frozenset({"memory_read"}))
+    parser.feed('<tool_call>\n{"name": "memory_read", "arguments": {]}\n</tool_call>')
+    assert parser.held is not None and parser.held.call.malformed
+    other = OutputParser(engine_tools=frozenset({"memory_read"}))
+    out = other.feed('<tool_call>\n{"name": "read_file", "arguments": {]}\n</tool_call>')
+    assert other.held is None and out.content.startswith("<tool_call>")
+
+
+def test_after_a_held_call_the_next_generation_parses_afresh():
+    parser = OutputParser(engine_tools=frozenset({"memory_search"}))
+    parser.feed('<tool_call>\n{"name": "memory_search", "arguments": {"query": "x"}}\n</tool_call>')
+    assert parser.feed("ignored").content == ""
+    parser.next_generation()
+    out = parser.feed("<think>\nhm\n</think>\n\nNode 20.")
+    assert (out.reasoning, out.content, parser.held) == ("hm", "Node 20.", None)

@@ -38,7 +38,12 @@ def test_the_shared_context_goes_in_on_turn_one_and_sits_at_the_same_offset_in_t
     session = {"X-Tandem-Session": "card-offset"}
     content, _, _ = app.chat(user("hello there"), "Hi.", headers=session)
     (card,), first = spans(app, "card-offset", "shared")
-    assert card.start == 0  # no system prompt, no tools: the shared context opens the prompt
+    # No system prompt, no client tools: the engine's memory tools' catalog opens the
+    # prompt, and the shared context comes right after it.
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    head = tokenizer.decode(list(first.ids[: card.start]))
+    assert head.startswith("<|im_start|>system\n# Tools") and '"memory_search"' in head
+    assert head.endswith("</tool_call><|im_end|>\n") and "<|im_start|>user" not in head
     history = [*user("hello there"), {"role": "assistant", "content": content},
                *user("and now?")]
     app.chat(history, "Now this.", headers=session)
@@ -123,8 +128,10 @@ def test_a_compaction_brings_the_card_and_the_index_back_after_the_system_prompt
     text = span_text(app, record, shared)
     assert shared.note_ids == (note.id,) and "<tandem_memory" in text
     before = app.app.state.tandem.engine.tokenizer.decode(list(record.ids[:shared.start]))
-    assert before.endswith("Summary: we talked about a first question.<|im_end|>\n")
-    assert spans(app, "compaction", "session")[0] == []  # no tools, no notes of its own
+    # after the system prompt and the tool catalog (the engine's memory tools) it carries
+    assert before.startswith("<|im_start|>system\nSummary: we talked about a first question.")
+    assert before.endswith("</tool_call><|im_end|>\n") and "<|im_start|>user" not in before
+    assert spans(app, "compaction", "session")[0] == []  # no client tools, no notes of its own
 
 
 def test_memory_off_by_header_injects_nothing(app):

@@ -25,7 +25,7 @@ class Chunk:
 
 def split_markdown(text: str, whole: bool = False) -> list[Chunk]:
     """The file's chunks; `whole`: the file is one chunk already (a chunked tree)."""
-    body, title = _without_frontmatter(text)
+    body, title = without_frontmatter(text)
     if whole:
         body = body.strip()
         return [Chunk(title or "", body)] if body else []
@@ -52,7 +52,7 @@ def split_markdown(text: str, whole: bool = False) -> list[Chunk]:
     return chunks
 
 
-def _without_frontmatter(text: str) -> tuple[str, str | None]:
+def without_frontmatter(text: str) -> tuple[str, str | None]:
     if not text.startswith("---\n"):
         return text, None
     end = text.find("\n---", 4)

@@ -49,6 +49,12 @@ class Hit:
     section: str
     score: float
     text: str
+    source: str = ""  # the registry source's id: with `path`, what memory_read takes
+
+    @property
+    def ref(self) -> str:
+        """`<source>/<path>#<section>`: the ref `memory_read` reads this hit's section by."""
+        return f"{self.source}/{self.path}" + (f"#{self.section}" if self.section else "")
 
 
 @dataclass
@@ -259,7 +265,8 @@ class SearchIndex:
             dense = (self.embedder.embed([query])[0]
                      if self.embedder is not None and mode != "sparse" else None)
             found = store.query(dense, sparse, mode, collection, limit)
-        return [Hit(p["collection"], p["path"], p["section"], score, p["text"])
+        return [Hit(p["collection"], p["path"], p["section"], score, p["text"],
+                    p.get("source", ""))
                 for score, p in found]
 
     def count(self) -> int:

@@ -1,0 +1,182 @@
+"""The engine's own tools: `memory_search` and `memory_read`, offered to the model next to
+the client's tools and run by the server inside the model's turn.
+
+With memory read on (`on`, or `X-Tandem-Memory: read`), every prompt's tool catalog holds
+these two definitions first, so the catalog (and the prefix cache) is the same for every
+session with the same system prompt. A call to one of them never reaches the client: the
+server runs it here and the answer goes on after its response (`server/turns.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from conductor.memory_refs import RefError, read_ref
+from conductor.search.sources import COLLECTIONS, SourceError
+from server.errors import APIError
+from server.memory import MemoryContext, MemoryServices, status_line
+from server.output_parser import ToolCall
+from server.schema import ChatCompletionRequest, ToolDefinition
+
+SEARCH, READ = "memory_search", "memory_read"
+NAMES = frozenset((SEARCH, READ))
+SNIPPET_CHARS = 200
+
+DEFINITIONS: tuple[dict[str, Any], ...] = (
+    {"type": "function", "function": {
+        "name": SEARCH,
+        "description": "Search your long-term memory (notes, facts, preferences, projects, "
+                       "core files, the library) for what you need to answer. Returns short "
+                       "entries; read one in full with memory_read.",
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string", "description": "What to look for, in a few words"},
+            "collection": {"type": "string", "enum": list(COLLECTIONS),
+                           "description": "Search only this collection"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10,
+                      "description": "At most this many entries (default 5)"}},
+            "required": ["query"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": READ,
+        "description": "Read one memory item in full: a note by its id, or a file or one "
+                       "section by the ref a memory_search entry gives "
+                       "(e.g. semantic/facts.md or semantic/facts.md#Facts).",
+        "parameters": {"type": "object", "properties": {
+            "ref": {"type": "string", "description": "A note id or a ref"}},
+            "required": ["ref"], "additionalProperties": False}}},
+)
+_PARAMETERS = {d["function"]["name"]: d["function"]["parameters"] for d in DEFINITIONS}
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    """What one answer may spend on engine tools."""
+
+    max_calls: int = 3  # after these, the tool-call token is banned for the rest of the turn
+    response_tokens: int = 512  # a longer response is cut, and says so
+    timeout_s: float = 10.0  # one call's time; past it the model is told it timed out
+
+
+def forced_tool_choice(request: ChatCompletionRequest) -> bool:
+    """`tool_choice` "required" or a named function: the client wants a call to one of
+    its own tools, so no engine tool is offered."""
+    return request.tool_choice == "required" or isinstance(request.tool_choice, dict)
+
+
+def with_engine_tools(request: ChatCompletionRequest,
+                      memory: MemoryContext) -> tuple[ChatCompletionRequest, bool]:
+    """(the request with the engine tools first in its catalog, whether they were
+    offered); a client tool named like an engine tool is a 400 when they are."""
+    if not memory.reads or forced_tool_choice(request):
+        return request, False
+    clash = sorted({t.function.name for t in request.tools or ()} & NAMES)
+    if clash:
+        raise APIError(400, f"tool name {clash[0]!r} is the engine's own memory tool; rename "
+                       "the client tool, or send X-Tandem-Memory: off to use it",
+                       code="invalid_value", param="tools")
+    # tool_choice "none" keeps the client's tools out of the prompt; the engine's stay.
+    client_tools = [] if request.tool_choice == "none" else list(request.tools or ())
+    tools = [ToolDefinition.model_validate(d) for d in DEFINITIONS] + client_tools
+    update: dict[str, Any] = {"tools": tools}
+    if request.tool_choice == "none":
+        update["tool_choice"] = "auto"
+    return request.model_copy(update=update), True
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: str  # the line the client is shown for the call
+    response: str  # what the model reads in the tool response
+    ok: bool
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+class EngineToolbox:
+    """Runs engine-tool calls for a user; every failure is a response the model reads."""
+
+    def __init__(self, memory: MemoryServices, search, tokenizer,
+                 limits: ToolLimits = ToolLimits()) -> None:
+        self.memory = memory
+        self.search = search  # server.search_service.SearchService
+        self.tokenizer = tokenizer
+        self.limits = limits
+
+    async def run(self, call: ToolCall, user: str) -> ToolOutcome:
+        arguments, problem = self._arguments(call)
+        status = self._status(call, arguments)
+        if problem is not None:
+            return ToolOutcome(status, f"Error: {problem}", ok=False)
+        work = self._search(user, arguments) if call.name == SEARCH else self._read(user, arguments)
+        try:
+            text = await asyncio.wait_for(work, self.limits.timeout_s)
+        except TimeoutError:
+            return ToolOutcome(status, f"Error: {call.name} took longer than "
+                               f"{self.limits.timeout_s:g} s; try again later", ok=False)
+        except (RefError, SourceError) as exc:
+            return ToolOutcome(status, f"Error: {exc}", ok=False)
+        except Exception as exc:  # never a 500 for the client; the model is told, no content
+            return ToolOutcome(status, f"Error: {call.name} failed ({type(exc).__name__})",
+                               ok=False)
+        return ToolOutcome(status, self._capped(text), ok=True)
+
+    def _arguments(self, call: ToolCall) -> tuple[dict[str, Any], str | None]:
+        if call.malformed:
+            return {}, (f"the call is not valid JSON; write <tool_call>{{\"name\": "
+                        f"\"{call.name}\", \"arguments\": {{...}}}}</tool_call>")
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return {}, "the arguments are not valid JSON"
+        try:
+            jsonschema.validate(arguments, _PARAMETERS[call.name])
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path)
+            return {}, f"bad arguments{f' at {where}' if where else ''}: {exc.message}"
+        return arguments, None
+
+    @staticmethod
+    def _status(call: ToolCall, arguments: dict[str, Any]) -> str:
+        if call.name == SEARCH and arguments.get("query"):
+            return status_line("searched memory", _one_line(arguments["query"], 80))
+        if call.name == READ and arguments.get("ref"):
+            return status_line("read memory", _one_line(arguments["ref"], 80))
+        return status_line("memory tool failed", call.name)
+
+    async def _search(self, user: str, arguments: dict[str, Any]) -> str:
+        query = arguments["query"]
+        if not query.strip():
+            return "Error: the query is empty"
+        hits, _dense = await self.search.search(user, query, "hybrid",
+                                                arguments.get("collection"),
+                                                arguments.get("limit", 5))
+        if not hits:
+            return f"No memory matches {query!r}."
+        lines = [f"{len(hits)} entries for {query!r}:"]
+        for n, hit in enumerate(hits, 1):
+            lines.append(f"{n}. {hit.ref} (score {hit.score:.2f})")
+            lines.append(f"   {_one_line(hit.text, SNIPPET_CHARS)}")
+        return "\n".join(lines)
+
+    async def _read(self, user: str, arguments: dict[str, Any]) -> str:
+        def read() -> str:
+            registry = self.search.index(user).registry()
+            return read_ref(arguments["ref"], self.memory.store(user),
+                            self.memory.layers(user), registry)
+        return await asyncio.to_thread(read)
+
+    def _capped(self, text: str) -> str:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        cap = self.limits.response_tokens
+        if len(ids) <= cap:
+            return text
+        kept = self.tokenizer.decode(ids[:cap], skip_special_tokens=True)
+        return f"{kept}\n[cut at {cap} tokens: read one section by its ref for the rest]"
