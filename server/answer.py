@@ -21,7 +21,7 @@ from server.hidden_context import record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryServices
 from server.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
-from server.prompt import Tail, ids_for_text
+from server.prompt import Tail, assistant_calls_text, ids_for_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
 
@@ -85,6 +85,8 @@ class Answer:
         self.last = delta
         if delta.finished:
             self.prefills.append((delta.prompt_tokens, delta.cached_tokens))
+        if self.chat.forced is not None:  # JSON for a forced call: shown whole at the end
+            return ParsedDelta()
         return self._filtered(self.parser.feed(delta.text), first)
 
     @property
@@ -116,6 +118,8 @@ class Answer:
         return line
 
     def finish(self) -> ParsedDelta:
+        if self.chat.forced is not None:
+            return self._finish_forced()
         rest = self._filtered(self.parser.finish(), len(self.output_ids))
         suffix = self.memory_filter.finish(len(self.output_ids))
         if suffix:
@@ -127,12 +131,31 @@ class Answer:
         self._record(self.engine_text if stopped_by_string else None)
         return rest
 
+    def _finish_forced(self) -> ParsedDelta:
+        """A forced tool choice's JSON becomes the calls (or, cut short, plain text); the
+        record holds the calls as the chat template renders them, as a next turn that
+        sends them back renders them."""
+        chat = self.chat
+        calls = chat.forced.calls(self.engine_text)
+        if not calls:
+            rest = self._filtered(ParsedDelta(content=self.engine_text), 0)
+            self._record()
+            return rest
+        self.parser.tool_calls.extend(calls)
+        rendered = assistant_calls_text(self.tokenizer, [(c.name, c.arguments) for c in calls],
+                                        chat.enable_thinking)
+        self.output_ids = self.tokenizer.encode(rendered, add_special_tokens=False)
+        self._record()
+        return ParsedDelta(tool_calls=calls)
+
     def stopped(self) -> None:
         """The client left mid-answer: record what it was shown (a later turn may send
         it back), and have the writer look at the session."""
         held = len(self.parser.held_text) + len(self.memory_filter.held_text)
         if self.parser.held is not None:
             held = len(self.engine_text) - self.parser.held.start
+        if self.chat.forced is not None:  # nothing of a forced call was shown
+            held = len(self.engine_text)
         if self.output_ids:
             self._record(self.engine_text[: len(self.engine_text) - held], interrupted=True)
         elif self.chat.on_recorded is not None:  # what the user said is kept all the same
@@ -233,7 +256,7 @@ class Answer:
     @property
     def finish_reason(self) -> str:
         if self.client_calls:
-            return "tool_calls"
+            return self.chat.forced.finish_reason if self.chat.forced else "tool_calls"
         if self.out_of_room:
             return "length"
         reason = self.last.finish_reason if self.last else None

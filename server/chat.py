@@ -34,6 +34,7 @@ from server.prompt import (
     visible_messages,
 )
 from server.schema import ChatCompletionRequest
+from server.tool_choice import ForcedChoice, forced_choice
 from server.turns import answer_deltas
 
 DEFAULT_TEMPERATURE = 0.7
@@ -57,6 +58,7 @@ class PreparedChat:
     # Scripted profiles: the forced ids of each generation after the first (one follows
     # each engine-tool call); past the list's end a generation ends at once.
     later_scripts: tuple[tuple[int, ...], ...] = ()
+    forced: ForcedChoice | None = None  # tool_choice "required" or named: JSON for the call
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
     created: int = field(default_factory=lambda: int(time.time()))
@@ -103,6 +105,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
+    forced = forced_choice(request)
     request, engine_tools = with_engine_tools(request, memory)
     enable_thinking = request.enable_thinking(profile.thinking)
     visible = visible_messages(request)
@@ -140,6 +143,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         script_ids=script_ids,
+        json_schema=forced.schema if forced is not None else None,
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())
@@ -147,7 +151,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
         spans=inherited + built.spans, token=hidden.token, enable_thinking=enable_thinking,
-        engine_tools=engine_tools, later_scripts=tuple(scripts_ids[1:]),
+        engine_tools=engine_tools, later_scripts=tuple(scripts_ids[1:]), forced=forced,
         replayed_tokens=built.replayed_tokens, hidden=hidden,
     )
 

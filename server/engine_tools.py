@@ -62,17 +62,13 @@ class ToolLimits:
     timeout_s: float = 10.0  # one call's time; past it the model is told it timed out
 
 
-def forced_tool_choice(request: ChatCompletionRequest) -> bool:
-    """`tool_choice` "required" or a named function: the client wants a call to one of
-    its own tools, so no engine tool is offered."""
-    return request.tool_choice == "required" or isinstance(request.tool_choice, dict)
-
-
 def with_engine_tools(request: ChatCompletionRequest,
                       memory: MemoryContext) -> tuple[ChatCompletionRequest, bool]:
     """(the request with the engine tools first in its catalog, whether they were
-    offered); a client tool named like an engine tool is a 400 when they are."""
-    if not memory.reads or forced_tool_choice(request):
+    offered); a client tool named like an engine tool is a 400 when they are. A forcing
+    tool_choice keeps them in the catalog (so the prompt's head does not change from turn
+    to turn); its grammar only lets the answer call the client's tools."""
+    if not memory.reads:
         return request, False
     clash = sorted({t.function.name for t in request.tools or ()} & NAMES)
     if clash:

@@ -252,3 +252,18 @@ def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
     if at < 0 or not after.startswith(before):
         raise ValueError("the chat template does not render a tool exchange as a suffix")
     return before[at + len(CALL_CLOSE_TEXT):] + after[len(before):]
+
+
+def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinking: bool) -> str:
+    """An answer that is only tool calls, as the chat template renders it after the
+    generation prompt, up to and with its end-of-turn token."""
+    asked = [{"role": "user", "content": "."}]
+    answered = [*asked, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": args}}
+        for n, (name, args) in enumerate(calls)]}]
+    prompt = _render(tokenizer, asked, None, enable_thinking, generation=True)
+    whole = _render(tokenizer, answered, None, enable_thinking, generation=False)
+    if not whole.startswith(prompt) or IM_END_TEXT not in whole[len(prompt):]:
+        raise ValueError("the chat template does not render an answer after its prompt")
+    body = whole[len(prompt):]
+    return body[: body.rindex(IM_END_TEXT) + len(IM_END_TEXT)]

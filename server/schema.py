@@ -76,6 +76,7 @@ class ChatCompletionRequest(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     tools: list[ToolDefinition] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # False: "required" makes exactly one call
     chat_template_kwargs: dict[str, Any] | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
     # generation when the model calls engine tools (the first ends with the call).
