@@ -55,9 +55,10 @@ class PreparedChat:
     token: str | None  # the session's memory-routes token, when memory is on for it
     enable_thinking: bool = False
     engine_tools: bool = False  # memory_search and memory_read are in the tool catalog
-    # Scripted profiles: the forced ids of each generation after the first (one follows
-    # each engine-tool call); past the list's end a generation ends at once.
-    later_scripts: tuple[tuple[int, ...], ...] = ()
+    # Scripted profiles: the forced ids of each generation (one follows each engine-tool
+    # call), None for one the model writes itself; past the list's end a generation
+    # ends at once.
+    scripts: tuple[tuple[int, ...] | None, ...] = ()
     forced: ForcedChoice | None = None  # tool_choice "required" or named: JSON for the call
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
@@ -72,12 +73,9 @@ class PreparedChat:
 
     def script_for(self, generation: int) -> tuple[int, ...] | None:
         """The forced ids of the answer's `generation`-th engine generation (0: the first)."""
-        if generation == 0:
-            return self.params.script_ids
-        if self.params.script_ids is None:
+        if not self.scripts:
             return None
-        scripts = self.later_scripts
-        return scripts[generation - 1] if generation <= len(scripts) else ()
+        return self.scripts[generation] if generation < len(self.scripts) else ()
 
 
 def model_names(profile: Profile) -> set[str]:
@@ -131,7 +129,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     if replayed is None and memory.off_reason is None:  # a valid request that missed
         note_miss(services, memory, visible, engine.count_tokens)
     scripts = [request.script] if isinstance(request.script, str) else request.script or []
-    scripts_ids = [tuple(engine.tokenizer.encode(s, add_special_tokens=False)) for s in scripts]
+    encode = engine.tokenizer.encode
+    scripts_ids = [None if s is None else tuple(encode(s, add_special_tokens=False))
+                   for s in scripts]
     script_ids = scripts_ids[0] if scripts_ids else None
     params = GenerationParams(
         max_tokens=max_tokens or room,
@@ -151,7 +151,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
         parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
         spans=inherited + built.spans, token=hidden.token, enable_thinking=enable_thinking,
-        engine_tools=engine_tools, later_scripts=tuple(scripts_ids[1:]), forced=forced,
+        engine_tools=engine_tools, scripts=tuple(scripts_ids), forced=forced,
         replayed_tokens=built.replayed_tokens, hidden=hidden,
     )
 

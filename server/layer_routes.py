@@ -38,7 +38,7 @@ class ConverseRequest(BaseModel):
     # The user's local time offset; by default this machine's (a local server's clock is
     # its user's).
     utc_offset_minutes: int | None = Field(default=None, ge=-840, le=840)
-    script: str | list[str] | None = None  # scripted profiles only, as for chat
+    script: str | list[str | None] | None = None  # scripted profiles only, as for chat
 
     def as_chat(self, model: str) -> ChatCompletionRequest:
         fields = self.model_dump(exclude={"message", "utc_offset_minutes"}, exclude_none=True)

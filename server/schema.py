@@ -79,8 +79,9 @@ class ChatCompletionRequest(BaseModel):
     parallel_tool_calls: bool | None = None  # False: "required" makes exactly one call
     chat_template_kwargs: dict[str, Any] | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
-    # generation when the model calls engine tools (the first ends with the call).
-    script: str | list[str] | None = None
+    # generation when the model calls engine tools (the first ends with the call; null:
+    # that generation is the model's own).
+    script: str | list[str | None] | None = None
 
     @field_validator("stop")
     @classmethod
