@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import secrets
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,7 @@ class ToolsBench:
                               memory_settings=MemorySettings(user_name=USER))
         self.state = self.app.state.tandem
         self.own_answers = not profile.scripted
+        self.nonce = secrets.token_hex(3)
 
     def prepare(self) -> None:
         fill_store(self.state.memory.store(USER))
@@ -97,10 +99,13 @@ class ToolsBench:
         way = "with_search" if with_call else "without"
         session = f"tools-{sample}-{way}"
         opener, question = TURNS[0], TURNS[1]
+        # Each sample's question differs, so no sample finds another's exchange cached;
+        # the two ways of one sample share it (whichever goes second finds its prompt).
+        asked = f"{question.user} (ticket {self.nonce}-{sample})"
         first = [{"role": "user", "content": opener.user}]
         shown, _, _, _ = await self._post(self._body(first, [opener.answer]), session)
         history = [*first, {"role": "assistant", "content": shown},
-                   {"role": "user", "content": question.user}]
+                   {"role": "user", "content": asked}]
         content, usage, completion_id, total_s = await self._post(
             self._body(history, self._script(with_call, question.answer)), session)
         recent = self.engine.stats.recent
