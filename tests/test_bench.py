@@ -146,3 +146,19 @@ def test_the_bench_keeps_its_own_claims(report):
         assert sorted(order) == sorted(MODES) and order[0] == MODES[(k - 1) % len(MODES)]
     busy = [s for s in results["writer"]["preemption"] if s["busy"]]
     assert busy and all(s["background_finish_reason"] == "abort" for s in busy)
+
+
+def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, engine,
+                                                                         tmp_path):
+    from bench.tools_bench import ToolsBench, markdown, summarise
+
+    bench = ToolsBench(engine, tmp_path)
+    bench.prepare()
+    rows = served.run(bench.run(2), timeout=300)
+    assert sorted((r["sample"], r["way"]) for r in rows) == [
+        (0, "with_search"), (0, "without"), (1, "with_search"), (1, "without")]
+    summary = summarise(rows, engine.profile.block_size)
+    assert summary["all_called"] and summary["continuation_prefilled_within_a_block"]
+    text = markdown({"summary": summary, "rows": rows, "bench": {
+        "profile": "tiny", "started_at": "now", "wall_s": 1.0, "block_size": 32}})
+    assert "continuation prefilled - tool exchange" in text
