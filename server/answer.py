@@ -16,7 +16,6 @@ from typing import Any
 from conductor.ledger import Record, Span, VisibleMessage
 from conductor.shared_context import SHARED_KIND
 from engine.engine import Delta
-from engine.qwen_tokens import IM_END
 from server.hidden_context import record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryServices
@@ -66,15 +65,17 @@ class Answer:
     inserted: int = 0  # ids the server put in (tool exchanges)
     prefills: list[tuple[int, int]] = field(default_factory=list)  # (prompt, cached) a generation
     out_of_room: bool = False  # no room was left for the generation after a tool call
+    end_of_turn: int = -1  # the model's end-of-turn id: a record ending with it ended cleanly
 
     @classmethod
-    def start(cls, chat, services: MemoryServices, tokenizer,
+    def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
               engine_tools: frozenset[str] = frozenset()) -> Answer:
         action = chat.memory.block_action
         store = services.store(chat.memory.user) if action == "store" else None
         return cls(chat, services, tokenizer,
                    OutputParser(parse_tools=chat.parse_tools, engine_tools=engine_tools),
-                   MemoryFilter(action, chat.memory, store, chat.completion_id))
+                   MemoryFilter(action, chat.memory, store, chat.completion_id),
+                   end_of_turn=end_of_turn)
 
     # -- feeding ----------------------------------------------------------------------------
     def feed(self, delta: Delta) -> ParsedDelta:
@@ -210,7 +211,7 @@ class Answer:
         self.services.ledger.record(Record(
             user=chat.ledger_user, session=chat.memory.session,
             messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *output),
-            ended_cleanly=bool(output) and output[-1] == IM_END,
+            ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
             spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
         ))
         memory = chat.memory

@@ -104,7 +104,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
     forced = forced_choice(request)
-    request, engine_tools = with_engine_tools(request, memory)
+    calls_tools = profile.tool_call_format == "qwen"
+    request, engine_tools = with_engine_tools(request, memory, calls_tools)
     enable_thinking = request.enable_thinking(profile.thinking)
     visible = visible_messages(request)
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
@@ -149,7 +150,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     inherited = list(replayed or ())
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
-        parse_tools=tools_for_template(request) is not None, memory=memory, visible=visible,
+        parse_tools=calls_tools and tools_for_template(request) is not None, memory=memory,
+        visible=visible,
         spans=inherited + built.spans, token=hidden.token, enable_thinking=enable_thinking,
         engine_tools=engine_tools, scripts=tuple(scripts_ids), forced=forced,
         replayed_tokens=built.replayed_tokens, hidden=hidden,
@@ -159,7 +161,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
 def _start(engine: Engine, services: MemoryServices, chat: PreparedChat,
            toolbox: EngineToolbox | None) -> tuple[Answer, EngineToolbox | None]:
     toolbox = toolbox if chat.engine_tools else None
-    return Answer.start(chat, services, engine.tokenizer,
+    return Answer.start(chat, services, engine.tokenizer, engine.tokens.end_of_turn,
                         engine_tool_names if toolbox is not None else frozenset()), toolbox
 
 

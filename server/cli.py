@@ -89,22 +89,40 @@ def _profiles(_args: argparse.Namespace) -> int:
 
 
 def _build_model(args: argparse.Namespace) -> int:
-    from engine.model_builder import BUILTIN_MODELS, ensure_model
+    from engine.gguf_model import ModelBuildError
+    from engine.model_builder import EMBEDDED_MODELS, ensure_model
 
     names = args.names or ["tiny-qwen3"]
     for name in names:
-        if name not in BUILTIN_MODELS:
+        if name not in EMBEDDED_MODELS:
             raise ProfileError(f"unknown embedded model {name!r}; known: "
-                               f"{', '.join(BUILTIN_MODELS)}")
-        ensure_model(tandem_home(), name, _say)
+                               f"{', '.join(EMBEDDED_MODELS)}")
+        try:
+            ensure_model(tandem_home(), name, _say)
+        except ModelBuildError as exc:
+            print(f"tandem: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if args.quality:
+        from bench.quality_bench import FactSetError, run_quality_bench
+
+        try:
+            run_quality_bench(_resolve_profile(args.profile or "smol"), args.facts, args.out,
+                              args.quick)
+        except (FactSetError, OSError) as exc:
+            print(f"tandem: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.facts is not None:
+        raise ProfileError("--facts goes with --quality")
     from bench.run import run_bench
 
-    run_bench(_resolve_profile(args.profile), quick=args.quick, out_dir=args.out)
+    run_bench(_resolve_profile(args.profile or "bench-0.6b"), quick=args.quick,
+              out_dir=args.out)
     return 0
 
 
@@ -135,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve a profile on an OpenAI-compatible API")
-    serve.add_argument("--profile", help="profile name or YAML path (default: tiny without a "
+    serve.add_argument("--profile", help="profile name or YAML path (default: smol without a "
                        "GPU, chat with one)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -159,13 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.set_defaults(func=_profiles)
 
     build = commands.add_parser("build-model", help="build the embedded models (no download)")
-    build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape")
+    build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape, "
+                       "smollm2-135m")
     build.set_defaults(func=_build_model)
 
     bench = commands.add_parser("bench", help="measure TTFT, decode and prefix reuse per "
                                 "memory mode, and background-turn preemption")
-    bench.add_argument("--profile", default="bench-0.6b", help="profile name or YAML path "
-                       "(default: bench-0.6b)")
+    bench.add_argument("--profile", help="profile name or YAML path (default: bench-0.6b; "
+                       "smol with --quality)")
+    bench.add_argument("--quality", action="store_true", help="answer quality with memory "
+                       "off, on, naive and oracle, on a fact set (bench/quality/facts.jsonl)")
+    bench.add_argument("--facts", type=Path, help="the fact set (JSON Lines) for --quality")
     bench.add_argument("--quick", action="store_true", help="a short run (about 2 minutes on "
                        "tiny)")
     bench.add_argument("--out", type=Path, help="results folder (default: "

@@ -106,7 +106,7 @@ def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemorySe
     memory = MemoryContext(user=user, session=CONTINUOUS_SESSION, project=None,
                            mode=profile.memory.mode, header=None, has_user_message=True)
     request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),
-                                   memory)
+                                   memory, profile.tool_call_format == "qwen")
     rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)

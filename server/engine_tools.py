@@ -62,13 +62,14 @@ class ToolLimits:
     timeout_s: float = 10.0  # one call's time; past it the model is told it timed out
 
 
-def with_engine_tools(request: ChatCompletionRequest,
-                      memory: MemoryContext) -> tuple[ChatCompletionRequest, bool]:
+def with_engine_tools(request: ChatCompletionRequest, memory: MemoryContext,
+                      model_calls_tools: bool = True) -> tuple[ChatCompletionRequest, bool]:
     """(the request with the engine tools first in its catalog, whether they were
     offered); a client tool named like an engine tool is a 400 when they are. A forcing
     tool_choice keeps them in the catalog (so the prompt's head does not change from turn
-    to turn); its grammar only lets the answer call the client's tools."""
-    if not memory.reads:
+    to turn); its grammar only lets the answer call the client's tools. A model without a
+    tool-call format (`tool_call_format: none`) is offered none."""
+    if not memory.reads or not model_calls_tools:
         return request, False
     clash = sorted({t.function.name for t in request.tools or ()} & NAMES)
     if clash:

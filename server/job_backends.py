@@ -13,7 +13,6 @@ import httpx
 from conductor.background.backend import JobAnswer, JobPrompt
 from conductor.ledger import Ledger
 from engine.engine import Engine, GenerationParams
-from engine.qwen_tokens import IM_END
 
 CONTINUOUS_SESSION = "continuous"
 JOB_TEMPERATURE = 0.3
@@ -41,7 +40,7 @@ class EngineJobBackend:
                 "<|im_start|>assistant\n<think>\n\n</think>\n\n")
         record = self._ledger.latest(prompt.user, CONTINUOUS_SESSION)
         if record is not None:
-            closing = [] if record.ended_cleanly else [IM_END]
+            closing = [] if record.ended_cleanly else [self._engine.tokens.end_of_turn]
             ids = [*record.ids, *closing, *tokenizer.encode("\n" + turn,
                                                             add_special_tokens=False)]
             if len(ids) <= limit:

