@@ -70,7 +70,8 @@ class Answer:
     @classmethod
     def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
               engine_tools: frozenset[str] = frozenset()) -> Answer:
-        action = chat.memory.block_action
+        # A JSON answer is JSON only: a block inside one of its strings is text.
+        action = "pass" if chat.json_answer else chat.memory.block_action
         store = services.store(chat.memory.user) if action == "store" else None
         return cls(chat, services, tokenizer,
                    OutputParser(parse_tools=chat.parse_tools, engine_tools=engine_tools),

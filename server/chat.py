@@ -33,6 +33,7 @@ from server.prompt import (
     tools_for_template,
     visible_messages,
 )
+from server.response_format import answer_schema
 from server.schema import ChatCompletionRequest
 from server.tool_choice import ForcedChoice, forced_choice
 from server.turns import answer_deltas
@@ -60,6 +61,7 @@ class PreparedChat:
     # ends at once.
     scripts: tuple[tuple[int, ...] | None, ...] = ()
     forced: ForcedChoice | None = None  # tool_choice "required" or named: JSON for the call
+    json_answer: bool = False  # response_format holds the answer to JSON: no blocks, no calls
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
     created: int = field(default_factory=lambda: int(time.time()))
@@ -104,6 +106,11 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
     forced = forced_choice(request)
+    answer_json = answer_schema(request)
+    if answer_json is not None and forced is not None:
+        raise APIError(400, "response_format and a tool_choice that forces a call cannot both "
+                       "hold: the answer is either the call or the JSON",
+                       code="invalid_value", param="response_format")
     calls_tools = profile.tool_call_format == "qwen"
     request, engine_tools = with_engine_tools(request, memory, calls_tools)
     enable_thinking = request.enable_thinking(profile.thinking)
@@ -144,23 +151,25 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
         script_ids=script_ids,
-        json_schema=forced.schema if forced is not None else None,
+        json_schema=forced.schema if forced is not None else answer_json,
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
-        parse_tools=calls_tools and tools_for_template(request) is not None, memory=memory,
-        visible=visible,
+        parse_tools=(calls_tools and answer_json is None
+                     and tools_for_template(request) is not None),
+        memory=memory, visible=visible,
         spans=inherited + built.spans, token=hidden.token, enable_thinking=enable_thinking,
         engine_tools=engine_tools, scripts=tuple(scripts_ids), forced=forced,
+        json_answer=answer_json is not None,
         replayed_tokens=built.replayed_tokens, hidden=hidden,
     )
 
 
 def _start(engine: Engine, services: MemoryServices, chat: PreparedChat,
            toolbox: EngineToolbox | None) -> tuple[Answer, EngineToolbox | None]:
-    toolbox = toolbox if chat.engine_tools else None
+    toolbox = toolbox if chat.engine_tools and not chat.json_answer else None
     return Answer.start(chat, services, engine.tokenizer, engine.tokens.end_of_turn,
                         engine_tool_names if toolbox is not None else frozenset()), toolbox
 

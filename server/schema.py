@@ -77,6 +77,7 @@ class ChatCompletionRequest(BaseModel):
     tools: list[ToolDefinition] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # False: "required" makes exactly one call
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema
     chat_template_kwargs: dict[str, Any] | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
     # generation when the model calls engine tools (the first ends with the call; null:
