@@ -37,6 +37,9 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias): OpenAI's logit_bias
     script_ids: tuple[int, ...] | None = None  # scripted profiles only: force these ids
     ban_tool_call: bool | None = None  # default: on for background, off for client
     choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
@@ -207,6 +210,9 @@ class Engine:
             stop=list(params.stop) or None,
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
+            repetition_penalty=params.repetition_penalty,
+            min_p=params.min_p,
+            logit_bias=dict(params.logit_bias) or None,
             stop_token_ids=[self.tokens.end_of_turn],
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,

@@ -200,6 +200,12 @@ async def _json_body(request: Request) -> dict:
 def _validation_error(exc: ValidationError) -> APIError:
     first = exc.errors()[0]
     param = ".".join(str(p) for p in first.get("loc", ())) or None
+    if first.get("type") == "unsupported":  # the message names the field already
+        return APIError(400, str(first.get("msg")), code="unsupported_parameter",
+                        param=(first.get("ctx") or {}).get("name"))
+    if first.get("type") == "extra_forbidden":
+        return APIError(400, f"{param}: not a request field this server takes (the README "
+                        "lists them)", code="unknown_parameter", param=param)
     message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
     return APIError(400, message, code="invalid_value", param=param)
 

@@ -105,6 +105,10 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
+    vocabulary = len(engine.tokenizer)
+    if any(int(token) >= vocabulary for token in request.logit_bias or {}):
+        raise APIError(400, f"logit_bias: token ids are below {vocabulary}",
+                       code="invalid_value", param="logit_bias")
     forced = forced_choice(request)
     answer_json = answer_schema(request)
     if answer_json is not None and forced is not None:
@@ -150,6 +154,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         stop=request.stops(),
         presence_penalty=request.presence_penalty or 0.0,
         frequency_penalty=request.frequency_penalty or 0.0,
+        repetition_penalty=request.repetition_penalty or 1.0,
+        min_p=request.min_p or 0.0,
+        logit_bias=tuple((int(t), b) for t, b in (request.logit_bias or {}).items()),
         script_ids=script_ids,
         json_schema=forced.schema if forced is not None else answer_json,
     )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class FunctionCall(BaseModel):
@@ -58,8 +59,22 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+# OpenAI chat fields a local server takes and has no use for: accepted, no effect (the
+# README lists them). A field in neither list nor declared below is a 400 naming it.
+ACCEPTED_NO_EFFECT = ("user", "metadata", "safety_identifier", "prompt_cache_key")
+REFUSED = {
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported",
+    "functions": "the deprecated functions API is not supported: send tools",
+    "function_call": "the deprecated functions API is not supported: send tool_choice",
+    "verbosity": "verbosity is not supported",
+}
+THINKING_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+
+
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False
@@ -78,6 +93,25 @@ class ChatCompletionRequest(BaseModel):
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # False: "required" makes exactly one call
     response_format: dict[str, Any] | None = None  # text, json_object or json_schema
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias, -100..100
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM's sampling extras
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    logprobs: StrictBool | None = None  # false only, for now
+    top_logprobs: int | None = None
+    store: StrictBool | None = None  # false only: a local server stores nothing
+    service_tier: str | None = None  # "auto" or "default": there is one tier
+    modalities: list[str] | None = None  # ["text"] only
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None  # the prefix cache needs no key
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    verbosity: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
     # generation when the model calls engine tools (the first ends with the call; null:
@@ -89,6 +123,38 @@ class ChatCompletionRequest(BaseModel):
     def _at_most_four_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
         if isinstance(value, list) and len(value) > 4:
             raise ValueError("at most 4 stop sequences")
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_what_is_not_served(self) -> ChatCompletionRequest:
+        for name, why in REFUSED.items():
+            if getattr(self, name) is not None:
+                raise PydanticCustomError("unsupported", "{name}: {why}",
+                                          {"name": name, "why": why})
+        unsupported = {
+            "logprobs": "log-probabilities are not returned yet" if self.logprobs else None,
+            "top_logprobs": "log-probabilities are not returned yet"
+            if self.top_logprobs else None,
+            "store": "this server does not store completions" if self.store else None,
+            "service_tier": "there is one service tier: 'auto' or 'default'"
+            if self.service_tier not in (None, "auto", "default") else None,
+            "modalities": "the only modality is 'text'"
+            if self.modalities not in (None, ["text"]) else None,
+        }
+        for name, why in unsupported.items():
+            if why is not None:
+                raise PydanticCustomError("unsupported", "{name}: {why}",
+                                          {"name": name, "why": why})
+        return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_by_token_id(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (value or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"keys are token ids; {token!r} is not one")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"biases are between -100 and 100; {token}: {bias}")
         return value
 
     @field_validator("top_k")
@@ -107,5 +173,9 @@ class ChatCompletionRequest(BaseModel):
         return self.max_completion_tokens or self.max_tokens
 
     def enable_thinking(self, default: bool) -> bool:
+        """chat_template_kwargs.enable_thinking, else reasoning_effort ("none" and
+        "minimal": off; "low" to "high": on), else the profile's default."""
+        if self.reasoning_effort is not None:
+            default = THINKING_EFFORT[self.reasoning_effort]
         value = (self.chat_template_kwargs or {}).get("enable_thinking", default)
         return bool(value)
