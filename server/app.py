@@ -20,10 +20,11 @@ from engine.engine import Engine
 from engine.profiles import Profile
 from server import chat
 from server.auth import Auth, is_loopback
+from server.completions import completions_router
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
 from server.engine_tools import EngineToolbox
-from server.errors import APIError, error_response, install_error_handlers
+from server.errors import APIError, error_response, install_error_handlers, validation_error
 from server.job_routes import job_router
 from server.job_service import JobService
 from server.keys import KeyStore
@@ -110,6 +111,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(memory_router(memory, lambda: state.search))
     app.include_router(conductor_router(state))
     app.include_router(job_router(state))
+    app.include_router(completions_router(state))
 
     async def answer(engine_: Engine, prepared: chat.PreparedChat,
                      parsed: ChatCompletionRequest):
@@ -172,7 +174,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         try:
             parsed = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
-            raise _validation_error(exc) from None
+            raise validation_error(exc) from None
         engine_ = state.ready_engine()
         peer = request.client.host if request.client else None
         # A continuous profile keeps one conversation a user: the client's history is not
@@ -195,19 +197,6 @@ async def _json_body(request: Request) -> dict:
     if not isinstance(body, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     return body
-
-
-def _validation_error(exc: ValidationError) -> APIError:
-    first = exc.errors()[0]
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
-    if first.get("type") == "unsupported":  # the message names the field already
-        return APIError(400, str(first.get("msg")), code="unsupported_parameter",
-                        param=(first.get("ctx") or {}).get("name"))
-    if first.get("type") == "extra_forbidden":
-        return APIError(400, f"{param}: not a request field this server takes (the README "
-                        "lists them)", code="unknown_parameter", param=param)
-    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
-    return APIError(400, message, code="invalid_value", param=param)
 
 
 LOADING_TICK_S = 5.0

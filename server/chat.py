@@ -34,7 +34,7 @@ from server.prompt import (
     visible_messages,
 )
 from server.response_format import answer_schema
-from server.schema import ChatCompletionRequest
+from server.schema import SYSTEM_FINGERPRINT, ChatCompletionRequest
 from server.tool_choice import ForcedChoice, forced_choice
 from server.turns import answer_deltas
 
@@ -204,6 +204,7 @@ async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
         "object": "chat.completion",
         "created": chat.created,
         "model": chat.model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
         "usage": answer.usage(),
     }
@@ -253,7 +254,8 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     yield _chunk(chat, {}, finish_reason=answer.finish_reason)
     if include_usage:
         usage_body = {"id": chat.completion_id, "object": "chat.completion.chunk",
-                      "created": chat.created, "model": chat.model, "choices": [],
+                      "created": chat.created, "model": chat.model,
+                      "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
                       "usage": answer.usage()}
         yield f"data: {json.dumps(usage_body)}\n\n"
     yield "data: [DONE]\n\n"

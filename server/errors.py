@@ -57,3 +57,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(json.JSONDecodeError)
     async def _bad_json(_request: Request, _exc: json.JSONDecodeError) -> JSONResponse:
         return error_response(APIError(400, "request body is not valid JSON", code="invalid_json"))
+
+
+def validation_error(exc) -> APIError:
+    """A request body's pydantic ValidationError as a 400 naming the field."""
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    if first.get("type") == "unsupported":  # the message names the field already
+        return APIError(400, str(first.get("msg")), code="unsupported_parameter",
+                        param=(first.get("ctx") or {}).get("name"))
+    if first.get("type") == "extra_forbidden":
+        return APIError(400, f"{param}: not a request field this server takes (the README "
+                        "lists them)", code="unknown_parameter", param=param)
+    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    return APIError(400, message, code="invalid_value", param=param)

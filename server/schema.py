@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -58,6 +59,16 @@ class ToolDefinition(BaseModel):
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
+
+def _fingerprint() -> str:
+    try:
+        return f"tandem-{version('tandem')}"
+    except PackageNotFoundError:
+        return "tandem"
+
+
+# Sent as `system_fingerprint`, as vLLM and OpenAI send theirs: what served the answer.
+SYSTEM_FINGERPRINT = _fingerprint()
 
 # OpenAI chat fields a local server takes and has no use for: accepted, no effect (the
 # README lists them). A field in neither list nor declared below is a 400 naming it.

@@ -60,3 +60,14 @@ def tokenizer(built_models: Path):
     from engine.engine import load_tokenizer
 
     return load_tokenizer(str(built_models / "tiny-qwen3"))
+
+
+@pytest.fixture(scope="session")
+def plain_vllm_server(built_models):
+    """The endpoint session's one engine: plain vLLM's own server on the tiny model, with
+    compact JSON (as a small model's endpoint should be)."""
+    from tests.plain_vllm import plain_vllm
+
+    with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
+                    '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:
+        yield url

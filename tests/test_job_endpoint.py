@@ -17,7 +17,6 @@ from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import SECTIONS
 from server.job_backends import EndpointJobBackend
-from tests.plain_vllm import plain_vllm
 
 pytestmark = pytest.mark.endpoint
 VERIFY, CONSOLIDATE, EXTRACT = JOBS
@@ -25,11 +24,8 @@ SMALL = Caps(max_items=2, max_chars=40, max_flags=2, reason_chars=24)
 
 
 @pytest.fixture(scope="module")
-def vllm_server(built_models):
-    """Plain vLLM on the tiny model, compact JSON (as a small model's endpoint should be)."""
-    with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
-                    '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:
-        yield url
+def vllm_server(plain_vllm_server):
+    return plain_vllm_server
 
 
 def layers_with_turns(tmp_path, n: int) -> UserLayers:
