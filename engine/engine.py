@@ -160,7 +160,10 @@ class Engine:
             # space until max_tokens and never close the object.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
                                                               disable_any_whitespace=True),
-            disable_log_stats=True,
+            # vLLM's own metrics (vllm:num_requests_running, vllm:kv_cache_usage_perc,
+            # prefix-cache hits, TTFT and inter-token histograms) for /metrics, which a vLLM
+            # dashboard reads; its periodic log line stays off below INFO.
+            disable_log_stats=False,
             **({"gpu_memory_utilization": profile.gpu_memory_utilization}
                if profile.gpu_memory_utilization is not None else {}),
         )

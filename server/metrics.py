@@ -1,4 +1,6 @@
-"""GET /metrics: Prometheus text exposition of requests, tokens, TTFT and GPU memory."""
+"""GET /metrics: Prometheus text exposition of requests, tokens, TTFT and GPU memory, and
+vLLM's own `vllm:` metrics (its engine registers them with prometheus_client), so a
+dashboard made for `vllm serve` works unchanged."""
 
 from __future__ import annotations
 
@@ -71,4 +73,20 @@ def render_metrics(stats: EngineStats | None, http: HTTPCounters, ready: bool) -
     if gpu:
         lines += ["# HELP tandem_gpu_memory_used_bytes GPU memory in use (NVML)",
                   "# TYPE tandem_gpu_memory_used_bytes gauge", *gpu]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _vllm_metrics()
+
+
+def _vllm_metrics() -> str:
+    """The `vllm:` families of prometheus_client's default registry (empty before an
+    engine has started)."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    text = generate_latest(REGISTRY).decode()
+    families, keep = [], False
+    for line in text.splitlines():
+        # The registry's process and Python collectors describe this process, not vLLM's.
+        if line.startswith(("# HELP ", "# TYPE ")):
+            keep = line.split(" ", 3)[2].startswith("vllm:")
+        if keep:
+            families.append(line)
+    return "\n".join(families) + ("\n" if families else "")

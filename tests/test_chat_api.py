@@ -157,3 +157,19 @@ def test_a_seeded_request_with_a_long_prompt_is_answered(client):
     assert response.status_code == 200
     assert chat(client, script="still alive").json()["choices"][0]["message"]["content"] == (
         "still alive")
+
+
+def test_metrics_parse_and_hold_vllms_own_families(client):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    chat(client, script="for the counters")
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits",
+                 "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+        assert name in families, sorted(n for n in families if n.startswith("vllm:"))
+    ttft = families["vllm:time_to_first_token_seconds"]
+    assert ttft.type == "histogram"
+    count = next(s.value for s in ttft.samples if s.name.endswith("_count"))
+    assert count >= 1
+    assert "tandem_requests_finished" in families  # the parser names counters without _total
