@@ -45,6 +45,17 @@ class GenerationParams:
     choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
     json_schema: dict | None = None  # or to JSON under this schema (xgrammar)
     logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
+    top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability and the likeliest tokens at its step."""
+
+    token_id: int
+    text: str
+    logprob: float
+    top: tuple[tuple[int, str, float], ...]  # (id, text, logprob), likeliest first
 
 
 @dataclass
@@ -63,6 +74,8 @@ class Delta:
     # Per new token: {token id: log-probability} for GenerationParams.logprob_token_ids,
     # after the logits processors and the grammar (what the sampler chose from).
     logprobs: list[dict[int, float]] = field(default_factory=list)
+    # GenerationParams.top_logprobs: one a new token.
+    token_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +106,19 @@ def _structured(params: GenerationParams):
     if params.json_schema is not None:
         return StructuredOutputsParams(json=params.json_schema)
     return None
+
+
+def _token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[TokenLogprob]:
+    """vLLM's per-step {id: Logprob} as TokenLogprob, the sampled token first."""
+    out = []
+    for token, step in zip(ids, steps or (), strict=False):
+        ranked = sorted(step.items(), key=lambda item: item[1].rank or 0)
+        top = tuple((t, lp.decoded_token or "", lp.logprob) for t, lp in ranked
+                    if lp.rank is not None and lp.rank <= (params.top_logprobs or 0))
+        mine = step.get(token)
+        out.append(TokenLogprob(token, mine.decoded_token or "" if mine else "",
+                                mine.logprob if mine else float("-inf"), top))
+    return out
 
 
 class Engine:
@@ -223,6 +249,7 @@ class Engine:
             structured_outputs=_structured(params),
             logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
             else None,
+            logprobs=params.top_logprobs,
         )
         priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
@@ -250,6 +277,8 @@ class Engine:
                     cached_tokens=out.num_cached_tokens or 0,
                     logprobs=[{t: lp.logprob for t, lp in step.items()}
                               for step in completion.logprobs or ()],
+                    token_logprobs=_token_logprobs(new_ids, completion.logprobs, params)
+                    if params.top_logprobs is not None else [],
                 )
                 if out.finished:
                     timings.cached_tokens = delta.cached_tokens

@@ -15,7 +15,7 @@ from typing import Any
 
 from conductor.ledger import Record, Span, VisibleMessage
 from conductor.shared_context import SHARED_KIND
-from engine.engine import Delta
+from engine.engine import Delta, TokenLogprob
 from server.hidden_context import record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryServices
@@ -23,6 +23,13 @@ from server.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.prompt import Tail, assistant_calls_text, ids_for_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
+
+
+def _logprob_json(lp: TokenLogprob) -> dict[str, Any]:
+    def one(text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": max(logprob, -9999.0), "bytes": list(text.encode())}
+
+    return {**one(lp.text, lp.logprob), "top_logprobs": [one(t, v) for _, t, v in lp.top]}
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,8 @@ class Answer:
     prefills: list[tuple[int, int]] = field(default_factory=list)  # (prompt, cached) a generation
     out_of_room: bool = False  # no room was left for the generation after a tool call
     end_of_turn: int = -1  # the model's end-of-turn id: a record ending with it ended cleanly
+    # (output offset, log-probability) of generated tokens not yet given to the client
+    pending_logprobs: list[tuple[int, TokenLogprob]] = field(default_factory=list)
 
     @classmethod
     def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
@@ -83,6 +92,7 @@ class Answer:
         first = len(self.output_ids)
         self.output_ids += delta.token_ids
         self.generated += len(delta.token_ids)
+        self.pending_logprobs += [(first + i, lp) for i, lp in enumerate(delta.token_logprobs)]
         self.engine_text += delta.text
         self.last = delta
         if delta.finished:
@@ -178,6 +188,24 @@ class Answer:
             self.segments[-1] = (kind, self.segments[-1][1] + text)
         else:
             self.segments.append((kind, text))
+
+    def shown_logprobs(self, final: bool = False) -> list[dict]:
+        """The log-probabilities of tokens the client has been shown since the last call,
+        in vLLM's chat format; tokens of held-back blocks and engine-tool exchanges carry
+        none. While text is held (a block, a tag, a call may be starting), they wait."""
+        holding = self.parser.held_text or self.memory_filter.held_text
+        if not self.pending_logprobs or (holding and not final):
+            return []
+        hidden = [(h.start, h.end) for h in self.memory_filter.hidden]
+        hidden += [(s.start, s.end) for s in self.tool_spans]
+        if self.parser.held is not None:  # an engine call not run yet: from its start on
+            before = ids_for_text(self.tokenizer, self.output_ids[self.generation_start:],
+                                  self.engine_text[: self.parser.held.start])
+            hidden.append((self.generation_start + len(before), len(self.output_ids)))
+        shown = [lp for at, lp in self.pending_logprobs
+                 if not any(start <= at < end for start, end in hidden)]
+        self.pending_logprobs = []
+        return [_logprob_json(lp) for lp in shown]
 
     # -- what the client was shown ------------------------------------------------------------
     @property

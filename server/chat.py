@@ -159,6 +159,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         logit_bias=tuple((int(t), b) for t, b in (request.logit_bias or {}).items()),
         script_ids=script_ids,
         json_schema=forced.schema if forced is not None else answer_json,
+        top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())
@@ -199,24 +200,32 @@ async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
         message["reasoning_content"] = reasoning
     if answer.client_calls:
         message["tool_calls"] = [c.as_openai() for c in answer.client_calls]
+    logprobs = answer.shown_logprobs(final=True) if chat.params.top_logprobs is not None \
+        else None
     return {
         "id": chat.completion_id,
         "object": "chat.completion",
         "created": chat.created,
         "model": chat.model,
         "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason}],
+        "choices": [{"index": 0, "message": message,
+                     "logprobs": None if logprobs is None else {"content": logprobs},
+                     "finish_reason": answer.finish_reason}],
         "usage": answer.usage(),
     }
 
 
-def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None) -> str:
+def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
+           logprobs: list[dict] | None = None) -> str:
+    choice: dict = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    if logprobs:
+        choice["logprobs"] = {"content": logprobs}
     body = {
         "id": chat.completion_id,
         "object": "chat.completion.chunk",
         "created": chat.created,
         "model": chat.model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        "choices": [choice],
     }
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -239,18 +248,21 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
     answer, toolbox = _start(engine, services, chat, toolbox)
     calls_sent = 0
+    wants_logprobs = chat.params.top_logprobs is not None
     yield _chunk(chat, {"role": "assistant", "content": ""})
     try:
         async for parsed in answer_deltas(engine, answer, toolbox):
-            if parsed:
-                yield _chunk(chat, _delta_fields(parsed, calls_sent))
+            logprobs = answer.shown_logprobs() if wants_logprobs else None
+            if parsed or logprobs:
+                yield _chunk(chat, _delta_fields(parsed, calls_sent), logprobs=logprobs)
                 calls_sent += len(parsed.tool_calls)
     except (GeneratorExit, asyncio.CancelledError):
         answer.stopped()
         raise
     rest = answer.finish()
-    if rest:
-        yield _chunk(chat, _delta_fields(rest, calls_sent))
+    logprobs = answer.shown_logprobs(final=True) if wants_logprobs else None
+    if rest or logprobs:
+        yield _chunk(chat, _delta_fields(rest, calls_sent), logprobs=logprobs)
     yield _chunk(chat, {}, finish_reason=answer.finish_reason)
     if include_usage:
         usage_body = {"id": chat.completion_id, "object": "chat.completion.chunk",

@@ -108,8 +108,8 @@ class ChatCompletionRequest(BaseModel):
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # vLLM's sampling extras
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
-    logprobs: StrictBool | None = None  # false only, for now
-    top_logprobs: int | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     store: StrictBool | None = None  # false only: a local server stores nothing
     service_tier: str | None = None  # "auto" or "default": there is one tier
     modalities: list[str] | None = None  # ["text"] only
@@ -143,9 +143,8 @@ class ChatCompletionRequest(BaseModel):
                 raise PydanticCustomError("unsupported", "{name}: {why}",
                                           {"name": name, "why": why})
         unsupported = {
-            "logprobs": "log-probabilities are not returned yet" if self.logprobs else None,
-            "top_logprobs": "log-probabilities are not returned yet"
-            if self.top_logprobs else None,
+            "top_logprobs": "needs logprobs: true"
+            if self.top_logprobs is not None and not self.logprobs else None,
             "store": "this server does not store completions" if self.store else None,
             "service_tier": "there is one service tier: 'auto' or 'default'"
             if self.service_tier not in (None, "auto", "default") else None,

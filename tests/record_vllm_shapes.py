@@ -12,6 +12,9 @@ from tests.shapes import VLLM_SHAPES, shape, stream_events
 REQUESTS = {
     "chat": ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                    "max_tokens": 4}),
+    "chat_logprobs": ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                            "max_tokens": 4, "logprobs": True,
+                                            "top_logprobs": 2}),
     "completion": ("/completions", {"prompt": "Once upon", "max_tokens": 4}),
     "completion_echo": ("/completions", {"prompt": "Once upon", "max_tokens": 4,
                                          "echo": True}),

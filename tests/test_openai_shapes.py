@@ -37,6 +37,9 @@ def ours(served) -> dict[str, object]:
 ALLOWED = {
     "chat_chunk_last": {".choices[0].delta.content: only in vLLM's"},
     "chat_chunk_usage": {".usage.prompt_tokens_details: only in ours"},
+    "chat_logprobs_chunk_last": {".choices[0].delta.content: only in vLLM's",
+                                 ".choices[0].logprobs: only in vLLM's"},
+    "chat_logprobs_chunk_usage": {".usage.prompt_tokens_details: only in ours"},
 }
 
 
