@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-from engine.engine import Delta, Engine, GenerationParams
+from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
 from server.errors import APIError, validation_error
 from server.schema import SYSTEM_FINGERPRINT, StreamOptions
 
@@ -43,6 +43,7 @@ class CompletionRequest(BaseModel):
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # the N likeliest a token
     user: str | None = None  # accepted, no effect
 
     @field_validator("stop")
@@ -69,7 +70,8 @@ class CompletionRequest(BaseModel):
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=-1 if self.top_k is None else self.top_k, seed=self.seed, stop=stop,
             presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0, ban_tool_call=False)
+            frequency_penalty=self.frequency_penalty or 0.0, ban_tool_call=False,
+            top_logprobs=self.logprobs)
 
 
 def _prompt_ids(engine: Engine, prompt: str | list[int]) -> list[int]:
@@ -86,9 +88,21 @@ def _prompt_ids(engine: Engine, prompt: str | list[int]) -> list[int]:
 
 
 def _choice(index: int, text: str, finish_reason: str | None, stop_reason,
-            **extra: Any) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason,
+            logprobs: dict | None = None, **extra: Any) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason,
             "stop_reason": stop_reason, **extra}
+
+
+def _logprobs(tokens: list[TokenLogprob], offset: int) -> dict[str, list]:
+    """The completions API's logprobs: tokens, their log-probabilities, where each starts in
+    the text (from `offset`) and the likeliest tokens at each step."""
+    starts, at = [], offset
+    for lp in tokens:
+        starts.append(at)
+        at += len(lp.text)
+    return {"text_offset": starts, "token_logprobs": [max(lp.logprob, -9999.0) for lp in tokens],
+            "tokens": [lp.text for lp in tokens],
+            "top_logprobs": [{t: max(v, -9999.0) for _, t, v in lp.top} for lp in tokens]}
 
 
 def completions_router(state) -> APIRouter:
@@ -109,6 +123,10 @@ def completions_router(state) -> APIRouter:
         if not 1 <= len(prompts) <= MAX_PROMPTS:
             raise APIError(400, f"prompt: 1 to {MAX_PROMPTS} prompts a request",
                            code="invalid_value", param="prompt")
+        if request.echo and request.logprobs is not None:
+            raise APIError(400, "logprobs: with echo the prompt's log-probabilities would be "
+                           "needed; they are not computed here", code="invalid_value",
+                           param="logprobs")
         if request.stream and len(prompts) > 1:
             raise APIError(400, "prompt: a streamed completion takes one prompt",
                            code="invalid_value", param="prompt")
@@ -143,9 +161,11 @@ def completions_router(state) -> APIRouter:
         finished = await asyncio.gather(*(
             _complete(engine, f"{completion_id}-{n}", one, params) for n, one in enumerate(ids)))
         choices, prompt_tokens, completion_tokens = [], 0, 0
-        for n, (text, last, generated) in enumerate(finished):
+        for n, (text, last, generated, tokens) in enumerate(finished):
+            logprobs = _logprobs(tokens, 0) if request.logprobs is not None else None
             choices.append(_choice(n, echoes[n] + text, last.finish_reason if last else "stop",
-                                   last.stop_reason if last else None, prompt_logprobs=None))
+                                   last.stop_reason if last else None, logprobs,
+                                   prompt_logprobs=None))
             prompt_tokens += len(ids[n])
             completion_tokens += generated
         return JSONResponse({**head, "system_fingerprint": SYSTEM_FINGERPRINT,
@@ -156,14 +176,15 @@ def completions_router(state) -> APIRouter:
     return router
 
 
-async def _complete(engine: Engine, request_id: str, ids: list[int],
-                    params: GenerationParams) -> tuple[str, Delta | None, int]:
-    text, last, generated = "", None, 0
+async def _complete(engine: Engine, request_id: str, ids: list[int], params: GenerationParams
+                    ) -> tuple[str, Delta | None, int, list[TokenLogprob]]:
+    text, last, generated, tokens = "", None, 0, []
     async for delta in engine.generate(ids, params, request_id=request_id):
         text += delta.text
         generated += len(delta.token_ids)
+        tokens += delta.token_logprobs
         last = delta
-    return text, last, generated
+    return text, last, generated, tokens
 
 
 async def _stream(engine: Engine, head: dict, ids: list[int], echo: str,
@@ -173,13 +194,16 @@ async def _stream(engine: Engine, head: dict, ids: list[int], echo: str,
 
     if echo:  # vLLM sends the prompt's ids with the echoed prompt
         yield event({**head, "choices": [_choice(0, echo, None, None, prompt_token_ids=ids)]})
-    generated = 0
+    generated, offset = 0, len(echo)
     async for delta in engine.generate(ids, params, request_id=head["id"]):
         generated += len(delta.token_ids)
         if delta.text or delta.finished:
+            logprobs = (_logprobs(delta.token_logprobs, offset)
+                        if params.top_logprobs is not None else None)
             yield event({**head, "choices": [_choice(
                 0, delta.text, delta.finish_reason if delta.finished else None,
-                delta.stop_reason if delta.finished else None)]})
+                delta.stop_reason if delta.finished else None, logprobs)]})
+            offset += len(delta.text)
     if include_usage:
         yield event({**head, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [], "usage": {
             "prompt_tokens": len(ids), "completion_tokens": generated,

@@ -18,6 +18,8 @@ REQUESTS = {
     "completion": ("/completions", {"prompt": "Once upon", "max_tokens": 4}),
     "completion_echo": ("/completions", {"prompt": "Once upon", "max_tokens": 4,
                                          "echo": True}),
+    "completion_logprobs": ("/completions", {"prompt": "Once upon", "max_tokens": 4,
+                                             "logprobs": 2}),
 }
 
 

@@ -10,11 +10,13 @@ from typing import Any
 VLLM_SHAPES = Path(__file__).resolve().parent / "data" / "vllm_shapes.json"
 
 
-def shape(value: Any) -> Any:
+def shape(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
-        return {k: shape(v) for k, v in sorted(value.items())}
+        if key == "top_logprobs":  # the completions API's {token: logprob}: keys are data
+            return {"<token>": shape(next(iter(value.values())))} if value else {}
+        return {k: shape(v, k) for k, v in sorted(value.items())}
     if isinstance(value, list):
-        return [shape(value[0])] if value else []
+        return [shape(value[0], key)] if value else []
     if value is None:
         return "null"
     return {bool: "bool", int: "number", float: "number", str: "string"}[type(value)]

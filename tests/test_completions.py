@@ -72,3 +72,17 @@ def test_bad_completion_requests_get_a_clear_error(app, body, status, param):
     response = app.request("POST", "/v1/completions", json={"model": "tiny", **body})
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
+
+
+def test_logprobs_cover_each_token_of_the_text(sdk, app):
+    answer = sdk.completions.create(model="tiny", prompt="Hello", max_tokens=5, temperature=0,
+                                    logprobs=2)
+    choice = answer.choices[0]
+    assert "".join(choice.logprobs.tokens) == choice.text
+    assert len(choice.logprobs.token_logprobs) == 5
+    assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
+    offsets = choice.logprobs.text_offset
+    assert offsets[0] == 0 and offsets == sorted(offsets)
+    refused = app.request("POST", "/v1/completions", json={
+        "model": "tiny", "prompt": "x", "echo": True, "logprobs": 1})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "logprobs"
