@@ -52,6 +52,9 @@ class Journal:
     def __init__(self, path: Path, clock: Callable[[], datetime] = utc_now) -> None:
         self.path = path
         self._clock = clock
+        # Told each entry once written (the server's metrics count notes written and
+        # refused); it sees what the journal holds, so no title or body.
+        self.on_append: Callable[[dict[str, Any]], None] | None = None
 
     def append(self, **entry: Any) -> dict[str, Any]:
         """Write one entry; ValueError for a key or value the journal does not take."""
@@ -71,6 +74,8 @@ class Journal:
             os.fsync(fd)
         finally:
             os.close(fd)  # closing releases the flock
+        if self.on_append is not None:
+            self.on_append(record)
         return record
 
     def entries(self) -> Iterator[dict[str, Any]]:

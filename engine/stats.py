@@ -57,6 +57,8 @@ class EngineStats:
     # The last finished requests' timings by request id: the benches read one answer's
     # generations here (an engine-tool continuation is `<completion id>-<n>`).
     recent: OrderedDict[str, RequestTimings] = field(default_factory=OrderedDict)
+    # Told each finished request (the server's histograms).
+    observers: list = field(default_factory=list)
 
     def started(self, kind: str) -> None:
         self.requests_started[kind] += 1
@@ -73,6 +75,8 @@ class EngineStats:
         if timings.ttft_s is not None:
             self.ttft_sum_s[kind] += timings.ttft_s
             self.ttft_count[kind] += 1
+        for observe in self.observers:
+            observe(timings)
         self.recent[timings.request_id] = timings
         while len(self.recent) > RECENT_REQUESTS:
             self.recent.popitem(last=False)

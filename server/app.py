@@ -31,7 +31,7 @@ from server.keys import KeyStore
 from server.layer_routes import layer_router
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
-from server.metrics import HTTPCounters, render_metrics
+from server.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.prewarm_service import PrewarmService
 from server.schema import ChatCompletionRequest
 from server.search_service import SearchService
@@ -53,10 +53,13 @@ class ServerState:
     search: SearchService | None = None
     tools: EngineToolbox | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
+    metrics: TandemMetrics = field(default_factory=TandemMetrics)
     started_at: float = field(default_factory=time.time)
 
     def engine_ready(self, engine: Engine) -> None:
         self.engine = engine
+        engine.stats.observers.append(self.metrics.request_finished)
+        self.memory.metrics = self.metrics
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
         self.prewarm = PrewarmService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
@@ -157,7 +160,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         stats = state.engine.stats if state.engine else None
-        return PlainTextResponse(render_metrics(stats, state.http, state.engine is not None),
+        return PlainTextResponse(render_metrics(stats, state.http, state.engine is not None,
+                                                state.metrics),
                                  media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")

@@ -128,6 +128,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
     built = assemble(engine.tokenizer, rendered, match, cut, hidden.head,
                      [*leading_tails, *hidden.tails], profile.block_size)
+    if services.metrics is not None:
+        for span in built.spans:  # what this turn adds; replayed spans were counted before
+            services.metrics.hidden(span.kind, span.end - span.start)
     room = profile.max_model_len - len(built.ids)
     if room < 1:
         raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "

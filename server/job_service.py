@@ -101,6 +101,8 @@ class JobService:
                                 self.caps, self.max_tokens, self.controller.clock, script)
         finally:
             self.controller.finish(user, job)
+        if self.memory.metrics is not None:
+            self.memory.metrics.background_run(job, run.outcome)
         if job == CONSOLIDATE and run.outcome == "changed":
             self.prewarm_due.add(user)
         if run.files_changed:

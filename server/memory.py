@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from conductor.journal import Journal
 from conductor.layers.history import QuarantineReport
@@ -172,6 +172,8 @@ class MemoryServices:
     # Told the user whose memory files changed (a note written, a job run): the search
     # index syncs in idle time.
     on_change: Callable[[str | None], None] = lambda user: None
+    # What the server counts for /metrics (server.metrics.TandemMetrics); none by default.
+    metrics: Any = None
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _layers: dict[str, UserLayers] = field(default_factory=dict)
     _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
@@ -185,7 +187,10 @@ class MemoryServices:
     def store(self, user: str) -> NoteStore:
         with self._lock:
             if user not in self._stores:
-                self._stores[user] = NoteStore(self.root, user)
+                store = NoteStore(self.root, user)
+                if self.metrics is not None:
+                    store.journal.on_append = self.metrics.journal_entry
+                self._stores[user] = store
             return self._stores[user]
 
     def layers(self, user: str) -> UserLayers:

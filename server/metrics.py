@@ -5,8 +5,69 @@ dashboard made for `vllm serve` works unchanged."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
-from engine.stats import EngineStats
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+
+from engine.stats import EngineStats, RequestTimings
+
+SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+TOKENS = (16, 64, 256, 1024, 4096, 16384, 65536)
+NOTE_WRITES = frozenset({"add", "update", "archive", "ratify", "pin", "unpin", "delete",
+                         "block", "revise"})
+
+
+class TandemMetrics:
+    """Histograms that aggregate across instances, and memory's counters, in one registry
+    an app; `render_metrics` writes them with the rest."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r, kind = self.registry, ["kind"]
+        self.ttft = Histogram("tandem_ttft_seconds", "time to first token", kind,
+                              buckets=SECONDS, registry=r)
+        self.tpot = Histogram("tandem_time_per_output_token_seconds",
+                              "decode time per output token after the first", kind,
+                              buckets=TOKEN_SECONDS, registry=r)
+        self.prompt = Histogram("tandem_request_prompt_tokens", "prompt tokens a request",
+                                kind, buckets=TOKENS, registry=r)
+        self.cached = Histogram("tandem_request_cached_tokens",
+                                "prompt tokens a request found in the prefix cache", kind,
+                                buckets=TOKENS, registry=r)
+        self.notes_written = PromCounter("tandem_notes_written", "note writes by operation",
+                                         ["op"], registry=r)
+        self.notes_refused = PromCounter("tandem_notes_refused", "refused note writes by reason",
+                                         ["reason"], registry=r)
+        self.hidden_tokens = PromCounter("tandem_hidden_context_tokens",
+                                         "hidden-context tokens put in prompts, by kind",
+                                         kind, registry=r)
+        self.background_runs = PromCounter("tandem_background_runs",
+                                           "writer and job runs by outcome",
+                                           ["run", "outcome"], registry=r)
+
+    def request_finished(self, timings: RequestTimings) -> None:
+        kind = timings.kind
+        if timings.ttft_s is not None:
+            self.ttft.labels(kind).observe(timings.ttft_s)
+        if timings.decode_s_per_token is not None:
+            self.tpot.labels(kind).observe(timings.decode_s_per_token)
+        self.prompt.labels(kind).observe(timings.prompt_tokens)
+        self.cached.labels(kind).observe(timings.cached_tokens)
+
+    def journal_entry(self, entry: dict[str, Any]) -> None:
+        """A notes-store journal entry (ids and codes only)."""
+        if entry.get("ok") is False and entry.get("reason"):
+            self.notes_refused.labels(str(entry["reason"])).inc()
+        elif entry.get("ok") and entry.get("op") in NOTE_WRITES:
+            self.notes_written.labels(str(entry["op"])).inc()
+
+    def hidden(self, kind: str, tokens: int) -> None:
+        self.hidden_tokens.labels(kind).inc(tokens)
+
+    def background_run(self, run: str, outcome: str) -> None:
+        self.background_runs.labels(run, outcome).inc()
 
 
 class HTTPCounters:
@@ -40,7 +101,8 @@ def _family(name: str, kind: str, help_text: str, samples: list[str]) -> list[st
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
 
 
-def render_metrics(stats: EngineStats | None, http: HTTPCounters, ready: bool) -> str:
+def render_metrics(stats: EngineStats | None, http: HTTPCounters, ready: bool,
+                   metrics: TandemMetrics | None = None) -> str:
     lines: list[str] = []
     lines += _family("tandem_engine_ready", "gauge", "1 once the engine serves requests",
                      [f"tandem_engine_ready {int(ready)}"])
@@ -64,16 +126,12 @@ def render_metrics(stats: EngineStats | None, http: HTTPCounters, ready: bool) -
         for name, help_text, counter in per_kind:
             lines += _family(name, "counter", help_text,
                              [f'{name}{{kind="{k}"}} {v}' for k, v in sorted(counter.items())])
-        ttft = []
-        for kind in sorted(stats.ttft_count):
-            ttft.append(f'tandem_ttft_seconds_sum{{kind="{kind}"}} {stats.ttft_sum_s[kind]:.6f}')
-            ttft.append(f'tandem_ttft_seconds_count{{kind="{kind}"}} {stats.ttft_count[kind]}')
-        lines += _family("tandem_ttft_seconds", "summary", "time to first token", ttft)
     gpu = _gpu_memory_lines()
     if gpu:
         lines += ["# HELP tandem_gpu_memory_used_bytes GPU memory in use (NVML)",
                   "# TYPE tandem_gpu_memory_used_bytes gauge", *gpu]
-    return "\n".join(lines) + "\n" + _vllm_metrics()
+    ours = generate_latest(metrics.registry).decode() if metrics is not None else ""
+    return "\n".join(lines) + "\n" + ours + _vllm_metrics()
 
 
 def _vllm_metrics() -> str:

@@ -81,6 +81,8 @@ class WriterService:
             run = await self.writer.run(user, session, trigger,
                                         record=dropped if isinstance(dropped, Record) else None)
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
+            if self.memory.metrics is not None:
+                self.memory.metrics.background_run("writer", run.outcome)
             runs.append(run)
             self.memory.on_change(user)
         return runs

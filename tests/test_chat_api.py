@@ -173,3 +173,34 @@ def test_metrics_parse_and_hold_vllms_own_families(client):
     count = next(s.value for s in ttft.samples if s.name.endswith("_count"))
     assert count >= 1
     assert "tandem_requests_finished" in families  # the parser names counters without _total
+
+
+def test_metrics_count_notes_hidden_tokens_background_runs_and_latency(served, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.inprocess import InProcessApp
+
+    app = InProcessApp(served, tmp_path)
+    block = ('Done. <tandem_memory op="add" scope="user" kind="reference">\ntitle: deploy day'
+             '\n\nWe deploy on Tuesdays.\n</tandem_memory>')
+    refused = 'Sure. <tandem_memory op="add" scope="nowhere">\ntitle: t\n\nb\n</tandem_memory>'
+    app.chat([{"role": "user", "content": "We deploy on Tuesdays."}], block,
+             headers={"X-Tandem-Session": "metrics-1"})
+    app.chat([{"role": "user", "content": "Remember this."}], refused,
+             headers={"X-Tandem-Session": "metrics-2"})
+    job = app.request("POST", "/v1/conductor/jobs/verification_review/run",
+                      json={"script": '{"flags":[]}'})
+    assert job.status_code == 200, job.text
+    text = app.request("GET", "/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("tandem_notes_written_total", (("op", "add"),))] == 1
+    assert sum(v for (name, _), v in samples.items() if name == "tandem_notes_refused_total") >= 1
+    assert samples[("tandem_hidden_context_tokens_total", (("kind", "shared"),))] > 0
+    outcome = job.json()["outcome"]
+    assert samples[("tandem_background_runs_total",
+                    (("outcome", outcome), ("run", "verification_review")))] == 1
+    assert samples[("tandem_ttft_seconds_count", (("kind", "client"),))] >= 2
+    assert ("tandem_time_per_output_token_seconds_bucket",
+            (("kind", "client"), ("le", "+Inf"))) in samples
+    assert samples[("tandem_request_prompt_tokens_count", (("kind", "client"),))] >= 2
