@@ -71,3 +71,11 @@ def plain_vllm_server(built_models):
     with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
                     '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def sdk(served):
+    """The OpenAI SDK pointed at the session's server, as a client would set it up."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")

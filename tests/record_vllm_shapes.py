@@ -23,13 +23,15 @@ REQUESTS = {
 }
 
 
-def responses(base: str, model: str) -> dict[str, object]:
+def responses(base: str, model: str, headers: dict[str, str] | None = None
+              ) -> dict[str, object]:
     """Each request's response shape, and its streamed chunks' (first and last)."""
     out: dict[str, object] = {}
     for name, (path, body) in REQUESTS.items():
         body = {"model": model, "temperature": 0, **body}
-        out[name] = shape(httpx.post(f"{base}{path}", json=body, timeout=120).json())
-        streamed = httpx.post(f"{base}{path}", timeout=120, json={
+        out[name] = shape(httpx.post(f"{base}{path}", json=body, headers=headers,
+                                     timeout=120).json())
+        streamed = httpx.post(f"{base}{path}", headers=headers, timeout=120, json={
             **body, "stream": True, "stream_options": {"include_usage": True}})
         events = stream_events(streamed.text)
         with_choices = [e for e in events if e.get("choices")]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
 import pytest
 
 SCRIPT = "Hello! The build needs node 20, and the tests run with make test."
@@ -19,11 +18,6 @@ TOOLS = [{"type": "function", "function": {
 def client(served) -> httpx.Client:
     with httpx.Client(base_url=served.base_url, timeout=120) as c:
         yield c
-
-
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
 
 
 def chat(client: httpx.Client, **body) -> httpx.Response:

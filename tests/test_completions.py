@@ -3,15 +3,9 @@ streaming, and no memory (a completion has no conversation)."""
 
 from __future__ import annotations
 
-import openai
 import pytest
 
 from tests.inprocess import InProcessApp
-
-
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
 
 
 @pytest.fixture

@@ -4,31 +4,16 @@ checks the record against a live vLLM)."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from tests.record_vllm_shapes import REQUESTS
-from tests.shapes import differences, shape, stream_events, vllm_shapes
+from tests.record_vllm_shapes import responses
+from tests.shapes import differences, vllm_shapes
 
 
 @pytest.fixture(scope="module")
 def ours(served) -> dict[str, object]:
-    out: dict[str, object] = {}
-    base = f"{served.base_url}/v1"
-    for name, (path, body) in REQUESTS.items():
-        body = {"model": "tiny", "temperature": 0, **body}
-        # memory off: a plain vLLM server has none (memory adds no field either way)
-        headers = {"X-Tandem-Memory": "off"}
-        out[name] = shape(httpx.post(f"{base}{path}", json=body, headers=headers,
-                                     timeout=120).json())
-        streamed = httpx.post(f"{base}{path}", headers=headers, timeout=120, json={
-            **body, "stream": True, "stream_options": {"include_usage": True}})
-        events = stream_events(streamed.text)
-        with_choices = [e for e in events if e.get("choices")]
-        out[f"{name}_chunk_first"] = shape(with_choices[0])
-        out[f"{name}_chunk_last"] = shape(with_choices[-1])
-        out[f"{name}_chunk_usage"] = shape(events[-1])
-    return out
+    # memory off: a plain vLLM server has none (memory adds no field either way)
+    return responses(f"{served.base_url}/v1", "tiny", {"X-Tandem-Memory": "off"})
 
 
 # Where Tandem differs on purpose: OpenAI's own stream ends with an empty delta beside the

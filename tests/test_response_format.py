@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import openai
 import pytest
 
 from tests.inprocess import InProcessApp
@@ -17,11 +16,6 @@ TRIP = {"type": "object", "additionalProperties": False, "required": ["city", "d
 FORMAT = {"type": "json_schema", "json_schema": {"name": "trip", "schema": TRIP,
                                                   "strict": True}}
 ASK = [{"role": "user", "content": "Plan a trip: which city, how many days?"}]
-
-
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
 
 
 @pytest.fixture

@@ -29,11 +29,6 @@ def opening(kind: str, nonce: str) -> tuple[list[dict], dict]:
     return [], {}
 
 
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
-
-
 def sdk_turn(sdk: openai.OpenAI, messages: list[dict], script: str, stream: bool, extra: dict):
     """(content, usage, memory token) as the plainest SDK call sees them: no headers."""
     if not stream:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 
 from tests.inprocess import InProcessApp
@@ -27,11 +26,6 @@ QUESTION = [{"role": "user", "content": "What is in setup.py?"}]
 @pytest.fixture
 def app(served, tmp_path) -> InProcessApp:
     return InProcessApp(served, tmp_path)
-
-
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
 
 
 def test_required_returns_the_calls_with_finish_reason_tool_calls(sdk):
