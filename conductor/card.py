@@ -15,7 +15,7 @@ def memory_card() -> str:
         "one fact\n</tandem_memory>\n"
         f"Scopes: {', '.join(SCOPES)}. Kinds: {', '.join(KINDS)}. "
         'Change one: op="update" id="ID"; retire one: op="archive" id="ID" reason="why". '
-        "No secrets."
+        "No secrets. No block in an answer that must be JSON."
     )
 
 

@@ -123,6 +123,8 @@ class JobService:
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"
         if outcome == "done":
             self.prewarm_due.discard(user)
+        if self.memory.metrics is not None:
+            self.memory.metrics.background_run("conversation_prewarm", outcome)
         log.info("conversation prewarm %s: %d prompt tokens, %d cached", outcome, len(ids),
                  cached)
         return PrewarmRun(len(ids), cached, outcome)

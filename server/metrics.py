@@ -44,8 +44,11 @@ class TandemMetrics:
                                          "hidden-context tokens put in prompts, by kind",
                                          kind, registry=r)
         self.background_runs = PromCounter("tandem_background_runs",
-                                           "writer and job runs by outcome",
-                                           ["run", "outcome"], registry=r)
+                                           "background runs (writer, jobs, prewarms) by "
+                                           "outcome", ["run", "outcome"], registry=r)
+        self.preemptions = PromCounter("tandem_background_preemptions",
+                                       "background runs a client request ended", ["run"],
+                                       registry=r)
 
     def request_finished(self, timings: RequestTimings) -> None:
         kind = timings.kind
@@ -68,6 +71,8 @@ class TandemMetrics:
 
     def background_run(self, run: str, outcome: str) -> None:
         self.background_runs.labels(run, outcome).inc()
+        if outcome == "preempted":
+            self.preemptions.labels(run).inc()
 
 
 class HTTPCounters:

@@ -66,4 +66,6 @@ class PrewarmService:
                 cached = delta.cached_tokens
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"
         log.info("prewarm %s: %d prompt tokens, %d cached", outcome, len(ids), cached)
+        if self.memory.metrics is not None:
+            self.memory.metrics.background_run("prewarm", outcome)
         return PrewarmRun(len(ids), cached, outcome)

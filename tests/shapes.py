@@ -12,7 +12,8 @@ VLLM_SHAPES = Path(__file__).resolve().parent / "data" / "vllm_shapes.json"
 
 def shape(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
-        if key == "top_logprobs":  # the completions API's {token: logprob}: keys are data
+        numbers = all(isinstance(v, int | float) for v in value.values())
+        if key == "top_logprobs" and numbers:  # the completions API's {token: logprob}
             return {"<token>": shape(next(iter(value.values())))} if value else {}
         return {k: shape(v, k) for k, v in sorted(value.items())}
     if isinstance(value, list):

@@ -185,6 +185,8 @@ def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
     record, answer = served.run(scenario())
     assert record.outcome == "preempted" and record.reason == "client_request"
     assert answer["choices"][0]["message"]["content"] == "Quick answer."
+    metrics = app.request("GET", "/metrics").text
+    assert f'tandem_background_preemptions_total{{run="{CONSOLIDATE}"}} 1.0' in metrics
     assert record.checkpoint_after == 0
     jobs.mode = "on"  # the idle loop's turn: the job is still due, and runs again
     due = jobs.controller.next_due()
