@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +23,13 @@ from server.completions import completions_router
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
 from server.engine_tools import EngineToolbox
-from server.errors import APIError, error_response, install_error_handlers, validation_error
+from server.errors import (
+    APIError,
+    error_response,
+    install_error_handlers,
+    json_body,
+    validation_error,
+)
 from server.job_routes import job_router
 from server.job_service import JobService
 from server.keys import KeyStore
@@ -174,7 +179,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = await _json_body(request)
+        body = await json_body(request)
         try:
             parsed = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
@@ -190,17 +195,6 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         return await answer(engine_, prepared, parsed)
 
     return app
-
-
-async def _json_body(request: Request) -> dict:
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "request body must be a JSON object", code="invalid_json")
-    return body
 
 
 LOADING_TICK_S = 5.0

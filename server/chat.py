@@ -128,9 +128,6 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
     built = assemble(engine.tokenizer, rendered, match, cut, hidden.head,
                      [*leading_tails, *hidden.tails], profile.block_size)
-    if services.metrics is not None:
-        for span in built.spans:  # what this turn adds; replayed spans were counted before
-            services.metrics.hidden(span.kind, span.end - span.start)
     room = profile.max_model_len - len(built.ids)
     if room < 1:
         raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
@@ -141,6 +138,9 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         raise APIError(400, f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} tokens "
                        f"exceed this model's context of {profile.max_model_len} tokens",
                        code="context_length_exceeded", param="max_tokens")
+    if services.metrics is not None:  # a valid request: its hidden context goes in
+        for span in built.spans:  # what this turn adds; replayed spans were counted before
+            services.metrics.hidden(span.kind, span.end - span.start)
     if replayed is None and memory.off_reason is None:  # a valid request that missed
         note_miss(services, memory, visible, engine.count_tokens)
     scripts = [request.script] if isinstance(request.script, str) else request.script or []

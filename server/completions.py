@@ -20,7 +20,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
-from server.errors import APIError, validation_error
+from server.chat import model_names
+from server.errors import APIError, json_body, validation_error
 from server.schema import SYSTEM_FINGERPRINT, StreamOptions
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -115,8 +116,7 @@ def completions_router(state) -> APIRouter:
             raise validation_error(exc) from None
         engine = state.ready_engine()
         profile = engine.profile
-        if request.model not in (profile.name, profile.model,
-                                 profile.model.removeprefix("builtin:")):
+        if request.model not in model_names(profile):
             raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                            f"{profile.name!r}", code="model_not_found", param="model")
         prompts = request.prompts()
@@ -142,13 +142,7 @@ def completions_router(state) -> APIRouter:
 
     @router.post("/v1/completions")
     async def completions(http: Request):
-        try:
-            body = json.loads(await http.body())
-        except ValueError:
-            raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise APIError(400, "request body must be a JSON object", code="invalid_json")
-        engine, request, ids, echoes = prepare(body)
+        engine, request, ids, echoes = prepare(await json_body(http))
         completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created,
                 "model": request.model}

@@ -71,3 +71,15 @@ def validation_error(exc) -> APIError:
                         "lists them)", code="unknown_parameter", param=param)
     message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
     return APIError(400, message, code="invalid_value", param=param)
+
+
+async def json_body(request: Request) -> dict:
+    """The request's body as a JSON object; a 400 when it is not one."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return body

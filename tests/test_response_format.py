@@ -50,7 +50,10 @@ def test_a_block_inside_a_json_answer_is_text_and_writes_no_note(app):
     content, _, _ = app.chat(ASK, script, headers={"X-Tandem-Session": "json"},
                              response_format={"type": "json_object"})
     assert content == script and "<tandem_memory" in json.loads(content)["city"]
-    assert app.memory.store("tester").list() == []
+    store = app.memory.store("tester")
+    assert store.list() == []
+    # not even looked at: a block the filter took up would leave a refusal in the journal
+    assert not [e for e in store.journal.entries() if e.get("op") == "block"]
 
 
 @pytest.mark.parametrize("response_format, message", [
