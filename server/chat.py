@@ -200,7 +200,7 @@ async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
     reasoning = "".join(p.reasoning for p in parts)
     message: dict = {"role": "assistant", "content": "".join(p.content for p in parts) or None}
     if reasoning:
-        message["reasoning_content"] = reasoning
+        message.update(reasoning_fields(reasoning))
     if answer.client_calls:
         message["tool_calls"] = [c.as_openai() for c in answer.client_calls]
     logprobs = answer.shown_logprobs(final=True) if chat.params.top_logprobs is not None \
@@ -216,6 +216,13 @@ async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
                      "finish_reason": answer.finish_reason}],
         "usage": answer.usage(),
     }
+
+
+def reasoning_fields(reasoning: str) -> dict[str, str]:
+    """The reasoning under both names clients read: `reasoning` (vLLM since 0.11, after
+    OpenAI's guidance) and `reasoning_content` (DeepSeek's, still read by the Vercel AI SDK,
+    OpenCode and older vLLM clients)."""
+    return {"reasoning": reasoning, "reasoning_content": reasoning}
 
 
 def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
@@ -236,7 +243,7 @@ def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
 def _delta_fields(parsed: ParsedDelta, first_call_index: int) -> dict:
     out: dict = {}
     if parsed.reasoning:
-        out["reasoning_content"] = parsed.reasoning
+        out.update(reasoning_fields(parsed.reasoning))
     if parsed.content:
         out["content"] = parsed.content
     if parsed.tool_calls:

@@ -29,6 +29,13 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None  # vLLM's name for reasoning_content; either is replayed
+
+    @model_validator(mode="after")
+    def _one_reasoning(self) -> ChatMessage:
+        if self.reasoning_content is None and self.reasoning is not None:
+            self.reasoning_content = self.reasoning
+        return self
 
     def text(self) -> str:
         """The content as one string; text parts are joined, other parts are refused."""

@@ -82,16 +82,18 @@ def test_streamed_tool_call_comes_back_as_tool_calls(sdk):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_scripted_think_comes_back_as_reasoning_content(client):
+def test_scripted_think_comes_back_as_reasoning_under_both_names(client):
     script = "<think>\nThe user asks about the build.\n</think>\n\nNode 20."
     message = chat(client, script=script,
                    chat_template_kwargs={"enable_thinking": True}).json()["choices"][0]["message"]
-    assert message["reasoning_content"].strip() == "The user asks about the build."
+    assert message["reasoning"].strip() == "The user asks about the build."
+    assert message["reasoning_content"] == message["reasoning"]
     assert message["content"] == "Node 20."
     events = stream_events(client, script=script)
     deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
-    assert "".join(d.get("reasoning_content", "") for d in deltas).strip() == (
-        "The user asks about the build.")
+    for name in ("reasoning", "reasoning_content"):
+        assert "".join(d.get(name, "") for d in deltas).strip() == (
+            "The user asks about the build.")
     assert "".join(d.get("content", "") for d in deltas) == "Node 20."
 
 

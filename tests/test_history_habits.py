@@ -120,8 +120,9 @@ def add_note(memory, title: str, body: str) -> str:
     return result.note.id
 
 
-@pytest.mark.parametrize("send_back", [True, False], ids=["reasoning-sent-back",
-                                                          "reasoning-dropped"])
+@pytest.mark.parametrize("send_back", ["reasoning_content", "reasoning", None],
+                         ids=["reasoning-sent-back", "reasoning-sent-back-by-vllms-name",
+                              "reasoning-dropped"])
 def test_reasoning_sent_back_or_dropped_keeps_the_replay(talk, send_back):
     chat = talk(chat_template_kwargs={"enable_thinking": True})
     history = [{"role": "user", "content": "Which port does the api use?"}]
@@ -131,7 +132,7 @@ def test_reasoning_sent_back_or_dropped_keeps_the_replay(talk, send_back):
         assert message["reasoning_content"] == f"Let me think, turn {turn}."
         sent = {"role": "assistant", "content": message["content"]}
         if send_back:
-            sent["reasoning_content"] = message["reasoning_content"]
+            sent[send_back] = message["reasoning_content"]
         history += [sent, {"role": "user", "content": f"And question {turn + 2}?"}]
     assert chat.kinds().count("shared") == 1
     assert "Let me think, turn 0." in chat.prompt_text()  # the real reasoning, replayed
