@@ -121,6 +121,25 @@ def _token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[Tok
     return out
 
 
+async def _alive(stream):
+    """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM)."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    try:
+        async for out in stream:
+            yield out
+    except EngineDeadError:
+        raise EngineDead() from None
+
+
+class EngineDead(RuntimeError):
+    """The engine core process is gone (killed, out of memory): nothing it was doing will
+    finish and nothing new can start until the server is restarted."""
+
+    def __init__(self) -> None:
+        super().__init__("the engine core process stopped")
+
+
 class Engine:
     """The one vLLM engine of this process. Create with `await Engine.start(...)`."""
 
@@ -251,6 +270,8 @@ class Engine:
             else None,
             logprobs=params.top_logprobs,
         )
+        if self.dead:
+            raise EngineDead()
         priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
                                  request_id=request_id)
@@ -261,7 +282,7 @@ class Engine:
             {"prompt_token_ids": list(prompt_token_ids)}, sampling, request_id, priority=priority
         )
         try:
-            async for out in stream:
+            async for out in _alive(stream):
                 completion = out.outputs[0]
                 new_ids = list(completion.token_ids)
                 timings.tokens(len(new_ids))
@@ -292,10 +313,19 @@ class Engine:
                 # The caller stopped reading (client gone, caller cancelled): closing vLLM's
                 # stream aborts the request in the engine core and frees its slot.
                 self.stats.aborted(kind)
-                await stream.aclose()
+                try:
+                    await stream.aclose()
+                except Exception:
+                    if not self.dead:  # a dead core has nothing left to abort
+                        raise
 
     async def abort(self, request_id: str) -> None:
         await self._llm.abort(request_id)
+
+    @property
+    def dead(self) -> bool:
+        """vLLM's monitor thread saw the engine core process exit (or it was shut down)."""
+        return self._llm is None or self._llm.errored
 
     def running(self, kind: RequestKind | None = None) -> list[str]:
         return [rid for rid, r in self._running.items() if kind is None or r.kind == kind]

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
 from conductor.nightly import nightly_loop
-from engine.engine import Engine
+from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server import chat
 from server.auth import Auth, is_loopback
@@ -25,7 +25,9 @@ from server.continuous import prepare_continuous
 from server.engine_tools import EngineToolbox
 from server.errors import (
     APIError,
+    engine_dead_error,
     error_response,
+    events_or_error,
     install_error_handlers,
     json_body,
     validation_error,
@@ -74,7 +76,13 @@ class ServerState:
         self.memory.on_change = self.search.mark_stale
         self.tools = EngineToolbox(self.memory, self.search, engine.tokenizer)
 
+    @property
+    def engine_dead(self) -> bool:
+        return self.engine is not None and self.engine.dead
+
     def ready_engine(self) -> Engine:
+        if self.engine_dead:
+            raise engine_dead_error()
         if self.engine is None:
             raise APIError(503, "the engine is still loading" if self.load_error is None
                            else f"the engine failed to load: {self.load_error}",
@@ -86,9 +94,11 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                progress: Callable[[str], None] = log.info,
                on_ready: Callable[[], None] | None = None,
                memory_settings: MemorySettings | None = None,
-               auth: Auth | None = None) -> FastAPI:
+               auth: Auth | None = None,
+               on_engine_dead: Callable[[], None] | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background.
-    `auth` defaults to the named keys under `home` (none: auth off)."""
+    `auth` defaults to the named keys under `home` (none: auth off). `on_engine_dead` is
+    called once if the engine core process dies (`tandem serve` then exits non-zero)."""
     memory = MemoryServices(home, memory_settings or MemorySettings())
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
@@ -103,9 +113,11 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
         background = asyncio.create_task(_run_background_when_ready(state))
         nightly = asyncio.create_task(nightly_loop(memory.root, memory.settings.nightly_hour))
+        watchdog = asyncio.create_task(_watch_engine(state, on_engine_dead))
         try:
             yield
         finally:
+            watchdog.cancel()
             background.cancel()
             nightly.cancel()
             if loader is not None and not loader.done():
@@ -126,8 +138,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            return StreamingResponse(chat.stream(engine_, memory, prepared, include_usage,
-                                                 state.tools),
+            return StreamingResponse(events_or_error(chat.stream(
+                engine_, memory, prepared, include_usage, state.tools)),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
         return JSONResponse(await chat.complete(engine_, memory, prepared, state.tools),
@@ -157,6 +169,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        if state.engine_dead:
+            return JSONResponse({"status": "engine_dead",
+                                 "error": engine_dead_error().message}, status_code=503)
         if state.engine is not None:
             return JSONResponse({"status": "ready", "profile": profile.name})
         status = "failed" if state.load_error else "loading"
@@ -199,6 +214,18 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
 LOADING_TICK_S = 5.0
 BACKGROUND_CHECK_S = 1.0
+ENGINE_CHECK_S = 0.25
+
+
+async def _watch_engine(state: ServerState, on_dead: Callable[[], None] | None) -> None:
+    """Notice at once when the engine core process dies (an out-of-memory kill): vLLM's
+    monitor thread marks it, nothing else tells the server. From then /readyz and every
+    request answer 503, and the server is told to exit so a supervisor restarts it."""
+    while not state.engine_dead:
+        await asyncio.sleep(ENGINE_CHECK_S)
+    log.error("the engine core process stopped: answering 503 and exiting")
+    if on_dead is not None:
+        on_dead()
 
 
 async def _run_background_when_ready(state: ServerState) -> None:
@@ -208,12 +235,14 @@ async def _run_background_when_ready(state: ServerState) -> None:
     while state.writer is None or state.prewarm is None or state.jobs is None \
             or state.search is None:
         await asyncio.sleep(0.5)
-    while True:
+    while not state.engine_dead:
         await asyncio.sleep(BACKGROUND_CHECK_S)
         for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick),
                            ("jobs", state.jobs.tick), ("search", state.search.tick)):
             try:
                 await tick()
+            except EngineDead:  # the watchdog says it once
+                return
             except Exception:  # a failed run must not stop the loop; ids only in the log
                 log.exception("%s run failed", name)
 

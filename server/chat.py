@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from conductor.ledger import Match, Span, VisibleMessage
-from engine.engine import Engine, GenerationParams
+from engine.engine import Engine, EngineDead, GenerationParams
 from engine.profiles import Profile
 from server.answer import Answer, RecordedTurn
 from server.engine_tools import NAMES as engine_tool_names
@@ -266,8 +266,8 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
             if parsed or logprobs:
                 yield _chunk(chat, _delta_fields(parsed, calls_sent), logprobs=logprobs)
                 calls_sent += len(parsed.tool_calls)
-    except (GeneratorExit, asyncio.CancelledError):
-        answer.stopped()
+    except (GeneratorExit, asyncio.CancelledError, EngineDead):
+        answer.stopped()  # the record ends where the client's text did
         raise
     rest = answer.finish()
     logprobs = answer.shown_logprobs(final=True) if wants_logprobs else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import time
@@ -59,10 +60,32 @@ def _serve(args: argparse.Namespace) -> int:
     problem = exposure_problem(args.host, auth, args.insecure_no_auth)
     if problem is not None:
         raise ProfileError(problem)
+    engine_died: list[bool] = []
+
+    def exit_for_restart() -> None:
+        engine_died.append(True)
+        # A moment of 503s on /readyz first, so a load balancer or a health check sees why
+        # before the port closes.
+        asyncio.get_running_loop().call_later(ENGINE_DEAD_DRAIN_S,
+                                              lambda: setattr(server, "should_exit", True))
+
     app = create_app(profile, tandem_home(), progress=_say, on_ready=ready,
-                     memory_settings=settings, auth=auth)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+                     memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                           log_level="warning",
+                                           timeout_graceful_shutdown=ENGINE_DEAD_GRACE_S))
+    server.run()
+    if engine_died:
+        _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
+             "supervisor restarts the server")
+        return ENGINE_DEAD_EXIT
     return 0
+
+
+# A distinct status, so a supervisor's log tells an engine death from a bad command line.
+ENGINE_DEAD_EXIT = 3
+ENGINE_DEAD_GRACE_S = 5
+ENGINE_DEAD_DRAIN_S = 2.0
 
 
 def _resolve_profile(name: str | None):

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
 from server.chat import model_names
-from server.errors import APIError, json_body, validation_error
+from server.errors import APIError, events_or_error, json_body, validation_error
 from server.schema import SYSTEM_FINGERPRINT, StreamOptions
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -150,7 +150,8 @@ def completions_router(state) -> APIRouter:
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return StreamingResponse(
-                _stream(engine, head, ids[0], echoes[0], params, include_usage),
+                events_or_error(_stream(engine, head, ids[0], echoes[0], params,
+                                        include_usage)),
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         finished = await asyncio.gather(*(
             _complete(engine, f"{completion_id}-{n}", one, params) for n, one in enumerate(ids)))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.engine import EngineDead
 
 
 class APIError(Exception):
@@ -39,7 +42,27 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {message}" if param else message), param
 
 
+def engine_dead_error() -> APIError:
+    return APIError(503, "the engine core process stopped; the server is exiting so that its "
+                    "supervisor restarts it", code="engine_dead", kind="server_error")
+
+
+async def events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A stream's server-sent events; an engine that dies mid-stream ends it with an error
+    event and `[DONE]` (vLLM's way) rather than a connection cut without a word."""
+    try:
+        async for event in events:
+            yield event
+    except EngineDead:
+        yield f"data: {json.dumps(engine_dead_error().body())}\n\n"
+        yield "data: [DONE]\n\n"
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(EngineDead)
+    async def _engine_dead(_request: Request, _exc: EngineDead) -> JSONResponse:
+        return error_response(engine_dead_error())
+
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
@@ -78,7 +101,7 @@ async def json_body(request: Request) -> dict:
     raw = await request.body()
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not a request
         raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
