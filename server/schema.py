@@ -5,7 +5,15 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 
@@ -27,7 +35,7 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: str | None = Field(default=None, validate_default=True)
     reasoning_content: str | None = None
     reasoning: str | None = None  # vLLM's name for reasoning_content; either is replayed
 
@@ -36,6 +44,15 @@ class ChatMessage(BaseModel):
         if self.reasoning_content is None and self.reasoning is not None:
             self.reasoning_content = self.reasoning
         return self
+
+    @field_validator("tool_call_id", mode="after")
+    @classmethod
+    def _tool_answers_name_their_call(cls, value: str | None, info: ValidationInfo
+                                      ) -> str | None:
+        if info.data.get("role") == "tool" and not value:
+            # As OpenAI's API: the answer to a call says which call it answers.
+            raise ValueError("a tool message needs the id of the call it answers")
+        return value
 
     def text(self) -> str:
         """The content as one string; text parts are joined, other parts are refused."""

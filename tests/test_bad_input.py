@@ -117,3 +117,39 @@ def test_chat_before_the_engine_is_ready_is_503(tiny_profile, test_home):
     ready, answer = asyncio.run(ask())
     assert ready.status_code == 503
     assert_error(answer, 503, "engine_not_ready")
+
+
+def post_routes(app) -> list[str]:
+    """Every POST route of the app, its path parameters filled with a plain value."""
+    import re
+
+    return sorted({re.sub(r"\{[^}]+\}", "x", route.path) for route in app.routes
+                   if "POST" in getattr(route, "methods", ())})
+
+
+def test_a_body_nested_past_the_parsers_depth_is_400_on_every_post_route(client, served):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    routes = post_routes(served.app)
+    assert "/v1/chat/completions" in routes and "/v1/completions" in routes
+    for path in routes:
+        response = client.post(path, content=deep, headers={"content-type": "application/json"})
+        assert 400 <= response.status_code < 500, (path, response.status_code, response.text)
+        assert response.json()["error"]["message"], path
+
+
+def test_a_deeply_nested_field_inside_a_request_is_400_or_served(client):
+    nested: list = []
+    for _ in range(900):  # under the parser's depth, past any sane request's
+        nested = [nested]
+    body = {"model": "tiny", "messages": USER, "metadata": {"deep": nested}}
+    error = assert_error(client.post("/v1/chat/completions", json=body), 400, "invalid_value")
+    assert error["param"] == "metadata.deep"
+
+
+def test_a_tool_message_without_its_tool_call_id_is_400(client):
+    messages = [*USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": "42"}]
+    error = assert_error(client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": messages}), 400, "invalid_value")
+    assert error["param"] == "messages.2.tool_call_id"
