@@ -18,7 +18,7 @@ from conductor.nightly import nightly_loop
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server import chat
-from server.auth import Auth, is_loopback
+from server.auth import Auth
 from server.completions import completions_router
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
@@ -26,12 +26,12 @@ from server.engine_tools import EngineToolbox
 from server.errors import (
     APIError,
     engine_dead_error,
-    error_response,
     events_or_error,
     install_error_handlers,
     json_body,
     validation_error,
 )
+from server.http_middleware import KeyCheckAndCount
 from server.job_routes import job_router
 from server.job_service import JobService
 from server.keys import KeyStore
@@ -147,21 +147,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     app.include_router(layer_router(state, answer))
 
-    @app.middleware("http")
-    async def count_responses(request: Request, call_next):
-        path = request.url.path
-        peer = request.client.host if request.client else None
-        request.state.key_user = None
-        if path.startswith("/v1") or (path == "/metrics" and not is_loopback(peer)):
-            try:
-                request.state.key_user = await auth.user_for(request.headers.get("authorization"))
-            except APIError as exc:
-                state.http.record("unauthorized", exc.status)
-                return error_response(exc)
-        response = await call_next(request)
-        route = request.scope.get("route")
-        state.http.record(getattr(route, "path", "unmatched"), response.status_code)
-        return response
+    app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
 
     @app.get("/healthz")
     async def healthz() -> dict:

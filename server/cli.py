@@ -82,6 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_LOAD_CLIENTS = "32,128"
+
 # A distinct status, so a supervisor's log tells an engine death from a bad command line.
 ENGINE_DEAD_EXIT = 3
 ENGINE_DEAD_GRACE_S = 5
@@ -128,8 +130,28 @@ def _build_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ProfileError(f"--clients {text!r}: client counts, comma-separated (32,128)")
+    return counts
+
+
 def _bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if args.load:
+        from bench.load_bench import run_load_bench
+
+        quick = args.quick
+        run_load_bench(_resolve_profile(args.profile or "tiny"),
+                       [4] if quick else _client_counts(args.clients), args.against_vllm,
+                       rounds=1 if quick else args.rounds, out_dir=args.out)
+        return 0
+    if args.against_vllm or args.clients != DEFAULT_LOAD_CLIENTS:
+        raise ProfileError("--clients and --against-vllm go with --load")
     if args.quality:
         from bench.quality_bench import FactSetError, run_quality_bench
 
@@ -211,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quality", action="store_true", help="answer quality with memory "
                        "off, on, naive and oracle, on a fact set (bench/quality/facts.jsonl)")
     bench.add_argument("--facts", type=Path, help="the fact set (JSON Lines) for --quality")
+    bench.add_argument("--load", action="store_true", help="many clients at once against "
+                       "Tandem, memory off and on (default profile: tiny)")
+    bench.add_argument("--clients", default=DEFAULT_LOAD_CLIENTS,
+                       help="--load: client counts, comma-separated (default: 32,128)")
+    bench.add_argument("--against-vllm", action="store_true", help="--load: the same load "
+                       "against plain vLLM's own server with the profile's engine settings")
+    bench.add_argument("--rounds", type=int, default=3, help="--load: measured rounds per "
+                       "client count; the best is kept (default 3)")
     bench.add_argument("--quick", action="store_true", help="a short run (about 2 minutes on "
                        "tiny)")
     bench.add_argument("--out", type=Path, help="results folder (default: "

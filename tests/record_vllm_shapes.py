@@ -42,9 +42,9 @@ def responses(base: str, model: str, headers: dict[str, str] | None = None
 
 
 if __name__ == "__main__":
+    from bench.plain_vllm import plain_vllm
     from engine.home import tandem_home
     from engine.model_builder import models_dir
-    from tests.plain_vllm import plain_vllm
 
     with plain_vllm(models_dir(tandem_home()) / "tiny-qwen3", "tiny") as url:
         shapes = responses(url, "tiny")

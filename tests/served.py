@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Coroutine
@@ -13,11 +12,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.plain_vllm import free_port
 
 
 class ServedApp:

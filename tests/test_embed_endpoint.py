@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.plain_vllm import plain_vllm
 from conductor.search.embedders import EmbedderError, EndpointEmbedder, default_embedder
 from conductor.search.index import SearchIndex
-from tests.plain_vllm import plain_vllm
 
 pytestmark = pytest.mark.embed_endpoint
 CORPUS = Path(__file__).resolve().parent / "data" / "search"

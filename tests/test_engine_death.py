@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.plain_vllm import free_port
 from server.cli import ENGINE_DEAD_EXIT
-from tests.served import free_port
 
 READY_TIMEOUT_S = 300
 

@@ -1,0 +1,223 @@
+"""Throughput under many clients: `tandem bench --load [--clients 32,128] [--against-vllm]`.
+
+The same load (`bench.load_client`) against Tandem with memory off, Tandem with memory on
+and, with `--against-vllm`, plain vLLM's own server given the profile's engine settings;
+one server at a time, each its own process on this machine, so no two measure each other.
+Per server and client count: a warm-up round, then the best of `rounds` (the least wall
+time). Tandem's figures are ratios to vLLM's from the same run. Writes `results.json`,
+`summary.md` and `load.png` under `bench/results/load/<profile>/` (or `--out`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.load_client import LoadPlan, run_round
+from bench.plain_vllm import engine_args_of, free_port, plain_vllm
+from bench.report import environment
+from engine.engine import resolve_model_path
+from engine.home import tandem_home
+from engine.model_builder import models_dir
+from engine.profiles import Profile
+
+RESULTS = Path(__file__).resolve().parent / "results" / "load"
+TARGETS = {"memory_off": 1.05, "memory_on": 1.10}  # Tandem / vLLM, wall and p95 TTFT
+READY_TIMEOUT_S = 600
+PLOT = "load.png"
+
+
+def say(message: str) -> None:
+    print(f"[load bench] {message}", flush=True)
+
+
+@contextmanager
+def tandem_server(profile: Profile, memory: str) -> Iterator[str]:
+    """`tandem serve` in its own process, on a fresh home sharing the built models."""
+    with tempfile.TemporaryDirectory(prefix="tandem-load-") as tmp:
+        home = Path(tmp)
+        (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--profile", profile.name,
+             "--port", str(port), "--memory", memory],
+            env={**os.environ, "TANDEM_HOME": str(home)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(f"{base}/readyz", process)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait_ready(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    raise TimeoutError("the server did not become ready")
+
+
+@contextmanager
+def vllm_server(profile: Profile) -> Iterator[str]:
+    model = resolve_model_path(profile, tandem_home(), say)
+    args, env = engine_args_of(profile)
+    with plain_vllm(Path(model), profile.name, engine_args=tuple(args), env=env) as v1:
+        yield v1.removesuffix("/v1")
+
+
+def measure_server(base_url: str, model: str, client_counts: list[int], rounds: int,
+                   progress: Callable[[str], None] = say, label: str = "") -> dict[str, Any]:
+    """Per client count: a warm-up round, then `rounds` measured ones, and the best."""
+    out: dict[str, Any] = {}
+    for clients in client_counts:
+        plan = LoadPlan(clients=clients)
+        asyncio.run(run_round(base_url, model, LoadPlan(clients=min(clients, 8)), seed=0))
+        measured = []
+        for r in range(rounds):
+            figures = asyncio.run(run_round(base_url, model, plan, seed=1000 * clients + r))
+            progress(f"{label} {clients} clients, round {r + 1}/{rounds}: wall "
+                     f"{figures['wall_s']:.2f} s, p95 TTFT {figures['ttft_p95_s']:.2f} s, "
+                     f"{figures['errors']} errors")
+            measured.append(figures)
+        best = min(measured, key=lambda f: f["wall_s"])
+        out[str(clients)] = {"best": _without_detail(best), "rounds": measured}
+    return out
+
+
+def _without_detail(figures: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in figures.items() if k != "requests_detail"}
+
+
+def ratios(servers: dict[str, Any]) -> dict[str, Any]:
+    """Each Tandem lane over vLLM, per client count: wall and p95 TTFT, and the target."""
+    if "vllm" not in servers:
+        return {}
+    out: dict[str, Any] = {}
+    for lane, limit in TARGETS.items():
+        if lane not in servers:
+            continue
+        for clients, figures in servers[lane].items():
+            base = servers["vllm"].get(clients)
+            if base is None:
+                continue
+            ours, theirs = figures["best"], base["best"]
+            wall = ours["wall_s"] / theirs["wall_s"]
+            ttft = (ours["ttft_p95_s"] / theirs["ttft_p95_s"]
+                    if ours["ttft_p95_s"] and theirs["ttft_p95_s"] else None)
+            out[f"{lane}@{clients}"] = {
+                "wall_ratio": wall, "ttft_p95_ratio": ttft, "target": limit,
+                "met": wall <= limit and (ttft is None or ttft <= limit)}
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"# Load: {results['environment']['profile']}, "
+             f"{results['config']['max_tokens']} greedy tokens, prompts of "
+             f"{results['config']['prompt_words']} words, half streamed", "",
+             "| server | clients | wall (s) | tokens/s | latency p50 / p95 / p99 (s) "
+             "| TTFT p50 / p95 / p99 (s) | errors |", "| --- | ---: | ---: | ---: | ---: "
+             "| ---: | ---: |"]
+    for lane, by_clients in results["servers"].items():
+        for clients, figures in by_clients.items():
+            b = figures["best"]
+            lines.append(
+                f"| {lane} | {clients} | {b['wall_s']:.2f} | {b['output_tokens_per_s']:.0f} | "
+                f"{b['latency_p50_s']:.2f} / {b['latency_p95_s']:.2f} / "
+                f"{b['latency_p99_s']:.2f} | {b['ttft_p50_s']:.2f} / {b['ttft_p95_s']:.2f} / "
+                f"{b['ttft_p99_s']:.2f} | {b['errors']} |")
+    if results["ratios"]:
+        lines += ["", "| lane | wall / vLLM | p95 TTFT / vLLM | target | met |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for name, r in results["ratios"].items():
+            ttft = "n/a" if r["ttft_p95_ratio"] is None else f"{r['ttft_p95_ratio']:.2f}x"
+            lines.append(f"| {name} | {r['wall_ratio']:.2f}x | {ttft} | <= {r['target']:.2f}x "
+                         f"| {'yes' if r['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    servers = results["servers"]
+    counts = sorted({int(c) for lane in servers.values() for c in lane})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
+    width = 0.8 / max(1, len(servers))
+    for i, (lane, by_clients) in enumerate(servers.items()):
+        xs = [j + i * width for j in range(len(counts))]
+        for ax, key in zip(axes, ("wall_s", "ttft_p95_s"), strict=True):
+            ax.bar(xs, [by_clients.get(str(c), {}).get("best", {}).get(key) or 0
+                        for c in counts], width, label=lane)
+    for ax, title in zip(axes, ("wall for all requests (s)", "p95 TTFT (s)"), strict=True):
+        ax.set_xticks([j + width * (len(servers) - 1) / 2 for j in range(len(counts))],
+                      [f"{c} clients" for c in counts])
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> str:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    summary = markdown(results)
+    (out_dir / "summary.md").write_text(summary)
+    plot(results, out_dir / PLOT)
+    return summary
+
+
+def run_load_bench(profile: Profile, client_counts: list[int], against_vllm: bool,
+                   rounds: int = 3, out_dir: Path | None = None) -> dict[str, Any]:
+    model_path = resolve_model_path(profile, tandem_home(), say)
+    lanes: list[tuple[str, Callable[[], Any]]] = []
+    if against_vllm:
+        lanes.append(("vllm", lambda: vllm_server(profile)))
+    lanes += [("memory_off", lambda: tandem_server(profile, "off")),
+              ("memory_on", lambda: tandem_server(profile, "on"))]
+    servers: dict[str, Any] = {}
+    for name, start in lanes:
+        say(f"starting {name}")
+        with start() as base:
+            servers[name] = measure_server(base, profile.name, client_counts, rounds,
+                                           label=name)
+    plan = LoadPlan(clients=0)
+    results = {
+        "environment": environment(profile, model_path),
+        "config": {"clients": client_counts, "rounds": rounds, "max_tokens": plan.max_tokens,
+                   "prompt_words": f"{plan.min_words}-{plan.max_words}",
+                   "streamed_share": plan.streamed_share,
+                   "started": datetime.now().isoformat(timespec="seconds")},
+        "servers": servers,
+    }
+    results["ratios"] = ratios(servers)
+    out = out_dir or RESULTS / profile.name
+    print(write_report(results, out))
+    say(f"written to {out}")
+    return results

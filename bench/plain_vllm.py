@@ -1,0 +1,82 @@
+"""Plain vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`), a real
+backend for tests and the yardstick of the load bench: started on a free port, waited for,
+stopped."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from engine.profiles import Profile
+
+TEST_ARGS = ("--max-model-len", "4096", "--block-size", "32", "--enforce-eager",
+             "--dtype", "float32")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def engine_args_of(profile: Profile) -> tuple[list[str], dict[str, str]]:
+    """vLLM server flags and environment that give its engine the profile's settings, as
+    `engine.Engine.start` sets them (prefix caching is on by default in both)."""
+    args = ["--max-model-len", str(profile.max_model_len), "--block-size",
+            str(profile.block_size), "--dtype", profile.dtype,
+            "--max-num-seqs", str(profile.max_num_seqs)]
+    if profile.enforce_eager:
+        args.append("--enforce-eager")
+    env: dict[str, str] = {}
+    if profile.device == "cpu":
+        args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens",
+                 str(profile.max_model_len)]
+        if profile.cpu_kv_space_gib:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(profile.cpu_kv_space_gib)
+        if profile.cpu_reserved_cores is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(profile.cpu_reserved_cores)
+    return args, env
+
+
+@contextmanager
+def plain_vllm(model: Path, name: str, *extra: str, ready_timeout: float = 600,
+               engine_args: tuple[str, ...] = TEST_ARGS,
+               env: dict[str, str] | None = None) -> Iterator[str]:
+    """The server's `/v1` base URL while the block runs."""
+    port = free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING",
+           **(env or {})}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+         *engine_args, *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited: {process.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("vLLM's server did not start")
+            time.sleep(1)
+        yield f"{base}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
