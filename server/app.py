@@ -29,6 +29,7 @@ from server.errors import (
     events_or_error,
     install_error_handlers,
     json_body,
+    started,
     validation_error,
 )
 from server.http_middleware import KeyCheckAndCount
@@ -138,8 +139,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            return StreamingResponse(events_or_error(chat.stream(
-                engine_, memory, prepared, include_usage, state.tools)),
+            events = await started(events_or_error(chat.stream(
+                engine_, memory, prepared, include_usage, state.tools)))
+            return StreamingResponse(events,
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
         return JSONResponse(await chat.complete(engine_, memory, prepared, state.tools),

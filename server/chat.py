@@ -259,9 +259,18 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     answer, toolbox = _start(engine, services, chat, toolbox)
     calls_sent = 0
     wants_logprobs = chat.params.top_logprobs is not None
+    deltas = answer_deltas(engine, answer, toolbox)
+    try:
+        # The first event waits for the engine's first delta: the route awaits it before
+        # it answers, so a streamed request reaches the engine in its arrival order, not
+        # after every non-streamed one that came in beside it.
+        first = await anext(deltas, None)
+    except (GeneratorExit, asyncio.CancelledError, EngineDead):
+        answer.stopped()
+        raise
     yield _chunk(chat, {"role": "assistant", "content": ""})
     try:
-        async for parsed in answer_deltas(engine, answer, toolbox):
+        async for parsed in _chained(first, deltas):
             logprobs = answer.shown_logprobs() if wants_logprobs else None
             if parsed or logprobs:
                 yield _chunk(chat, _delta_fields(parsed, calls_sent), logprobs=logprobs)
@@ -281,6 +290,14 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
                       "usage": answer.usage()}
         yield f"data: {json.dumps(usage_body)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+async def _chained(first: ParsedDelta | None, rest: AsyncIterator[ParsedDelta]
+                   ) -> AsyncIterator[ParsedDelta]:
+    if first is not None:
+        yield first
+    async for parsed in rest:
+        yield parsed
 
 
 def response_headers(chat: PreparedChat) -> dict[str, str]:

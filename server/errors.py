@@ -58,6 +58,19 @@ async def events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "data: [DONE]\n\n"
 
 
+async def started(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """`events` with its first one already produced (the generation is in the engine), as
+    an iterator that yields it first."""
+    first = await anext(events)
+
+    async def chained() -> AsyncIterator[str]:
+        yield first
+        async for event in events:
+            yield event
+
+    return chained()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineDead)
     async def _engine_dead(_request: Request, _exc: EngineDead) -> JSONResponse:

@@ -24,16 +24,20 @@ from server.prompt import tool_exchange_text
 
 async def answer_deltas(engine: Engine, answer: Answer,
                         toolbox: EngineToolbox | None) -> AsyncIterator[ParsedDelta]:
-    """What the client is shown, delta by delta, across the answer's generations."""
+    """What the client is shown, delta by delta, across the answer's generations. The
+    first engine delta is always yielded, empty or not: it says the engine has the request
+    (a stream's first event waits for it, so requests reach the engine in arrival order)."""
     chat = answer.chat
     params, n = chat.params, 0
+    first = True
     while True:
         request_id = chat.completion_id if n == 0 else f"{chat.completion_id}-{n}"
         prompt = [*chat.prompt_ids, *answer.output_ids]
         async with aclosing(engine.generate(prompt, params, request_id=request_id)) as deltas:
             async for delta in deltas:
                 parsed = answer.feed(delta)
-                if parsed:
+                if parsed or first:
+                    first = False
                     yield parsed
                 if answer.held is not None:
                     break  # closing the stream aborts the rest of this generation
