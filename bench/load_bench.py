@@ -136,7 +136,7 @@ def ratios(servers: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Load: {results['environment']['profile']}, "
-             f"{results['config']['max_tokens']} greedy tokens, prompts of "
+             f"{results['config']['max_tokens']} sampled tokens (seeded), prompts of "
              f"{results['config']['prompt_words']} words, half streamed", "",
              "| server | clients | wall (s) | tokens/s | latency p50 / p95 / p99 (s) "
              "| TTFT p50 / p95 / p99 (s) | errors |", "| --- | ---: | ---: | ---: | ---: "

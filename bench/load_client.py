@@ -23,6 +23,12 @@ WORDS = ("the build runs on node and the tests use a local database while the ap
 
 @dataclass(frozen=True)
 class LoadPlan:
+    """Each request samples at temperature 1 with a seed of its own, the same seeds in every
+    server, so each writes the same tokens everywhere: greedy, the random-weight tiny model
+    writes only newlines, which a server may hold until it knows what they start (Tandem
+    waits to see whether a `<think>` follows), and the first token's time would then be
+    the last's."""
+
     clients: int
     max_tokens: int = 16
     min_words: int = 100
@@ -50,10 +56,10 @@ def prompts(plan: LoadPlan, seed: int) -> list[str]:
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, model: str, prompt: str,
-                      streamed: bool, max_tokens: int, headers: dict[str, str]
+                      streamed: bool, max_tokens: int, headers: dict[str, str], seed: int
                       ) -> RequestResult:
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0.0,
-                            "messages": [{"role": "user", "content": prompt}]}
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 1.0,
+                            "seed": seed, "messages": [{"role": "user", "content": prompt}]}
     if streamed:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     started = time.perf_counter()
@@ -91,8 +97,9 @@ async def run_round(base_url: str, model: str, plan: LoadPlan, seed: int,
         url = f"{base_url.rstrip('/')}/v1/chat/completions"
         started = time.perf_counter()
         results = await asyncio.gather(*(
-            one_request(session, url, model, text, s, plan.max_tokens, headers or {})
-            for text, s in zip(texts, streamed, strict=True)))
+            one_request(session, url, model, text, s, plan.max_tokens, headers or {},
+                        seed * 1000 + i)
+            for i, (text, s) in enumerate(zip(texts, streamed, strict=True))))
         wall = time.perf_counter() - started
     return round_figures(list(results), wall)
 

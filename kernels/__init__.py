@@ -9,3 +9,8 @@ TOOL_CALL_BAN = "kernels.tool_call_ban:ToolCallBanProcessor"
 
 # Order matters: the ban runs after the scripted driver, so a script cannot force a banned token.
 ALL = (SCRIPTED_OUTPUT, TOOL_CALL_BAN)
+
+# Loaded in the worker process with the processors above: see kernels/lazy_logprobs.py.
+from kernels.lazy_logprobs import install as _install_lazy_logprobs  # noqa: E402
+
+_install_lazy_logprobs()
