@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -119,14 +121,56 @@ def test_export_writes_a_zip_of_the_users_tree(
     assert out.stat().st_mode & 0o777 == 0o600
 
 
-def test_nightly_by_hand(
+def nightly_runs(store: NoteStore) -> list[str]:
+    """The users of the nightly runs in the memory root's journal, in order."""
+    return [e["user"] for e in store.journal.entries() if e["op"] == "nightly"]
+
+
+def test_nightly_by_hand_runs_for_the_one_user(
     home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cli_store.add(title="Prefers tea", kind="reference", scope="user")
+    dave = cli_store.for_user("dave")
+    dave.add(title="Prefers coffee", kind="reference", scope="user")
     assert run(["notes", "nightly", *opts(home)]) == 0
-    assert "carol: 1 live notes" in capsys.readouterr().out
-    assert cli_store.layout.index_md.exists()
+    assert capsys.readouterr().out.splitlines() == [
+        "carol: 1 live notes, 0 old archives deleted, 0 marked stale, 0 leftovers removed"
+    ]
+    assert "Prefers tea" in cli_store.layout.index_md.read_text(encoding="utf-8")
+    assert not dave.layout.index_md.exists()
+    assert nightly_runs(cli_store) == ["carol"]
+
+
+def test_nightly_all_users_runs_for_every_user_under_the_home(
+    home: Path, cli_store: NoteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each user's INDEX.md is written, their crash leftovers cleared and the run
+    journaled; no ``--user`` is needed."""
+    stores = {"carol": cli_store, "dave": cli_store.for_user("dave")}
+    leftovers: dict[str, Path] = {}
+    for user, store in stores.items():
+        for i in range(1 if user == "carol" else 2):
+            store.add(title=f"{user.title()} keeps record {i}", body=f"Entry {i} of {user}.",
+                      kind="reference", scope="user")
+        folder = store.layout.scope_dir("user", None)
+        leftovers[user] = folder / f".reference-half--{user}.md.k2j3.tmp"
+        leftovers[user].write_text("half a note")
+        two_hours_ago = time.time() - 2 * 3600
+        os.utime(leftovers[user], (two_hours_ago, two_hours_ago))
+        assert not store.layout.index_md.exists()
     assert run(["notes", "nightly", "--all-users", "--home", str(home)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "carol: 1 live notes, 0 old archives deleted, 0 marked stale, 1 leftovers removed",
+        "dave: 2 live notes, 0 old archives deleted, 0 marked stale, 1 leftovers removed",
+    ]
+    for user, store in stores.items():
+        index = store.layout.index_md.read_text(encoding="utf-8")
+        titles = [n.title for n in store.list()]
+        assert titles and all(title in index for title in titles)
+        other = "dave" if user == "carol" else "carol"
+        assert other.title() not in index
+        assert not leftovers[user].exists()
+    assert nightly_runs(cli_store) == ["carol", "dave"]
 
 
 def test_unknown_id_is_a_clear_error_not_a_traceback(
@@ -148,14 +192,30 @@ def test_home_inside_a_git_tree_is_a_clear_error(
     assert "git work tree" in capsys.readouterr().err
 
 
-def test_defaults_come_from_the_environment(
+def test_without_flags_the_notes_are_the_os_users_under_tandem_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``--home`` defaults to ``$TANDEM_HOME`` and ``--user`` to the OS user name: list
+    shows that user's note with its whole title, show prints its file, title and body."""
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "envhome"))
     monkeypatch.setattr(notes_cli.getpass, "getuser", lambda: "dave")
-    NoteStore(tmp_path / "envhome" / "memory", "dave").add(title="x", kind="gotcha", scope="user")
+    root = tmp_path / "envhome" / "memory"
+    note = NoteStore(root, "dave").add(
+        title="Deploys go out on Thursdays", body="Never on a Friday afternoon.",
+        kind="gotcha", scope="user",
+    ).note
+    assert note is not None
+    NoteStore(root, "erin").add(title="Erin takes lunch at noon", kind="gotcha", scope="user")
     assert run(["notes", "list"]) == 0
-    assert "x" in capsys.readouterr().out
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{note.id}  provisional ")
+    assert line.endswith("  Deploys go out on Thursdays")
+    assert run(["notes", "show", note.id]) == 0
+    shown = capsys.readouterr().out
+    path = root / "notes" / "dave" / "user" / f"gotcha-deploys-go-out-on-thursdays--{note.id}.md"
+    assert shown == path.read_text(encoding="utf-8")
+    assert "\ntitle: Deploys go out on Thursdays\n" in shown
+    assert shown.endswith("\n---\nNever on a Friday afternoon.\n")
 
 
 def test_odd_os_user_name_falls_back_to_local(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from notes_helpers import add_distinct
@@ -15,43 +14,62 @@ from conductor.notes import NoteStore
 REPO = Path(__file__).resolve().parents[2]
 HELPERS = Path(__file__).resolve().parent
 
+# Each worker imports, opens the store, says "ready" and blocks on stdin; the test sends
+# "go" only when both are ready (a barrier), so their writes really run at the same time.
 WORKER = """
 import sys, time
 from pathlib import Path
 sys.path[:0] = [{repo!r}, {helpers!r}]
 from conductor.notes import NoteStore
 from notes_helpers import add_distinct
-root, offset, go = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+root, offset = Path(sys.argv[1]), int(sys.argv[2])
 store = NoteStore(root, "alice")
-while not go.exists():
-    time.sleep(0.005)
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\\n"
+first = time.time()
 for i in range(offset, offset + {count}):
     result = add_distinct(store, i)
     assert result.ok and not result.revised_existing, result
-print("ok")
+print(first, time.time(), flush=True)
 """
 
 
-def test_two_processes_adding_at_once_lose_no_note(root: Path, tmp_path: Path) -> None:
+def test_two_processes_adding_at_once_lose_no_note(root: Path) -> None:
     count = 10
     NoteStore(root, "alice")  # create the tree before the race
-    go = tmp_path / "go"
     script = WORKER.format(repo=str(REPO), helpers=str(HELPERS), count=count)
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", script, str(root), str(offset), str(go)],
+            [sys.executable, "-c", script, str(root), str(offset)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for offset in (0, 1000)
     ]
-    time.sleep(0.3)  # let both import and wait at the line
-    go.touch()
-    for worker in workers:
-        out, err = worker.communicate(timeout=120)
-        assert worker.returncode == 0, err
-        assert out.strip() == "ok"
+    try:
+        for worker in workers:  # the barrier: both are up and waiting
+            assert worker.stdout is not None and worker.stderr is not None
+            line = worker.stdout.readline()
+            assert line == "ready\n", line + worker.stderr.read()
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        spans = []
+        for worker in workers:
+            out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err
+            first, last = map(float, out.split())
+            spans.append((first, last))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    # The two runs of writes overlapped: each began before the other finished.
+    assert max(first for first, _ in spans) < min(last for _, last in spans), spans
     store = NoteStore(root, "alice")
     assert len(store.list()) == 2 * count
     adds = [e for e in store.journal.entries() if e["op"] == "add" and e["ok"]]

