@@ -87,7 +87,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else None
+        code = {404: "not_found", 413: "body_too_large"}.get(exc.status_code)
         return error_response(APIError(exc.status_code, str(exc.detail), code=code))
 
     @app.exception_handler(json.JSONDecodeError)

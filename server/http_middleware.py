@@ -7,11 +7,18 @@ under load (seen in a profile of the server at 32 clients; vLLM's server avoids 
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth import Auth, is_loopback
 from server.errors import APIError, error_response
 from server.metrics import HTTPCounters
+
+# A request's limits: a 128k-token context is about half a megabyte of text, so 16 MiB is
+# far past any real request and short of what one request can do to a small machine.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes"
 
 
 class KeyCheckAndCount:
@@ -28,6 +35,11 @@ class KeyCheckAndCount:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        refusal = _oversize(scope)
+        if refusal is not None:
+            self.counters.record("refused", refusal.status)
+            await error_response(refusal)(scope, receive, send)
+            return
         path = scope["path"]
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
@@ -40,6 +52,7 @@ class KeyCheckAndCount:
                 await error_response(exc)(scope, receive, send)
                 return
         status = 500  # what the client gets if the app fails before it answers
+        received = 0
 
         async def send_counted(message: Message) -> None:
             nonlocal status
@@ -47,11 +60,33 @@ class KeyCheckAndCount:
                 status = message["status"]
             await send(message)
 
+        async def receive_counted() -> Message:
+            # A body sent without a length (chunked) is counted as it comes. An HTTP
+            # exception, so FastAPI's own body parsing passes it on as it is.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    raise HTTPException(413, BODY_TOO_LARGE)
+            return message
+
         try:
-            await self.app(scope, receive, send_counted)
+            await self.app(scope, receive_counted, send_counted)
         finally:
             route = scope.get("route")
             self.counters.record(getattr(route, "path", "unmatched"), status)
+
+
+def _oversize(scope: Scope) -> APIError | None:
+    """A 413 for a declared body past the limit, a 431 for headers past theirs."""
+    if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+        return APIError(431, f"the request headers are over {MAX_HEADER_BYTES} bytes",
+                        code="headers_too_large")
+    length = _header(scope, b"content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        return APIError(413, BODY_TOO_LARGE, code="body_too_large")
+    return None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
