@@ -16,7 +16,7 @@ from typing import Any
 from conductor.ledger import Record, Span, VisibleMessage
 from conductor.shared_context import SHARED_KIND
 from engine.engine import Delta, TokenLogprob
-from server.hidden_context import record_injections
+from server.hidden_context import injections_to_record, record_injections
 from server.memblock import MemoryFilter
 from server.memory import MemoryServices
 from server.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
@@ -246,8 +246,9 @@ class Answer:
         memory = chat.memory
         self._note_head()
         added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
-        asyncio.get_running_loop().run_in_executor(
-            None, record_injections, self.services, memory, added, chat.completion_id)
+        if injections_to_record(memory, added):
+            asyncio.get_running_loop().run_in_executor(
+                None, record_injections, self.services, memory, added, chat.completion_id)
         if self.memory_filter.hidden:  # blocks held back: notes may have been written
             self.services.on_change(chat.memory.user)
         if chat.memory.writes:

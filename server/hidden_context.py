@@ -112,6 +112,16 @@ def history_key(record: Record) -> bytes:
     return digest.digest()
 
 
+def injections_to_record(memory: MemoryContext, hidden: list[Tail]) -> bool:
+    """Whether `record_injections` has anything to write: most turns have not, and a
+    thread for nothing costs each request under load."""
+    if memory.user is None:
+        return False
+    return memory.off_reason == "header_off" or any(
+        tail.kind == "notes" or (tail.kind in (SHARED_KIND, SESSION_KIND) and tail.note_ids)
+        for tail in hidden)
+
+
 def record_injections(services: MemoryServices, memory: MemoryContext, hidden: list[Tail],
                       request_id: str) -> None:
     """usage.json and the journal learn which notes went in (ids only). File work: it
