@@ -40,7 +40,9 @@ class VisibleMessage:
 
     def digest(self) -> bytes:
         payload = json.dumps([self.role, self.content, self.tool_calls], ensure_ascii=False)
-        return hashlib.blake2b(payload.encode(), digest_size=16).digest()
+        # surrogatepass: a lone surrogate in a client's text still names one message
+        return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"),
+                               digest_size=16).digest()
 
 
 def canonical_arguments(arguments: object) -> str:
@@ -48,7 +50,7 @@ def canonical_arguments(arguments: object) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: kept as text
             return arguments.strip()
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
@@ -82,7 +84,8 @@ class Match:
 def _prefix_keys(user: str, session: str,
                  messages: list[VisibleMessage] | tuple[VisibleMessage, ...]):
     """One key per prefix length (1..n): a hash chain, so all prefixes cost O(n)."""
-    running = hashlib.blake2b(f"{user}\0{session}".encode(), digest_size=16)
+    running = hashlib.blake2b(f"{user}\0{session}".encode("utf-8", "surrogatepass"),
+                              digest_size=16)
     keys = []
     for message in messages:
         running.update(message.digest())

@@ -17,7 +17,8 @@ MAX_ANSWERS = 4096
 
 
 def _key(text: str) -> bytes:
-    return hashlib.blake2b(text.strip().encode(), digest_size=16).digest()
+    return hashlib.blake2b(text.strip().encode("utf-8", "surrogatepass"),
+                           digest_size=16).digest()
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -90,6 +91,11 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 413: "body_too_large"}.get(exc.status_code)
         return error_response(APIError(exc.status_code, str(exc.detail), code=code))
 
+    @app.exception_handler(UnicodeEncodeError)
+    async def _not_text(_request: Request, _exc: UnicodeEncodeError) -> JSONResponse:
+        # A route whose body FastAPI parses: a lone surrogate reached a file or a hash.
+        return error_response(_lone_surrogate())
+
     @app.exception_handler(json.JSONDecodeError)
     async def _bad_json(_request: Request, _exc: json.JSONDecodeError) -> JSONResponse:
         return error_response(APIError(400, "request body is not valid JSON", code="invalid_json"))
@@ -118,4 +124,25 @@ async def json_body(request: Request) -> dict:
         raise APIError(400, "request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and not _is_text(body):
+        raise _lone_surrogate()
     return body
+
+
+# JSON may spell a UTF-16 surrogate as an escape; a pair is one character, a lone one is
+# not text (no file, hash or tokenizer takes it). Raw UTF-8 cannot hold one, so only a body
+# with such an escape is checked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _is_text(body: dict) -> bool:
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        return False
+    return True
+
+
+def _lone_surrogate() -> APIError:
+    return APIError(400, "the request holds a lone UTF-16 surrogate (an escape from \\ud800 "
+                    "to \\udfff without its pair): not text", code="invalid_text")

@@ -128,3 +128,31 @@ def test_headers_past_the_limit_are_431(hostile):
                              for i in range(MAX_HEADER_BYTES // 1000 + 2)})
     assert response.status_code == 431
     assert response.json()["error"]["code"] == "headers_too_large"
+
+
+def test_a_lone_surrogate_is_a_400_and_a_surrogate_pair_is_text(hostile):
+    app, _ = hostile
+    lone = (b'{"model": "tiny", "script": "ok", '
+            b'"messages": [{"role": "user", "content": "hi \\ud800"}]}')
+    response = send(app, "POST", "/v1/chat/completions", content=lone,
+                    headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_text"
+    # Python's json.dumps sends an emoji as a surrogate pair: one character, served.
+    pair = json.dumps({"model": "tiny", "script": "ok", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "hi \U0001F600"}]})
+    assert "\\ud83d\\ude00" in pair
+    response = send(app, "POST", "/v1/chat/completions", content=pair,
+                    headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+
+
+def test_tool_call_arguments_nested_past_the_parsers_depth_are_served_as_text(hostile):
+    app, _ = hostile
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "f", "arguments": "[" * 20_000}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "done"}]
+    response = send(app, "POST", "/v1/chat/completions", json={
+        "model": "tiny", "script": "ok", "max_tokens": 4, "messages": messages})
+    assert_handled(response, "nested tool arguments")
