@@ -13,20 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.load_client import LoadPlan, run_round
-from bench.plain_vllm import engine_args_of, free_port, plain_vllm
+from bench.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
 from bench.report import environment
 from engine.engine import resolve_model_path
 from engine.home import tandem_home
@@ -50,35 +46,11 @@ def tandem_server(profile: Profile, memory: str) -> Iterator[str]:
         home = Path(tmp)
         (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
         port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--profile", profile.name,
-             "--port", str(port), "--memory", memory],
-            env={**os.environ, "TANDEM_HOME": str(home)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(f"{base}/readyz", process)
+        command = [sys.executable, "-m", "server.cli", "serve", "--profile", profile.name,
+                   "--port", str(port), "--memory", memory]
+        with server_process(command, {**os.environ, "TANDEM_HOME": str(home)}, port,
+                            "/readyz", READY_TIMEOUT_S) as base:
             yield base
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def _wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    raise TimeoutError("the server did not become ready")
 
 
 @contextmanager

@@ -54,26 +54,35 @@ def plain_vllm(model: Path, name: str, *extra: str, ready_timeout: float = 600,
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING",
            **(env or {})}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-         *engine_args, *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+               str(model), "--served-model-name", name, "--host", "127.0.0.1", "--port",
+               str(port), *engine_args, *extra]
+    with server_process(command, env, port, "/health", ready_timeout) as base:
+        yield f"{base}/v1"
+
+
+@contextmanager
+def server_process(command: list[str], env: dict[str, str], port: int, ready_path: str,
+                   ready_timeout: float) -> Iterator[str]:
+    """A server started with `command`, its base URL once `ready_path` answers 200;
+    stopped (terminated, then killed) when the block ends."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited: {process.stderr.read()[-2000:]}")
+                raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
             try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError("vLLM's server did not start")
+                raise TimeoutError(f"the server did not answer {ready_path}")
             time.sleep(1)
-        yield f"{base}/v1"
+        yield base
     finally:
         process.terminate()
         try:
