@@ -37,6 +37,22 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
+def make_private(path: Path) -> None:
+    """Give a folder tree another library wrote (Qdrant's shard files) the store's modes:
+    folders 0700, files 0600, whatever the umask was when it wrote them. Links are left
+    alone; an entry that goes while the walk runs (the engine's own renames) is skipped."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    for dirpath, _dirs, filenames in os.walk(path):
+        with suppress(FileNotFoundError):
+            os.chmod(dirpath, DIR_MODE)
+        for name in filenames:
+            entry = os.path.join(dirpath, name)
+            if not os.path.islink(entry):
+                with suppress(FileNotFoundError):
+                    os.chmod(entry, FILE_MODE)
+
+
 def fsync_dir(path: Path) -> None:
     """Flush a folder's entries (renames, unlinks) to disk."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

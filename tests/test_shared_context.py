@@ -72,6 +72,47 @@ def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, ti
     assert len(tokens) == 1 and None not in tokens  # one session all along
 
 
+def derived(messages: list[dict], **extra) -> str:
+    from server.memory import derive_session
+    from server.schema import ChatCompletionRequest
+
+    return derive_session(ChatCompletionRequest.model_validate(
+        {"model": "tiny", "messages": messages, **extra}))
+
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+FIRST = {"role": "user", "content": "Where is the build script?"}
+
+
+def test_another_opening_derives_another_session():
+    """Unit test, no engine: the system prompt and the first user message name the
+    session; change either and it is another session."""
+    ids = {derived([SYSTEM, FIRST]),
+           derived([{"role": "system", "content": "You are verbose."}, FIRST]),
+           derived([SYSTEM, {"role": "user", "content": "Where is the test script?"}]),
+           derived([FIRST]),
+           derived([{"role": "developer", "content": "Answer in English."}, FIRST])}
+    assert len(ids) == 5
+
+
+def test_the_same_opening_derives_one_session_whatever_follows():
+    """Unit test, no engine: later messages, answers, tool calls and the tools offered
+    change nothing; two conversations with the same opening share the id."""
+    base = derived([SYSTEM, FIRST])
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "Makefile"}'}}
+    later = [SYSTEM, FIRST, {"role": "assistant", "content": None, "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "c1", "content": "build: ..."},
+             {"role": "assistant", "content": "It is the Makefile."},
+             {"role": "user", "content": "And the tests?"}]
+    assert derived(later) == base
+    assert derived(later, tools=TOOLS) == base
+    assert derived([SYSTEM, FIRST, {"role": "assistant", "content": "Another answer."},
+                    {"role": "user", "content": "Another question."}]) == base
+    # The developer role is the system prompt under another name.
+    assert derived([{**SYSTEM, "role": "developer"}, FIRST]) == base
+
+
 def shared_span(app: InProcessApp, session: str):
     record = app.memory.ledger.latest("tester", session)
     (span,) = [s for s in record.spans if s.kind == "shared"]

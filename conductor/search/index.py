@@ -150,6 +150,8 @@ class SearchIndex:
                     ids = [c[0] for f in manifest.pop(gone).values() for c in f["chunks"]]
                     store.delete(ids)
                     report.chunks_deleted += len(ids)
+            if isinstance(store, EdgeStore):  # its files on disk, 0600/0700, not the umask's
+                store.flush()
             atomic_write(self.dir / "manifest.json", json.dumps(manifest) + "\n")
             if source_id is None:  # complete under this version: older ones can go
                 for stale in self.stale_versions():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from conductor.atomic import ensure_dir
+from conductor.atomic import ensure_dir, make_private
 
 DENSE, SPARSE = "dense", "bm25"
 PREFETCH_FACTOR = 4
@@ -91,6 +91,18 @@ class EdgeStore:
             self._shard = EdgeShard.create(str(path), EdgeConfig(
                 vectors=dense,
                 sparse_vectors={SPARSE: EdgeSparseVectorParams(modifier=Modifier.Idf)}))
+        self.path = path
+        self.make_private()
+
+    def make_private(self) -> None:
+        """The engine writes its files with the process's umask; the memory folder's rule
+        is files 0600 and folders 0700 (conductor/NOTES_STORE.md)."""
+        make_private(self.path)
+
+    def flush(self) -> None:
+        """Write the pending changes (new segment files) to disk, private."""
+        self._shard.flush()
+        self.make_private()
 
     def upsert(self, points: list[StoredPoint]) -> None:
         from qdrant_edge import Point, SparseVector, UpdateOperation
@@ -153,9 +165,11 @@ class EdgeStore:
     def close(self) -> None:
         self._shard.flush()
         self._shard.close()
+        self.make_private()
 
     def optimize(self) -> None:
         self._shard.optimize()
+        self.make_private()
 
 
 def collection_name(user: str, version: str) -> str:

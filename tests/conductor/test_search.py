@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
 
+from conductor.notes import NoteStore
 from conductor.search.embedders import default_embedder
 from conductor.search.index import SearchIndex
 from conductor.search.sources import SourceError, load_sources
@@ -92,6 +94,43 @@ def test_a_renamed_file_is_repointed_and_a_deleted_one_pruned(tmp_path, embedder
     assert top(index, "--xq7-retain", "sparse")[0] == "build-flags.md"
     assert all(h.path != "team.md" for h in index.search("billing service Sam", limit=10))
     assert index.count() == 7
+
+
+def wrong_modes(root: Path) -> dict[str, str]:
+    """Every entry under `root` that is not a 0600 file or a 0700 folder, with its mode."""
+    wrong = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for path in (Path(dirpath), *(Path(dirpath) / name for name in files)):
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if mode != (0o700 if path.is_dir() else 0o600):
+                wrong[str(path.relative_to(root))] = oct(mode)
+    return wrong
+
+
+def test_a_synced_index_keeps_the_memory_trees_modes(tmp_path, embedder):
+    """Every file under the memory root is 0600 and every folder 0700 after a search sync,
+    Qdrant's own shard files included, whatever the umask (conductor/NOTES_STORE.md):
+    while the index is open (a running server's) and once it is closed."""
+    root = tmp_path / "memory"
+    old_umask = os.umask(0o022)  # the usual default: files 0644, folders 0755
+    try:
+        store = NoteStore(root, "ada")
+        for title in ("Deploys go out at night", "Prefers oolong tea"):
+            assert store.add(title=title, body=f"{title}, for the record.",
+                             kind="reference", scope="user", source="cli").ok
+        index = SearchIndex(root, "ada", embedder)
+        assert index.sync().chunks_embedded >= 2
+        assert store.add(title="Builds run on Fridays", body="Builds run on Fridays.",
+                         kind="reference", scope="user", source="cli").ok
+        assert index.sync().chunks_embedded >= 1
+        assert index.search("oolong tea", "sparse", limit=1)[0].path.startswith("user/")
+        assert wrong_modes(root) == {}
+        index.close()
+    finally:
+        os.umask(old_umask)
+    assert wrong_modes(root) == {}
+    shard_files = [p for p in (index.dir / "shard").rglob("*") if p.is_file()]
+    assert (index.dir / "manifest.json").is_file() and len(shard_files) >= 1  # the engine's
 
 
 class Truncated:

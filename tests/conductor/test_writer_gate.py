@@ -1,4 +1,4 @@
-"""The writer's gate at its boundary: a "no" at least GATE_CONFIDENCE sure skips the turn.
+"""The writer's gate at its boundary: a "no" at least 0.8 sure skips the turn.
 A pure unit test of the writer's own decision (the engine's side is in tests/test_writer.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from conductor.ledger import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
-from conductor.writer import GATE_CONFIDENCE, GenerationPiece, Writer
+from conductor.writer import GenerationPiece, Writer
 
 
 class GateOnly:
@@ -33,8 +33,9 @@ class GateOnly:
 
 
 @pytest.mark.parametrize(("answer", "probability", "turn_runs"), [
-    ("no", GATE_CONFIDENCE, False),  # sure enough: skipped
-    ("no", GATE_CONFIDENCE - 0.01, True),  # not sure enough: the turn runs
+    # The claimed threshold as literals, so another GATE_CONFIDENCE turns this red.
+    ("no", 0.8, False),  # sure enough: skipped
+    ("no", 0.79, True),  # not sure enough: the turn runs
     ("yes", 0.99, True),
 ])
 def test_the_gate_skips_the_turn_only_on_a_sure_no(tmp_path, answer, probability, turn_runs):

@@ -1,0 +1,134 @@
+"""`tandem serve`'s defaults and flags, without the engine: the CLI runs with the app and
+uvicorn replaced by recorders, so these check what it would start, and nothing starts."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import uvicorn
+
+from engine import profiles
+from engine.profiles import load_profile, with_overrides
+from server.cli import build_parser, main
+
+
+class Started:
+    """What `tandem serve` handed the app and uvicorn."""
+
+    def __init__(self) -> None:
+        self.app_kwargs: dict = {}
+        self.profile = None
+        self.host: str | None = None
+        self.port: int | None = None
+        self.ran = False
+
+
+@pytest.fixture
+def started(monkeypatch, tmp_path) -> Started:
+    seen = Started()
+    fake_app = types.ModuleType("server.app")
+
+    def create_app(profile, home, **kwargs):
+        seen.profile, seen.app_kwargs = profile, kwargs
+        return "the app"
+
+    class Config:
+        def __init__(self, app, host, port, **_kwargs) -> None:
+            assert app == "the app"
+            seen.host, seen.port = host, port
+
+    class Server:
+        def __init__(self, config) -> None:
+            self.should_exit = False
+
+        def run(self) -> None:
+            seen.ran = True
+
+    fake_app.create_app = create_app  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "server.app", fake_app)
+    monkeypatch.setattr(uvicorn, "Config", Config)
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    for name in ("TANDEM_API_KEY", "TANDEM_NIGHTLY_HOUR", "TANDEM_USER",
+                 "TANDEM_TRUSTED_PROXIES"):
+        monkeypatch.delenv(name, raising=False)
+    return seen
+
+
+def gpu(monkeypatch, present: bool) -> None:
+    monkeypatch.setattr(profiles, "gpu_available", lambda: present)
+
+
+def test_serve_listens_on_127_0_0_1_port_8000_by_default(started, monkeypatch):
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port) == ("127.0.0.1", 8000)
+    gpu(monkeypatch, False)
+    assert main(["serve"]) == 0
+    assert started.ran and (started.host, started.port) == ("127.0.0.1", 8000)
+
+
+@pytest.mark.parametrize(("present", "name"), [(True, "chat"), (False, "smol")])
+def test_serve_without_a_profile_serves_chat_with_a_gpu_and_smol_without(
+        started, monkeypatch, present, name):
+    gpu(monkeypatch, present)
+    assert profiles.default_profile_name() == name
+    assert main(["serve"]) == 0
+    assert started.profile.name == name
+
+
+class FakeNvml(types.ModuleType):
+    def __init__(self, count: int | None) -> None:
+        super().__init__("pynvml")
+        self.count, self.shut = count, False
+
+    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
+        if self.count is None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self.count
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.shut = True
+
+
+@pytest.mark.parametrize(("count", "found"), [(1, True), (0, False), (None, False)],
+                         ids=["one-gpu", "no-gpu", "no-driver"])
+def test_a_gpu_is_what_nvml_counts(monkeypatch, count, found):
+    nvml = FakeNvml(count)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert profiles.gpu_available() is found
+    assert profiles.default_profile_name() == ("chat" if found else "smol")
+    assert nvml.shut is (count is not None)
+
+
+@pytest.mark.parametrize("mode", ["shadow", "on"])
+def test_with_overrides_sets_the_writer_mode_and_keeps_the_memory_mode(mode):
+    profile = load_profile("tiny")
+    assert (profile.memory.mode, profile.memory.writer_mode) == ("on", "off")
+    changed = with_overrides(profile, None, mode)
+    assert (changed.memory.mode, changed.memory.writer_mode) == ("on", mode)
+    assert with_overrides(profile).memory.writer_mode == "off"
+
+
+@pytest.mark.parametrize(("flags", "writer"), [
+    ([], "off"), (["--writer", "shadow"], "shadow"), (["--writer", "on"], "on")])
+def test_serve_passes_writer_through_to_the_profile(started, flags, writer):
+    assert main(["serve", "--profile", "tiny", *flags]) == 0
+    assert started.profile.name == "tiny"
+    assert started.profile.memory.writer_mode == writer
+    assert started.profile.memory.mode == "on"
+
+
+def test_nightly_hour_reaches_the_apps_memory_settings(started, monkeypatch):
+    assert main(["serve", "--profile", "tiny", "--nightly-hour", "5"]) == 0
+    assert started.app_kwargs["memory_settings"].nightly_hour == 5
+    assert main(["serve", "--profile", "tiny"]) == 0
+    assert started.app_kwargs["memory_settings"].nightly_hour == 3  # the default
+    monkeypatch.setenv("TANDEM_NIGHTLY_HOUR", "7")
+    assert main(["serve", "--profile", "tiny"]) == 0
+    assert started.app_kwargs["memory_settings"].nightly_hour == 7
+    assert main(["serve", "--profile", "tiny", "--nightly-hour", "5"]) == 0
+    assert started.app_kwargs["memory_settings"].nightly_hour == 5  # the flag wins
