@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,6 +78,11 @@ def test_a_killed_engine_core_means_503s_then_an_exit_a_supervisor_restarts(
         assert server.wait(timeout=60) == ENGINE_DEAD_EXIT
         output = server.stdout.read()
         assert "exiting with 3 so a supervisor restarts the server" in output
+        # The progress lines the README promises, while it loaded:
+        assert "[tandem] loading engine: profile tiny, model builtin:tiny-qwen3" in output
+        assert "[tandem] warming up the engine" in output
+        assert re.search(rf"\[tandem\] ready in \d+ s: http://127\.0\.0\.1:{port}/v1 "
+                         r"\(profile tiny, memory on\)", output), output[-2000:]
         # vLLM logs the death once, with its traceback; the server adds none, request or not.
         tracebacks = [line for line in output.splitlines() if "Traceback" in line]
         assert len(tracebacks) <= 1 and all("async_llm.py" in t for t in tracebacks)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
+from pathlib import Path
 
 import httpx
 import pytest
@@ -215,3 +218,25 @@ def test_the_job_routes_are_for_the_admin_and_refuse_bad_input(served, app, tmp_
     assert next(j for j in listed if j["job"] == VERIFY)["model"] == "engine"
     remote = InProcessApp(served, tmp_path, client_host="192.168.1.20")
     assert remote.request("GET", "/v1/conductor/jobs").status_code == 403
+    before = app.request("GET", "/v1/conductor/jobs").json()["data"]
+    runs_before = app.request("GET", "/v1/conductor/jobs/runs").json()
+    assert remote.request("PUT", f"/v1/conductor/jobs/{VERIFY}/model", json={
+        "base_url": "http://10.0.0.9/v1", "model": "theirs"}).status_code == 403
+    assert remote.request("POST", f"/v1/conductor/jobs/{VERIFY}/run",
+                          json={}).status_code == 403
+    assert app.request("GET", "/v1/conductor/jobs").json()["data"] == before
+    assert app.request("GET", "/v1/conductor/jobs/runs").json() == runs_before
+
+
+def test_every_file_a_job_run_writes_is_0600_in_folders_0700(app):
+    """The store's rule for the whole memory folder (conductor/NOTES_STORE.md), after each
+    job has run: artifacts, run records, state."""
+    for job in JOBS:
+        run(app, job)
+    wrong = {}
+    for dirpath, _dirs, files in os.walk(app.memory.root):
+        for path in (Path(dirpath), *(Path(dirpath) / name for name in files)):
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if not path.is_symlink() and mode != (0o700 if path.is_dir() else 0o600):
+                wrong[str(path.relative_to(app.memory.root))] = oct(mode)
+    assert wrong == {}

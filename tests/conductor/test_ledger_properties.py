@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
+from text_strategies import WITH_SURROGATE
 
 from conductor.ledger import (
     MAX_TOKENS,
@@ -213,9 +214,6 @@ def test_any_message_becomes_a_visible_message_with_a_digest_and_finds_nothing_w
     assert ledger.find("u", "s", [message]) is None
 
 
-SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"])
-WITH_SURROGATE = st.tuples(st.text(max_size=10), SURROGATE, st.text(max_size=10)).map(
-    "".join)
 
 
 @settings(max_examples=100, deadline=None)

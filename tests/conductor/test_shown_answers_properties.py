@@ -14,6 +14,7 @@ from collections import OrderedDict
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from text_strategies import WITH_SURROGATE
 
 from conductor.shown_answers import MAX_ANSWERS, ShownAnswers
 
@@ -154,9 +155,6 @@ def test_a_model_written_status_line_stays_even_when_an_earlier_answer_was_shown
     assert answers.as_written(later) == later
 
 
-SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"])
-WITH_SURROGATE = st.tuples(st.text(max_size=10), SURROGATE, st.text(max_size=10)).map(
-    "".join)
 
 
 @settings(max_examples=100, deadline=None)
