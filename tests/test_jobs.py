@@ -194,6 +194,9 @@ def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
     assert f'tandem_background_preemptions_total{{run="{CONSOLIDATE}"}} 1.0' in metrics
     assert record.checkpoint_after == 0
     jobs.mode = "on"  # the idle loop's turn: the job is still due, and runs again
+    # Unscripted on random weights: the small caps keep its answer inside max_tokens and
+    # its schema, as in the unscripted-job test below.
+    jobs.caps = consolidation.Caps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
     due = jobs.controller.next_due()
     assert (due.spec.name, due.trigger) == (CONSOLIDATE, "state")
     retried = served.run(jobs.tick())
