@@ -26,10 +26,8 @@ from server.engine_tools import EngineToolbox
 from server.errors import (
     APIError,
     engine_dead_error,
-    events_or_error,
     install_error_handlers,
     json_body,
-    started,
     validation_error,
 )
 from server.http_middleware import KeyCheckAndCount
@@ -43,6 +41,7 @@ from server.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.prewarm_service import PrewarmService
 from server.schema import ChatCompletionRequest
 from server.search_service import SearchService
+from server.sse import started
 from server.writer_service import WriterService
 
 log = logging.getLogger("tandem.server")
@@ -139,8 +138,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            events = await started(events_or_error(chat.stream(
-                engine_, memory, prepared, include_usage, state.tools)))
+            events = await started(chat.stream(engine_, memory, prepared, include_usage,
+                                               state.tools))
             return StreamingResponse(events,
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})

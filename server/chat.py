@@ -35,6 +35,7 @@ from server.prompt import (
 )
 from server.response_format import answer_schema
 from server.schema import SYSTEM_FINGERPRINT, ChatCompletionRequest
+from server.sse import prepended
 from server.tool_choice import ForcedChoice, forced_choice
 from server.turns import answer_deltas
 
@@ -261,16 +262,14 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     wants_logprobs = chat.params.top_logprobs is not None
     deltas = answer_deltas(engine, answer, toolbox)
     try:
-        # The first event waits for the engine's first delta: the route awaits it before
-        # it answers, so a streamed request reaches the engine in its arrival order, not
-        # after every non-streamed one that came in beside it.
+        # The first event waits for the engine's first delta (see server.sse.started).
         first = await anext(deltas, None)
     except (GeneratorExit, asyncio.CancelledError, EngineDead):
         answer.stopped()
         raise
     yield _chunk(chat, {"role": "assistant", "content": ""})
     try:
-        async for parsed in _chained(first, deltas):
+        async for parsed in prepended(first, deltas):
             logprobs = answer.shown_logprobs() if wants_logprobs else None
             if parsed or logprobs:
                 yield _chunk(chat, _delta_fields(parsed, calls_sent), logprobs=logprobs)
@@ -290,14 +289,6 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
                       "usage": answer.usage()}
         yield f"data: {json.dumps(usage_body)}\n\n"
     yield "data: [DONE]\n\n"
-
-
-async def _chained(first: ParsedDelta | None, rest: AsyncIterator[ParsedDelta]
-                   ) -> AsyncIterator[ParsedDelta]:
-    if first is not None:
-        yield first
-    async for parsed in rest:
-        yield parsed
 
 
 def response_headers(chat: PreparedChat) -> dict[str, str]:

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
 from server.chat import model_names
-from server.errors import APIError, events_or_error, json_body, validation_error
+from server.errors import APIError, json_body, validation_error
 from server.schema import SYSTEM_FINGERPRINT, StreamOptions
+from server.sse import started
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
 MAX_PROMPTS = 32
@@ -150,8 +151,8 @@ def completions_router(state) -> APIRouter:
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return StreamingResponse(
-                events_or_error(_stream(engine, head, ids[0], echoes[0], params,
-                                        include_usage)),
+                await started(_stream(engine, head, ids[0], echoes[0], params,
+                                      include_usage)),
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         finished = await asyncio.gather(*(
             _complete(engine, f"{completion_id}-{n}", one, params) for n, one in enumerate(ids)))
@@ -187,10 +188,12 @@ async def _stream(engine: Engine, head: dict, ids: list[int], echo: str,
     def event(body: dict) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    if echo:  # vLLM sends the prompt's ids with the echoed prompt
-        yield event({**head, "choices": [_choice(0, echo, None, None, prompt_token_ids=ids)]})
-    generated, offset = 0, len(echo)
+    generated, offset, echo_due = 0, len(echo), bool(echo)
     async for delta in engine.generate(ids, params, request_id=head["id"]):
+        if echo_due:  # once the engine has the request (server.sse.started); vLLM sends
+            echo_due = False  # the prompt's ids with the echoed prompt
+            yield event({**head, "choices": [_choice(0, echo, None, None,
+                                                     prompt_token_ids=ids)]})
         generated += len(delta.token_ids)
         if delta.text or delta.finished:
             logprobs = (_logprobs(delta.token_logprobs, offset)

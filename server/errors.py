@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,30 +45,6 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def engine_dead_error() -> APIError:
     return APIError(503, "the engine core process stopped; the server is exiting so that its "
                     "supervisor restarts it", code="engine_dead", kind="server_error")
-
-
-async def events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """A stream's server-sent events; an engine that dies mid-stream ends it with an error
-    event and `[DONE]` (vLLM's way) rather than a connection cut without a word."""
-    try:
-        async for event in events:
-            yield event
-    except EngineDead:
-        yield f"data: {json.dumps(engine_dead_error().body())}\n\n"
-        yield "data: [DONE]\n\n"
-
-
-async def started(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """`events` with its first one already produced (the generation is in the engine), as
-    an iterator that yields it first."""
-    first = await anext(events)
-
-    async def chained() -> AsyncIterator[str]:
-        yield first
-        async for event in events:
-            yield event
-
-    return chained()
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -200,3 +201,36 @@ def test_metrics_count_notes_hidden_tokens_background_runs_and_latency(served, t
     assert ("tandem_time_per_output_token_seconds_bucket",
             (("kind", "client"), ("le", "+Inf"))) in samples
     assert samples[("tandem_request_prompt_tokens_count", (("kind", "client"),))] >= 2
+
+
+def test_a_streamed_request_is_in_the_engine_before_its_response_begins(served, engine):
+    """So streamed and plain requests reach the engine in arrival order (server/sse.py):
+    at the moment the response starts, on the server's own loop, the engine has it."""
+    body = json.dumps({"model": "tiny", "messages": USER, "stream": True,
+                       "script": "Short."}).encode()
+    seen_at_start: list[int] = []
+
+    async def call() -> None:
+        sent = False
+
+        async def receive() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(3600)  # the client stays connected
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                seen_at_start.append(engine.stats.requests_started["client"])
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "path": "/v1/chat/completions", "raw_path": b"",
+                 "query_string": b"", "root_path": "", "scheme": "http",
+                 "headers": [(b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+        await served.app(scope, receive, send)
+
+    before = engine.stats.requests_started["client"]
+    served.run(call())
+    assert seen_at_start == [before + 1]
