@@ -1,0 +1,126 @@
+"""Reading notes: ``get``, ``list``, ``search`` and ``dedupe_match``, sharing one scan."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from conductor import dedupe
+from conductor.note_format import Note, clean_tags
+from conductor.note_search import note_text
+from conductor.notes.core import StoreCore
+from conductor.notes.filters import _filters, _matches, _scope_filters
+from conductor.notes.helpers import _copy
+from conductor.notes.snapshot import _Snapshot
+from conductor.rules import Refusal, resolve_scope
+
+
+class NoteReads(StoreCore):
+    """Reads: the files are the truth, so each read scans them (parsing only changed
+    files) unless it runs inside ``one_scan()``."""
+
+    @contextmanager
+    def one_scan(self) -> Iterator[None]:
+        """Reads (get, list, search) in this thread inside the block share one scan of
+        the files: a request that reads several times pays for one. Not for writes."""
+        if getattr(self._pinned, "snapshot", None) is not None:
+            yield  # nested: the outer block's scan stands
+            return
+        self._pinned.snapshot = self._cache.load()
+        try:
+            yield
+        finally:
+            self._pinned.snapshot = None
+
+    def _read_snapshot(self) -> _Snapshot:
+        return getattr(self._pinned, "snapshot", None) or self._cache.load()
+
+    def get(self, note_id: str) -> Note | None:
+        """A note by id, live or archived."""
+        note = self._read_snapshot().notes.get(note_id)
+        return _copy(note) if note is not None else None
+
+    def list(
+        self,
+        *,
+        scope: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        project: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        state: str = "live",
+        include_stale: bool = True,
+    ) -> list[Note]:
+        """Notes matching every given filter, newest update first.
+
+        ``include_stale=False`` drops notes past ``verify_by`` (never injected).
+        """
+        filters = _filters(scope, kind, status, project, session, state)
+        now = self._now()
+        notes = [
+            n
+            for n in self._read_snapshot().notes.values()
+            if _matches(n, filters) and (include_stale or not n.is_stale(now))
+        ]
+        notes.sort(key=lambda n: n.updated, reverse=True)
+        return [_copy(n) for n in notes]
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        project: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        state: str = "live",
+        limit: int = 10,
+        include_stale: bool = True,
+    ) -> list[tuple[Note, float]]:
+        """BM25 over title, tags and body: ``(note, score)`` pairs, best first.
+
+        ``include_stale=False`` drops notes past ``verify_by`` (never injected).
+        """
+        filters = _filters(scope, kind, status, project, session, state)
+        now = self._now()
+        snap = self._read_snapshot()
+        if not self._index.is_fresh(snap.fingerprint):
+            with self._lock:
+                snap = self._cache.fresh()
+        index_filters = {k: v for k, v in filters.items() if k != "state" or v != "all"}
+        hits = self._index.search(query, index_filters, limit=max(limit, 0) * 2 + 5)
+        out: list[tuple[Note, float]] = []
+        for note_id, score in hits:
+            note = snap.notes.get(note_id)
+            # The files are the truth: check the filters again on the note itself.
+            if note is None or not _matches(note, filters):
+                continue
+            if include_stale or not note.is_stale(now):
+                out.append((_copy(note), score))
+        return out[:limit]
+
+    def dedupe_match(
+        self,
+        *,
+        title: str,
+        body: str = "",
+        tags: Iterable[str] | str | None = None,
+        scope: str = "user",
+        project: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+    ) -> tuple[Note, float] | None:
+        """The live note in the scope that this text covers best, with its normalised BM25
+        ratio (see ``conductor.dedupe``). For tuning and for the dashboard; no write."""
+        where = resolve_scope(scope, project, session)
+        if isinstance(where, Refusal):
+            raise ValueError(where.detail)
+        with self._lock:
+            snap = self._cache.fresh()
+        probe = Note(
+            id="", title=title, kind="reference", scope=scope, body=body, tags=clean_tags(tags)
+        )
+        return dedupe.closest(
+            self._index, snap.notes, note_text(probe), _scope_filters(where.scope, where.key)
+        )
