@@ -9,17 +9,33 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
+from conductor.faults import (
+    AFTER_RENAME,
+    BEFORE_RENAME,
+    BEFORE_UNLINK,
+    LINE_PARTIAL,
+    TEMP_OPEN,
+    TEMP_PARTIAL,
+    armed_for,
+    fault_point,
+)
+
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 TEMP_SUFFIX = ".tmp"
+TEMP_MAX_AGE_S = 3600.0  # a temp file of a writer we cannot tell is dead goes after an hour
+# ".<target>.<writer tag>.<random>.tmp": the tag names the process that wrote it
+_TEMP_TAG = re.compile(r"\.p(\d+)s(\d+)\.[^.]+\.tmp$")
 
 
 def ensure_dir(path: Path) -> Path:
@@ -62,54 +78,138 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-@contextmanager
-def atomic_file(path: Path, mode: int = FILE_MODE) -> Iterator[BinaryIO]:
-    """A binary handle whose content replaces ``path`` whole when the block ends without
-    an error; on an error the temp file goes and ``path`` is untouched."""
-    ensure_dir(path.parent)
-    # Temp names start with a dot and end in .tmp so folder scans skip them.
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None when it is gone or
+    this system has no /proc. With the pid it names one process: pids are reused."""
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its ")"
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[19])  # field 22 of the whole line
+
+
+_WRITER_TAG = f"p{os.getpid()}s{_start_ticks(os.getpid()) or 0}"
+
+
+def writer_tag() -> str:
+    """This process's name in its temp files' names."""
+    return _WRITER_TAG
+
+
+def _writer_dead(pid: int, start: int) -> bool:
+    """True only when the process that wrote a temp file is surely gone."""
+    if start == 0:  # written where /proc was missing: the age rule decides
+        return False
+    # no such process, or the pid now belongs to one started later
+    return _start_ticks(pid) != start
+
+
+@contextmanager
+def atomic_file(path: Path, mode: int = FILE_MODE, kind: str = "file",
+                durable: bool = True) -> Iterator[BinaryIO]:
+    """A binary handle whose content replaces ``path`` whole when the block ends without
+    an error; on an error the temp file goes and ``path`` is untouched. ``kind`` names the
+    write for the crash tests' fault points (conductor.faults). ``durable=False`` skips
+    the fsyncs, for a cache a power cut may take back (never for the truth: notes)."""
+    ensure_dir(path.parent)
+    # Temp names start with a dot and end in .tmp so folder scans skip them; the writer's
+    # tag lets a restart remove the leftovers of a dead process at once.
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_WRITER_TAG}.",
+                                    suffix=TEMP_SUFFIX)
+    try:
+        fault_point(kind, TEMP_OPEN)
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp_name, mode)
+        fault_point(kind, BEFORE_RENAME)
         os.replace(tmp_name, path)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
-    fsync_dir(path.parent)
+    fault_point(kind, AFTER_RENAME)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+def atomic_write(path: Path, data: str | bytes, mode: int = FILE_MODE,
+                 kind: str = "file", durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file whole."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    with atomic_file(path, mode) as handle:
+    with atomic_file(path, mode, kind, durable) as handle:
+        if armed_for(kind, TEMP_PARTIAL):  # a crash test: half the content on disk, then die
+            handle.write(payload[: len(payload) // 2])
+            handle.flush()
+            os.fsync(handle.fileno())
+            fault_point(kind, TEMP_PARTIAL)
         handle.write(payload)
 
 
-def append_private(path: Path, text: str) -> None:
-    """Append to a log file that only its owner reads (0600 in a 0700 folder, whatever
-    the umask); one write a call, so lines from two writers do not interleave."""
+def append_line(path: Path, line: str, kind: str = "file", fsync: bool = False) -> None:
+    """Append one line to a log file that only its owner reads (0600 in a 0700 folder,
+    whatever the umask). One write a call under an flock, so lines from two writers do not
+    interleave; a torn last line a crash left (no newline) is ended first, so it spoils
+    only itself and readers skip it."""
+    if not line.endswith("\n"):
+        line += "\n"
+    data = line.encode("utf-8")
     ensure_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
-        os.write(fd, text.encode("utf-8"))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        if armed_for(kind, LINE_PARTIAL):  # a crash test: half a line, then die
+            os.write(fd, data[: len(data) // 2])
+            os.fsync(fd)
+            fault_point(kind, LINE_PARTIAL)
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the flock
 
 
-def remove_file(path: Path) -> bool:
+def remove_file(path: Path, kind: str = "file") -> bool:
     """Unlink ``path`` and fsync its folder; False when it was already gone."""
+    fault_point(kind, BEFORE_UNLINK)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return False
     fsync_dir(path.parent)
     return True
+
+
+def clean_temp_files(top: Path, now: float | None = None,
+                     max_age_s: float = TEMP_MAX_AGE_S) -> int:
+    """Remove the temp files an ended writer left under ``top``: at once when the process
+    named in the file's name is gone, after ``max_age_s`` otherwise (a name without a
+    tag, a process this system cannot look up). A live writer's temp file is kept: it is
+    about to be renamed. Returns how many went."""
+    moment = time.time() if now is None else now
+    removed = 0
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+                continue
+            path = Path(dirpath) / name
+            tag = _TEMP_TAG.search(name)
+            dead = tag is not None and _writer_dead(int(tag[1]), int(tag[2]))
+            try:
+                old = moment - path.stat().st_mtime > max_age_s
+            except FileNotFoundError:
+                continue
+            if (dead or old) and remove_file(path):
+                removed += 1
+    return removed
 
 
 class FileLock:

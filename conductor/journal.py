@@ -8,15 +8,14 @@ only use the keys in ``ALLOWED_KEYS`` and its values are codes, ids and counts. 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import FILE_MODE, ensure_dir
+from conductor.atomic import append_line
 from conductor.note_format import format_time, utc_now
 
 ALLOWED_KEYS = frozenset(
@@ -63,33 +62,47 @@ class Journal:
             raise ValueError(f"journal keys not allowed: {sorted(unknown)}")
         record = {"at": format_time(self._clock()), **{k: v for k, v in entry.items()}}
         _check_value(record)
-        line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-        ensure_dir(self.path.parent)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        try:
-            # O_APPEND makes each write land at the end; the flock keeps lines whole
-            # even if a write were split.
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)  # closing releases the flock
+        # O_APPEND and an flock keep lines whole across threads and processes; a torn
+        # last line a crash left is ended first, so it is skipped alone (counted by `read`).
+        append_line(self.path, json.dumps(record, sort_keys=True, ensure_ascii=False),
+                    kind="journal", fsync=True)
         if self.on_append is not None:
             self.on_append(record)
         return record
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every entry, oldest first (a torn last line is skipped)."""
+        """Every entry, oldest first (a line a crash tore is skipped)."""
+        return (entry for entry in self._parsed() if entry is not None)
+
+    def read(self) -> JournalRead:
+        """Every entry, and how many torn lines were skipped."""
+        read = JournalRead()
+        for entry in self._parsed():
+            if entry is None:
+                read.torn += 1
+            else:
+                read.entries.append(entry)
+        return read
+
+    def _parsed(self) -> Iterator[dict[str, Any] | None]:
+        """Each line's entry, None for a line that is not one."""
         try:
-            handle = self.path.open("r", encoding="utf-8")
+            handle = self.path.open("r", encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return
         with handle:
             for line in handle:
                 try:
-                    yield json.loads(line)
+                    entry = json.loads(line)
                 except json.JSONDecodeError:
-                    continue
+                    entry = None
+                yield entry if isinstance(entry, dict) else None
+
+
+@dataclass
+class JournalRead:
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    torn: int = 0  # lines a crash cut short (or anything else that is not an entry)
 
 
 def _check_value(value: Any) -> None:

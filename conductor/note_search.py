@@ -103,7 +103,7 @@ class NoteIndex:
 
     def _save_fingerprint(self, fingerprint: str) -> None:
         payload = json.dumps({"schema": SCHEMA_VERSION, "fingerprint": fingerprint})
-        atomic_write(self.directory / FINGERPRINT_FILE, payload + "\n")
+        atomic_write(self.directory / FINGERPRINT_FILE, payload + "\n", kind="note_index")
 
     def _forget_fingerprint(self) -> None:
         try:

@@ -35,7 +35,8 @@ class UsageBook:
         return notes if isinstance(notes, dict) else {}
 
     def save(self, notes: dict[str, dict[str, Any]]) -> None:
-        atomic_write(self.path, json.dumps({"version": 1, "notes": notes}, indent=1) + "\n")
+        atomic_write(self.path, json.dumps({"version": 1, "notes": notes}, indent=1) + "\n",
+                     kind="usage")
 
     def record(self, note_ids: Iterable[str], when: datetime) -> None:
         notes = self.load()

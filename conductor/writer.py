@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from conductor.atomic import append_private, atomic_write
+from conductor.atomic import append_line, atomic_write
 from conductor.block_writes import write_block
 from conductor.blocks import Block, BlockRefusal, BlockScanner, parse_block
 from conductor.ledger import Ledger, Record
@@ -204,7 +204,7 @@ class Writer:
     def _log_shadow(self, run: WriterRun) -> None:
         line = json.dumps({"at": run.started_at, "run_id": run.run_id, "session": run.session,
                            "blocks": run.blocks_seen})
-        append_private(self.runs_dir.parent / "writer-shadow.jsonl", line + "\n")
+        append_line(self.runs_dir.parent / "writer-shadow.jsonl", line, kind="writer_log")
 
     def _save(self, run: WriterRun) -> None:
         day = datetime.now(UTC)

@@ -45,7 +45,7 @@ def write_artifacts(files: LayerFiles, allowed: Iterable[str],
             keep = version_dir(files, rel)
             number = 1 + max((int(p.stem) for p in keep.glob("*.md") if p.stem.isdigit()),
                              default=0)
-            atomic_write(keep / f"{number}.md", old)
-        atomic_write(path, text)
+            atomic_write(keep / f"{number}.md", old, kind="artifact")
+        atomic_write(path, text, kind="artifact")
         changed.append(rel)
     return changed

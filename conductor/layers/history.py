@@ -141,7 +141,8 @@ class HistoryStore:
         """The reserved turn's file, written atomically (it may run in a worker thread)."""
         path = self._path_for(turn)
         with self._lock:
-            atomic_write(path, json.dumps(turn.to_json(), ensure_ascii=False, indent=1) + "\n")
+            atomic_write(path, json.dumps(turn.to_json(), ensure_ascii=False, indent=1) + "\n",
+                         kind="history")
         with self._mutex:
             self._index()[turn.seq] = path
             self._pending.pop(turn.seq, None)

@@ -9,6 +9,8 @@ so vectors of two embedders are never mixed.
 Sync is incremental: an unchanged file is skipped on its size and mtime; in a changed
 file, a chunk whose text is unchanged keeps its point; a chunk that moved to another file
 (a rename) is re-pointed with its vectors, not embedded again; what is gone is deleted.
+A sync that died half-way (``sync.pending`` still there) is followed by a full rebuild:
+the store may hold points that no manifest lists.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import atomic_write
+from conductor.atomic import atomic_write, remove_file
 from conductor.search.chunks import Chunk, split_markdown
 from conductor.search.embedders import Embedder
 from conductor.search.sources import Registry, Source, load_sources
@@ -39,6 +41,7 @@ from conductor.search.stores import (
 
 MODES = ("hybrid", "dense", "sparse")
 UPSERT_BATCH = 64
+SYNC_MARK = "sync.pending"  # there while a sync changes the store: a crash leaves it
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -67,6 +70,7 @@ class SyncReport:
     chunks_repointed: int = 0
     chunks_deleted: int = 0
     seconds: float = 0.0
+    rebuilt_after_crash: bool = False
     migrated_from: list[str] = field(default_factory=list)
 
 
@@ -122,6 +126,17 @@ class SearchIndex:
         except (OSError, ValueError):
             return {}
 
+    def _clear(self) -> VectorStore:
+        """An empty store in place of this version's: every file is embedded again."""
+        store = self.store()
+        if isinstance(store, ServerStore):
+            store.clear()
+            return store
+        store.close()
+        self._store = None
+        shutil.rmtree(self.dir / "shard", ignore_errors=True)
+        return self.store()
+
     def stale_versions(self) -> list[str]:
         folder = self.embed_dir / "index"
         if not folder.is_dir():
@@ -141,6 +156,12 @@ class SearchIndex:
         with self._lock:
             store = self.store()
             manifest = self._manifest()
+            if (self.dir / SYNC_MARK).exists():  # a sync died half-way: start afresh
+                store, manifest = self._clear(), {}
+                report.rebuilt_after_crash = True
+            # Points are upserted before the manifest names them: should the process die
+            # in between, the mark says the store may hold points no manifest lists.
+            atomic_write(self.dir / SYNC_MARK, "", kind="sync_mark")
             for source in sources:
                 manifest[source.id] = self._sync_source(store, source,
                                                         manifest.get(source.id, {}),
@@ -152,7 +173,8 @@ class SearchIndex:
                     report.chunks_deleted += len(ids)
             if isinstance(store, EdgeStore):  # its files on disk, 0600/0700, not the umask's
                 store.flush()
-            atomic_write(self.dir / "manifest.json", json.dumps(manifest) + "\n")
+            atomic_write(self.dir / "manifest.json", json.dumps(manifest) + "\n", kind="sync")
+            remove_file(self.dir / SYNC_MARK, kind="sync")
             if source_id is None:  # complete under this version: older ones can go
                 for stale in self.stale_versions():
                     shutil.rmtree(self.embed_dir / "index" / stale, ignore_errors=True)

@@ -191,13 +191,23 @@ class ServerStore:
                 path=url)
         else:
             self._client = QdrantClient(url=url, api_key=api_key)
+        self._dimensions = dimensions
         if not self._client.collection_exists(collection):
-            dense = ({DENSE: models.VectorParams(size=dimensions,
-                                                 distance=models.Distance.COSINE)}
-                     if dimensions else {})
-            sparse = {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-            self._client.create_collection(collection, vectors_config=dense,
-                                           sparse_vectors_config=sparse)
+            self._create()
+
+    def _create(self) -> None:
+        models = self._models
+        dense = ({DENSE: models.VectorParams(size=self._dimensions,
+                                             distance=models.Distance.COSINE)}
+                 if self._dimensions else {})
+        sparse = {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+        self._client.create_collection(self.collection, vectors_config=dense,
+                                       sparse_vectors_config=sparse)
+
+    def clear(self) -> None:
+        """Every point gone: the collection dropped and made again."""
+        self._client.delete_collection(self.collection)
+        self._create()
 
     def _sparse(self, sparse: Sparse):
         return self._models.SparseVector(indices=sparse.indices, values=sparse.values)
