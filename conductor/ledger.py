@@ -112,6 +112,9 @@ class Ledger:
         default_factory=OrderedDict)
     _tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What changed since `take_changes` (conductor/ledger_files.py saves it to disk)
+    _changed: set[SessionKey] = field(default_factory=set)
+    _gone: set[SessionKey] = field(default_factory=set)
 
     def record(self, record: Record) -> None:
         record = replace(record, ids=array("i", record.ids))
@@ -127,6 +130,8 @@ class Ledger:
             self._tokens += len(record.ids)
             while len(records) > self.per_session:
                 self._drop(records, next(iter(records)))
+            self._changed.add(owner)
+            self._gone.discard(owner)
             self._evict(keep=owner)
 
     def _drop(self, records: OrderedDict[bytes, Record], key: bytes) -> None:
@@ -138,6 +143,8 @@ class Ledger:
             oldest = next(iter(self._sessions))
             if oldest != keep:
                 self._tokens -= sum(len(r.ids) for r in self._sessions.pop(oldest).values())
+                self._changed.discard(oldest)
+                self._gone.add(oldest)
                 continue
             records = self._sessions[keep]
             if len(records) <= 1:
@@ -163,6 +170,17 @@ class Ledger:
         with self._lock:
             records = self._sessions.get((user, session))
             return next(reversed(records.values())) if records else None
+
+    def take_changes(self) -> tuple[dict[SessionKey, list[Record]], set[SessionKey]]:
+        """The sessions whose records changed (with their records, oldest first) and the
+        sessions evicted, since the last call."""
+        with self._lock:
+            changed = {key: list(self._sessions[key].values()) for key in self._changed
+                       if key in self._sessions}
+            gone = set(self._gone)
+            self._changed.clear()
+            self._gone.clear()
+        return changed, gone
 
     @property
     def tokens(self) -> int:

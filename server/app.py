@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
 from conductor.nightly import nightly_loop
+from conductor.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server import chat
@@ -108,6 +109,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        # after a crash: temp files of the dead process go, torn journal lines are counted
+        await asyncio.to_thread(recover, memory.root)
+        memory.ledger_saver.start()
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
@@ -124,6 +128,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                 loader.cancel()
             if engine is None and state.engine is not None:
                 state.engine.shutdown()
+            await asyncio.to_thread(memory.ledger_saver.stop)  # the last records saved
 
     app = FastAPI(title="Tandem", lifespan=lifespan)
     app.state.tandem = state

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from conductor.block_writes import write_block
 from conductor.blocks import Block, BlockRefusal, BlockScanner, TextPiece, parse_block
 from conductor.notes import NoteStore
+from conductor.rules import Reason
 from server.memory import BlockAction, MemoryContext, status_line
 
 log = logging.getLogger("tandem.memory")
@@ -91,6 +92,10 @@ class MemoryFilter:
         result = write_block(self.store, request, source="inline", session=ctx.session,
                              project=ctx.project, has_user_message=ctx.has_user_message)
         if not result.ok:
+            if result.reason == Reason.IO_ERROR:  # disk full, read-only: say so; the
+                # block goes out as text, so what the model meant to keep is not lost
+                self.status_lines.append(status_line(
+                    "not remembered", f"{request.title or 'a note'} ({result.detail})"))
             return False, ()  # the store journaled why
         if result.note is not None:
             if request.op == "archive" and not result.kept_live:

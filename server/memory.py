@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from conductor.journal import Journal
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger import Ledger
+from conductor.ledger_files import LedgerFiles, LedgerSaver
 from conductor.notes import NoteStore
 from conductor.paths import valid_session, valid_user
 from conductor.prewarm import ContextGroup, PrewarmHeads
@@ -30,6 +30,7 @@ from conductor.shared_context import (
 from conductor.shown_answers import ShownAnswers
 from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
 from server.schema import ChatCompletionRequest
+from server.session_tokens import SessionTokens
 
 log = logging.getLogger("tandem.memory")
 
@@ -176,9 +177,15 @@ class MemoryServices:
     metrics: Any = None
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _layers: dict[str, UserLayers] = field(default_factory=dict)
-    _tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (user, session)
-    _by_session: dict[tuple[str, str], str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        # What a restart keeps: session tokens and the ledger's records (saved behind
+        # by `ledger_saver`, started and stopped with the app).
+        self.tokens = SessionTokens(self.root)
+        ledger_files = LedgerFiles(self.root)
+        ledger_files.load_into(self.ledger)
+        self.ledger_saver = LedgerSaver(self.ledger, ledger_files)
 
     @property
     def root(self) -> Path:
@@ -213,17 +220,11 @@ class MemoryServices:
         return report
 
     def token_for(self, user: str, session: str) -> str:
-        """The session's token for the memory routes, issued once."""
-        with self._lock:
-            token = self._by_session.get((user, session))
-            if token is None:
-                token = secrets.token_urlsafe(16)  # 128 bits; short, as it sits in the prompt
-                self._by_session[(user, session)] = token
-                self._tokens[token] = (user, session)
-            return token
+        """The session's token for the memory routes: the same one after a restart."""
+        return self.tokens.token_for(user, session)
 
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
-        return self._tokens.get(token) if token else None
+        return self.tokens.resolve(token)
 
     def shared_context(self, user: str, project: str | None, card: bool, reads: bool,
                        count_tokens) -> SharedContext | None:

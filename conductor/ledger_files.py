@@ -1,0 +1,156 @@
+"""The session ledger on disk, so a restart keeps what open conversations rely on.
+
+After a restart an open conversation's next turn must find its record: the exact ids of
+its last prompt and answer, with the hidden notes where they went in (and so the set of
+notes already injected). The prefix cache itself is cold after a restart and is filled
+once; without the record, the prompt would be rendered afresh, its notes moved, and every
+later turn would pay for it.
+
+    memory/ledger/<hash of user and session>.json   one session's latest records
+
+Written behind, not through: `LedgerSaver` writes the sessions that changed every
+`SAVE_INTERVAL_S` and once more on a clean shutdown, off the request path. The files are
+a cache, so they are replaced whole but not fsync'd: a crash may take back the last
+second's records, which costs those conversations one re-rendered prompt, never a note.
+They hold what the conversation held (its messages, the ids of its hidden notes), so they
+are 0600 in a 0700 folder like the history turns.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import threading
+from array import array
+from pathlib import Path
+from typing import Any
+
+from conductor.atomic import atomic_write, ensure_dir, remove_file
+from conductor.ledger import Ledger, Record, SessionKey, Span, VisibleMessage
+
+log = logging.getLogger("tandem.memory")
+
+SAVE_INTERVAL_S = 1.0
+FORMAT_VERSION = 1
+
+
+def encode_record(record: Record) -> dict[str, Any]:
+    ids = record.ids if isinstance(record.ids, array) else array("i", record.ids)
+    return {
+        "messages": [[m.role, m.content, [list(c) for c in m.tool_calls]]
+                     for m in record.messages],
+        "ids": base64.b64encode(ids.tobytes()).decode("ascii"),
+        "ended_cleanly": record.ended_cleanly,
+        "spans": [[s.start, s.end, s.kind, list(s.note_ids)] for s in record.spans],
+    }
+
+
+def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
+    ids = array("i")
+    ids.frombytes(base64.b64decode(data["ids"]))
+    messages = tuple(VisibleMessage(role, content, tuple((n, a) for n, a in calls))
+                     for role, content, calls in data["messages"])
+    spans = tuple(Span(start, end, kind, tuple(notes))
+                  for start, end, kind, notes in data["spans"])
+    return Record(user=user, session=session, messages=messages, ids=ids,
+                  ended_cleanly=bool(data["ended_cleanly"]), spans=spans)
+
+
+class LedgerFiles:
+    """One file a session under ``<memory root>/ledger``."""
+
+    def __init__(self, memory_root: Path) -> None:
+        self.folder = memory_root / "ledger"
+
+    def path_for(self, key: SessionKey) -> Path:
+        user, session = key
+        name = hashlib.blake2b(f"{user}\0{session}".encode("utf-8", "surrogatepass"),
+                               digest_size=16).hexdigest()
+        return self.folder / f"{name}.json"
+
+    def save(self, changed: dict[SessionKey, list[Record]], gone: set[SessionKey]) -> None:
+        for key in gone:
+            remove_file(self.path_for(key), kind="ledger")
+        for (user, session), records in changed.items():
+            payload = {"version": FORMAT_VERSION, "user": user, "session": session,
+                       "records": [encode_record(r) for r in records]}
+            atomic_write(self.path_for((user, session)),
+                         json.dumps(payload, ensure_ascii=False, separators=(",", ":")),
+                         kind="ledger", durable=False)
+
+    def load_into(self, ledger: Ledger) -> int:
+        """Put the saved records back, least recently used first (the ledger's own bound
+        then drops the oldest sessions, and their files go too). A file that cannot be
+        read is skipped and removed: it is a cache. Returns the records loaded."""
+        if not self.folder.is_dir():
+            return 0
+        files = sorted(self.folder.glob("*.json"), key=_mtime)
+        loaded = 0
+        for path in files:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+                if data.get("version") != FORMAT_VERSION:
+                    raise ValueError("another format")
+                records = [decode_record(data["user"], data["session"], r)
+                           for r in data["records"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                log.warning("ledger: an unreadable session file skipped")
+                remove_file(path)
+                continue
+            for record in records:
+                ledger.record(record)
+            loaded += len(records)
+        _changed, gone = ledger.take_changes()  # loaded as they were: nothing to write back
+        self.save({}, gone)
+        return loaded
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+class LedgerSaver:
+    """Writes the ledger's changes every `interval` seconds in a thread of its own;
+    `stop` writes the last of them (a clean shutdown loses nothing)."""
+
+    def __init__(self, ledger: Ledger, files: LedgerFiles,
+                 interval: float = SAVE_INTERVAL_S) -> None:
+        self.ledger = ledger
+        self.files = files
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one save at a time: the thread's and stop's
+
+    def start(self) -> None:
+        if self._thread is None:
+            ensure_dir(self.files.folder)
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="tandem-ledger-saver",
+                                            daemon=True)
+            self._thread.start()
+
+    def save_now(self) -> None:
+        with self._lock:
+            changed, gone = self.ledger.take_changes()
+            try:
+                self.files.save(changed, gone)
+            except OSError as exc:  # disk full, read-only: a cache, the turn is served
+                log.warning("ledger: session files not saved (%s)", exc.strerror or exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.save_now()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.save_now()
+

@@ -1,0 +1,120 @@
+"""Session tokens for the memory routes that outlive a restart.
+
+A session's token sits in its card (hidden context) and in whatever script a user wrote
+against the memory routes. Both must still work after a restart: the same token for the
+same session (or the card would change and the conversation's prompt with it) and the
+token still accepted.
+
+A token is derived, not drawn: HMAC-SHA256 of the user and session under a key the server
+makes once (``memory/session-token.key``, 32 random bytes, 0600), cut to 128 bits. To go
+back from a token to its session, the sessions that were given one are listed, names only,
+in ``memory/session-tokens.jsonl`` (no token is ever written down).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import threading
+from contextlib import suppress
+from pathlib import Path
+
+from conductor.atomic import FILE_MODE, append_line, ensure_dir
+
+log = logging.getLogger("tandem.memory")
+
+KEY_FILE = "session-token.key"
+SESSIONS_FILE = "session-tokens.jsonl"
+KEY_BYTES = 32
+
+
+def _load_or_make_key(path: Path) -> bytes:
+    """The key, made once: O_EXCL so two processes starting at once agree on one."""
+    ensure_dir(path.parent)
+    with suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            os.write(fd, secrets.token_bytes(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:  # a crash between create and write: the file is empty
+        raise OSError(f"{path} is not a session-token key; remove it to make a new one "
+                      "(tokens given out before then stop working)")
+    return key
+
+
+class SessionTokens:
+    """token_for(user, session) -> token; resolve(token) -> (user, session)."""
+
+    def __init__(self, memory_root: Path) -> None:
+        self._key_path = memory_root / KEY_FILE
+        self._list_path = memory_root / SESSIONS_FILE
+        self._key: bytes | None = None  # made on the first token: a server never asked
+        self._by_token: dict[str, tuple[str, str]] = {}  # has no key file
+        self._known: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def token_for(self, user: str, session: str) -> str:
+        with self._lock:
+            self._load()
+            token = self._derive(user, session)
+            if (user, session) not in self._known:
+                try:
+                    append_line(self._list_path,
+                                json.dumps({"user": user, "session": session}),
+                                kind="session_tokens", fsync=True)
+                except OSError as exc:  # disk full, read-only: valid until a restart
+                    log.warning("session token not listed on disk (%s): it lasts until "
+                                "the server restarts", exc.strerror or exc)
+                self._known.add((user, session))
+                self._by_token[token] = (user, session)
+            return token
+
+    def resolve(self, token: str | None) -> tuple[str, str] | None:
+        if not token:
+            return None
+        with self._lock:
+            self._load()
+            found = self._by_token.get(token)
+        # the lookup found it by hash; compare the token itself in constant time
+        if found is None or not hmac.compare_digest(token, self._derive(*found)):
+            return None
+        return found
+
+    def _derive(self, user: str, session: str) -> str:
+        if self._key is None:
+            try:
+                self._key = _load_or_make_key(self._key_path)
+            except OSError as exc:
+                log.warning("no session-token key on disk (%s): tokens last until the "
+                            "server restarts", exc.strerror or exc)
+                self._key = secrets.token_bytes(KEY_BYTES)
+        mac = hmac.new(self._key, f"{user}\0{session}".encode("utf-8", "surrogatepass"),
+                       hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+    def _load(self) -> None:
+        """The sessions given a token before this process started (read once)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        try:
+            lines = self._list_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                key = (str(entry["user"]), str(entry["session"]))
+            except (ValueError, KeyError, TypeError):  # a torn last line: skipped
+                continue
+            self._known.add(key)
+            self._by_token[self._derive(*key)] = key

@@ -1,0 +1,86 @@
+"""A restart keeps the memory state a user relies on: the session's token (a script
+holding one is not locked out, and the card that holds it does not change), the notes
+already injected, and the ledger's records, so an open conversation's next turn starts
+with its last prompt's exact ids: its hidden notes where they went in.
+
+The restart is two apps on one home over the session's engine: the first app's ledger
+saver stops as its lifespan's end stops it, the second app loads what was saved. The
+engine (and so its prefix cache) stays up, so a prompt re-rendered after the restart
+rather than replayed shows as the cache miss it would be on any engine.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from conductor.ledger_files import LedgerFiles
+from server.memory import TOKEN_HEADER
+from tests.inprocess import InProcessApp
+
+QUESTION = "how do the friday deploys go out after the review"
+
+
+def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
+        served, tmp_path, tiny_profile):
+    home = tmp_path / "home"
+    first = InProcessApp(served, home)
+    note = first.memory.store("tester").add(
+        title="Friday deploys", body="Friday deploys go out after the review, before 16:00.",
+        kind="runbook", scope="user")
+    assert note.ok
+    session = f"restart-{uuid.uuid4().hex[:8]}"
+    headers = {"X-Tandem-Session": session}
+    messages = [{"role": "user", "content": QUESTION}]
+    answer, _, _ = first.chat(messages, "After the review.", headers=headers)
+    record = first.memory.ledger.latest("tester", session)
+    injected = [s for s in record.spans if s.kind == "notes"]
+    assert injected and note.note.id in injected[0].note_ids, "the note went in"
+    token = first.memory.token_for("tester", session)
+    first.memory.ledger_saver.stop()  # what the end of the app's lifespan does
+
+    second = InProcessApp(served, home)  # the restart
+    again = second.memory.ledger.latest("tester", session)
+    assert again is not None, "the record is back"
+    assert list(again.ids) == list(record.ids) and again.spans == record.spans
+    assert second.memory.token_for("tester", session) == token, "the card stays the same"
+    found = second.request("GET", f"/v1/memory/{note.note.id}", headers={TOKEN_HEADER: token})
+    assert found.status_code == 200, "a script holding the token is not locked out"
+
+    follow_up = [*messages, {"role": "assistant", "content": answer},
+                 {"role": "user", "content": "and on a bank holiday?"}]
+    _, usage, _ = second.chat(follow_up, "Monday then.", headers=headers)
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    # replayed: the new prompt opens with the last prompt and answer, ids for ids
+    assert cached >= len(record.ids) - tiny_profile.block_size
+    latest = second.memory.ledger.latest("tester", session)
+    assert list(latest.ids[: len(record.ids)]) == list(record.ids)
+    assert [s for s in latest.spans if s.kind == "notes"][0] == injected[0], (
+        "the note is where it went in, not injected a second time")
+
+
+def test_the_ledger_saver_writes_behind_and_a_stop_writes_the_last(served, tmp_path):
+    app = InProcessApp(served, tmp_path / "home")
+    files = LedgerFiles(app.memory.root)
+    saver = app.memory.ledger_saver
+
+    def turn(session: str) -> None:
+        app.chat([{"role": "user", "content": "hello there"}], "Hi.",
+                 headers={"X-Tandem-Session": session})
+
+    saver.interval = 0.1
+    saver.start()
+    turn("behind")
+    deadline = time.monotonic() + 10
+    while not files.path_for(("tester", "behind")).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert files.path_for(("tester", "behind")).exists(), "written within its interval"
+    assert files.path_for(("tester", "behind")).stat().st_mode & 0o777 == 0o600
+    saver.stop()
+
+    saver.interval = 3600  # no save of its own before the stop
+    saver.start()
+    turn("last")
+    assert not files.path_for(("tester", "last")).exists()
+    saver.stop()
+    assert files.path_for(("tester", "last")).exists(), "the stop wrote the last records"
