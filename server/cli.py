@@ -150,6 +150,15 @@ def _bench(args: argparse.Namespace) -> int:
                        [4] if quick else _client_counts(args.clients), args.against_vllm,
                        rounds=1 if quick else args.rounds, out_dir=args.out)
         return 0
+    if args.soak:
+        from bench.soak import SoakPlan
+        from bench.soak_bench import run_soak_bench
+
+        clients = 4 if args.quick else int(args.clients if args.clients != DEFAULT_LOAD_CLIENTS
+                                           else 32)
+        plan = SoakPlan(clients=clients, duration_s=20 if args.quick else args.duration)
+        results = run_soak_bench(_resolve_profile(args.profile or "tiny"), plan, args.out)
+        return 0 if results["passed"] else 1
     if args.against_vllm or args.clients != DEFAULT_LOAD_CLIENTS:
         raise ProfileError("--clients and --against-vllm go with --load")
     if args.quality:
@@ -235,8 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--facts", type=Path, help="the fact set (JSON Lines) for --quality")
     bench.add_argument("--load", action="store_true", help="many clients at once against "
                        "Tandem, memory off and on (default profile: tiny)")
+    bench.add_argument("--soak", action="store_true", help="clients for a fixed time with "
+                       "memory, the writer and the jobs on, then every acknowledged note "
+                       "checked on disk and the engine idle (default profile: tiny)")
+    bench.add_argument("--duration", type=float, default=120.0, help="--soak: seconds of "
+                       "load (default 120)")
     bench.add_argument("--clients", default=DEFAULT_LOAD_CLIENTS,
-                       help="--load: client counts, comma-separated (default: 32,128)")
+                       help="--load: client counts, comma-separated (default: 32,128); "
+                       "--soak: one count (default 32)")
     bench.add_argument("--against-vllm", action="store_true", help="--load: the same load "
                        "against plain vLLM's own server with the profile's engine settings")
     bench.add_argument("--rounds", type=int, default=3, help="--load: measured rounds per "
