@@ -81,11 +81,11 @@ def run_soak_bench(profile: Profile, plan: SoakPlan, out_dir: Path | None = None
                 say(f"starting tandem serve ({profile.name}, writer and jobs on)")
                 _wait_ready(process, base, log)
                 say(f"{plan.clients} clients for {plan.duration_s:.0f} s")
-                logs = asyncio.run(run_clients(base, profile.name, plan))
+                logs = asyncio.run(run_clients(base, None, plan))
                 results = figures(logs, plan)
                 say(f"{results['requests']} requests; waiting for the engine to be idle")
-                results["idle_after_s"], results["engine_in_flight"] = asyncio.run(
-                    wait_idle(base, 600))
+                (results["idle_after_s"], results["engine_in_flight"],
+                 results["engine_requests_by_kind"]) = asyncio.run(wait_idle(base, 600))
             finally:
                 process.terminate()
                 try:
@@ -114,8 +114,9 @@ def markdown(results: dict[str, Any]) -> str:
         ("requests (streams left mid-answer)",
          f"{results['requests']} ({results['streams_left_mid_answer']})"),
         ("by status", ", ".join(f"{k}: {v}" for k, v in results["by_status"].items())),
-        ("5xx, failed connections",
-         f"{results['server_errors_5xx']}, {results['connection_failures']}"),
+        ("other than 200: 5xx, failed connections",
+         f"{results['other_than_200']}: {results['server_errors_5xx']}, "
+         f"{results['connection_failures']}"),
         ("TTFT p50 / p99", f"{_s(results['ttft_p50_s'])} / {_s(results['ttft_p99_s'])}"),
         ("latency p50 / p99",
          f"{_s(results['latency_p50_s'])} / {_s(results['latency_p99_s'])}"),
@@ -127,6 +128,8 @@ def markdown(results: dict[str, Any]) -> str:
          f"{memory['journal_entries']}, {memory['journal_torn_lines']}"),
         ("history turns, unreadable",
          f"{memory['history_turns']}, {memory['history_turns_unreadable']}"),
+        ("engine requests started, by kind", ", ".join(
+            f"{k}: {v}" for k, v in sorted(results["engine_requests_by_kind"].items()))),
         ("engine requests in flight afterwards (idle after)",
          f"{results['engine_in_flight']} ({_s(results['idle_after_s'])})"),
     ]

@@ -10,10 +10,10 @@ from bench.soak import SoakPlan, check_memory, engine_in_flight, soak
 def test_a_quick_soak_loses_no_note_and_leaks_no_request(served):
     plan = SoakPlan(clients=4, duration_s=8.0, block_share=0.5, leave_share=0.3, seed=1)
     home = served.app.state.tandem.home
-    results = served.run(soak(served.base_url, "tiny", home / "memory", plan,
+    results = served.run(soak(served.base_url, None, home / "memory", plan,
                               idle_timeout_s=120))
     assert results["requests"] >= plan.clients
-    assert results["server_errors_5xx"] == 0 and results["connection_failures"] == 0
+    assert results["other_than_200"] == 0, results["by_status"]
     memory = results["memory"]
     assert memory["notes_acknowledged"] > 0, "some answers carried blocks"
     assert memory["notes_lost"] == [] and memory["blocks_without_status_line"] == 0
