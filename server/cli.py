@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -78,7 +79,13 @@ def _serve(args: argparse.Namespace) -> int:
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
              "supervisor restarts the server")
-        return ENGINE_DEAD_EXIT
+        # The app has shut down (the ledger saved, files closed). A normal exit would then
+        # spend 3-7 s finalising torch, vLLM and tokenizer threads before the supervisor
+        # can restart us: leave at once.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ENGINE_DEAD_EXIT)
     return 0
 
 

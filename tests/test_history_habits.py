@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.inprocess import eventually
+from tests.inprocess import InProcessApp, eventually
 
 BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
          "{title} is a fact worth keeping.\n</tandem_memory>")
@@ -292,3 +292,33 @@ def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
     assert tuple(latest.ids[: len(record.ids)]) == tuple(record.ids)  # replayed as it was
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(record.ids) - 2 * (
         tiny_profile.block_size)
+
+
+def text_of_tokens(count_tokens, tokens: int, word: str) -> str:
+    """A text of exactly `tokens` tokens as the compaction rule counts them."""
+    for repeats in range(max(1, tokens - 8), tokens + 8):
+        text = " ".join([word] * repeats)
+        if count_tokens(text) == tokens:
+            return text
+    raise AssertionError(f"no text of {tokens} tokens from {word!r}")
+
+
+@pytest.mark.parametrize("dropped_tokens, trigger", [(511, []), (512, ["compaction"])],
+                         ids=["511-tokens-dropped", "512-tokens-dropped"])
+def test_history_dropped_under_512_tokens_sets_off_nothing_and_512_sets_off_the_writer(
+        served, tmp_path, dropped_tokens, trigger):
+    app = InProcessApp(served, tmp_path)
+    count = app.app.state.tandem.engine.count_tokens
+    session = {"X-Tandem-Session": f"line-{dropped_tokens}"}
+    answer = text_of_tokens(count, 100, "answer")
+    question = text_of_tokens(count, dropped_tokens - 100, "question")
+    content, _, _ = app.chat([{"role": "user", "content": question}], answer, headers=session)
+    assert content == answer
+    record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+    # The history about to be dropped (beside the tools pseudo-message: the catalog).
+    assert [(m.role, count(m.content)) for m in record.messages if m.role != "tools"] == [
+        ("user", dropped_tokens - 100), ("assistant", 100)]
+    app.chat([{"role": "system", "content": "Summary: questions were asked."},
+              {"role": "user", "content": "Go on."}], "Going on.", headers=session)
+    due = [t for _, s, t in app.memory.triggers.due() if s == session["X-Tandem-Session"]]
+    assert due == trigger

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from conductor.background.jobs import JOBS
 from conductor.background.runner import run_job
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic
 from conductor.layers.working import SECTIONS, parse_working_memory
+from engine.engine import GenerationParams
 from server.continuous import conversation_prefix_ids, window_bounds
 from server.job_backends import EngineJobBackend
 from tests.inprocess import InProcessApp, eventually
@@ -202,6 +204,90 @@ def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
     retried = served.run(jobs.tick())
     assert [r.job for r in retried] == [CONSOLIDATE]
     assert retried[0].outcome in ("changed", "unchanged")
+
+
+def preempt_a_consolidation(app: InProcessApp, served, client_script: str):
+    """A consolidation decoding its (long, scripted) answer, then a client request:
+    (the job's record, the client's answer)."""
+    jobs = app.app.state.tandem.jobs
+    long_answer = wm_answer(**{name.replace(" ", "_").lower(): [
+        {"id": "new", "text": f"{name} item {i} " + "words " * 20} for i in range(6)]
+        for name in SECTIONS})
+
+    async def scenario():
+        decoded = jobs.live_tokens
+        task = asyncio.create_task(jobs.run("tester", CONSOLIDATE, "state", long_answer))
+        while jobs.live_tokens < decoded + 5:  # decoding, past its grammar's compile
+            await asyncio.sleep(0.005)
+        transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            answer = await client.post("/v1/chat/completions", json={
+                "model": "tiny", "messages": [{"role": "user", "content": "quick"}],
+                "script": client_script})
+        return await task, answer.json()
+
+    return served.run(scenario())
+
+
+def test_a_preempted_job_decodes_at_most_one_more_engine_step_after_the_client_arrives(
+        app, served, monkeypatch):
+    jobs = app.app.state.tandem.jobs
+    engine = jobs.engine
+    # The moment the client request reaches the engine (as in test_engine_scheduling.py's
+    # background-turn test), and each step's tokens the engine hands the job.
+    admitted: list[float] = []
+    job_deltas: list[float] = []
+    count_started, count_job_tokens = engine.stats.started, jobs._count_tokens
+
+    def stamp_admission(kind: str) -> None:
+        if kind == "client":
+            admitted.append(time.monotonic())
+        count_started(kind)
+
+    def stamp_job_delta(n: int) -> None:
+        if n:
+            job_deltas.append(time.monotonic())
+        count_job_tokens(n)
+
+    monkeypatch.setattr(engine.stats, "started", stamp_admission)
+    monkeypatch.setattr(jobs, "_count_tokens", stamp_job_delta)
+    # A client answer of many steps: a job left to decode beside it would show.
+    script = " ".join(["A client answer of many words."] * 8)
+    record, answer = preempt_a_consolidation(app, served, script)
+    assert record.outcome == "preempted" and record.reason == "client_request"
+    assert answer["choices"][0]["message"]["content"] == script
+    after_client = sum(1 for t in job_deltas if t > admitted[0])
+    # Ended at the next step: a delta or two may have been in flight, not dozens.
+    assert after_client <= 3, after_client
+
+
+def test_a_preempted_jobs_prompt_stays_in_the_prefix_cache(app, served, tiny_profile,
+                                                          monkeypatch):
+    prompts: list[list[int]] = []
+    prompt_ids = EngineJobBackend.prompt_ids
+
+    def recorded(self, prompt, room_for):
+        prompts.append(prompt_ids(self, prompt, room_for))
+        return prompts[-1]
+
+    monkeypatch.setattr(EngineJobBackend, "prompt_ids", recorded)
+    record, _ = preempt_a_consolidation(app, served, "Quick answer.")
+    assert record.outcome == "preempted"
+    [prompt] = prompts
+    # The prompt is the conversation's record (cached by its client turns) and then the
+    # job's instruction, which only the preempted job ever computed.
+    conversation = app.memory.ledger.latest("tester", "continuous").ids
+    assert prompt[:len(conversation)] == list(conversation)
+    assert len(prompt) - len(conversation) >= 4 * tiny_profile.block_size
+
+    async def cached_tokens(ids: list[int]) -> int:
+        engine = app.app.state.tandem.engine
+        async for delta in engine.generate(ids, GenerationParams(max_tokens=1)):
+            if delta.finished:
+                return delta.cached_tokens
+        raise AssertionError("no final delta")
+
+    assert served.run(cached_tokens(prompt)) >= len(prompt) - tiny_profile.block_size
 
 
 def test_the_job_routes_are_for_the_admin_and_refuse_bad_input(served, app, tmp_path):

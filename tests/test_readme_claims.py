@@ -114,3 +114,119 @@ def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
     monkeypatch.delenv("TANDEM_NIGHTLY_HOUR")
     assert MemoryServices(tmp_path).triggers.idle_s == 180.0
     assert MemorySettings().nightly_hour == 3
+
+
+def test_a_project_scoped_block_is_filed_under_the_headers_project(app):
+    from conductor.paths import project_key
+
+    title = "bazel is the build tool here"
+    block = BLOCK.format(title=title).replace('scope="user"', 'scope="project"')
+    content, _, _ = app.chat(user("How do we build?"), "With bazel. " + block,
+                             headers={"X-Tandem-Session": "pw-alpha",
+                                      "X-Tandem-Project": "/work/alpha"})
+    assert content.endswith(f"› remembered: {title}")
+    (note,) = app.memory.store("tester").list()
+    key, absolute = project_key("/work/alpha")
+    assert (note.scope, note.project, note.project_path) == ("project", key, absolute)
+    # The file lands in the project's own folder of the memory tree.
+    assert note.path.parent == app.memory.root / "notes" / "tester" / "projects" / key
+    assert note.path.exists()
+    for session, project in (("pw-alpha-2", "/work/alpha"), ("pw-beta", "/work/beta"),
+                             ("pw-none", None)):
+        headers = {"X-Tandem-Session": session} | (
+            {"X-Tandem-Project": project} if project else {})
+        app.chat(user("Which build tool is used here?"), "Let me see.", headers=headers)
+    assert title in prompt_of(app, "pw-alpha-2")[0]  # the project's next session has it
+    assert title not in prompt_of(app, "pw-beta")[0]  # another project's has not
+    assert title not in prompt_of(app, "pw-none")[0]  # nor a session of no project
+
+
+NIGHTLY_HOUR = 5
+
+
+def start_at_nightly_hour_less(monkeypatch, lead_s: float) -> float:
+    """Moves the wall clock the nightly scheduler reads (`conductor.nightly.datetime`) so
+    that it reads NIGHTLY_HOUR:00 local in `lead_s` seconds; returns that moment on the
+    monotonic clock. (The app offers no clock of its own for its nightly loop.)"""
+    import time
+    from datetime import datetime, timedelta
+
+    import conductor.nightly
+
+    real = datetime.now()
+    hour_at = time.monotonic() + lead_s
+    offset = (real.replace(hour=NIGHTLY_HOUR, minute=0, second=0, microsecond=0)
+              - timedelta(seconds=lead_s) - real)
+
+    class Shifted(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + offset
+
+    monkeypatch.setattr(conductor.nightly, "datetime", Shifted)
+    return hour_at
+
+
+def nightly_runs(memory_root) -> int:
+    journal = memory_root / "journal.jsonl"
+    if not journal.exists():
+        return 0
+    return journal.read_text().count('"op": "nightly"')
+
+
+def serve_without_an_engine(monkeypatch, tmp_path, hour: int):
+    """The real app and its lifespan, the engine's load replaced by nothing: the nightly
+    loop needs no engine."""
+    import server.app
+    from engine.profiles import load_profile
+    from server.memory import MemorySettings
+
+    async def no_engine(*_args) -> None:
+        return None
+
+    monkeypatch.setattr(server.app, "_load_engine", no_engine)
+    app = server.app.create_app(load_profile("tiny"), tmp_path, memory_settings=MemorySettings(
+        user_name="tester", nightly_hour=hour))
+    memory = app.state.tandem.memory
+    assert memory.store("tester").add(title="tea over coffee", body="The user drinks tea.",
+                                      kind="reference", scope="user", source="cli").ok
+    return app, memory
+
+
+async def watch_for_nightly(app, memory_root, seconds: float) -> float | None:
+    """Runs the app's lifespan for up to `seconds`; when the first nightly run was seen
+    (monotonic), or None."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + seconds
+    async with app.router.lifespan_context(app):
+        while time.monotonic() < deadline:
+            if nightly_runs(memory_root):
+                return time.monotonic()
+            await asyncio.sleep(0.02)
+    return None
+
+
+def test_the_server_runs_the_nightly_job_when_the_clock_reaches_the_configured_hour(
+        monkeypatch, tmp_path):
+    import asyncio
+
+    app, memory = serve_without_an_engine(monkeypatch, tmp_path, NIGHTLY_HOUR)
+    index_md = memory.root / "notes" / "tester" / "INDEX.md"
+    assert not index_md.exists() and nightly_runs(memory.root) == 0
+    hour_at = start_at_nightly_hour_less(monkeypatch, lead_s=1.5)
+    seen_at = asyncio.run(watch_for_nightly(app, memory.root, seconds=30))
+    assert seen_at is not None, "the server ran no nightly job at its hour"
+    assert seen_at >= hour_at - 0.05, f"ran {hour_at - seen_at:.2f} s before the hour"
+    assert "tea over coffee" in index_md.read_text()  # the nightly job's own work
+    assert nightly_runs(memory.root) == 1  # once, not again at once
+
+
+def test_the_server_runs_no_nightly_job_when_the_clock_reaches_another_hour(
+        monkeypatch, tmp_path):
+    import asyncio
+
+    app, memory = serve_without_an_engine(monkeypatch, tmp_path, NIGHTLY_HOUR + 1)
+    start_at_nightly_hour_less(monkeypatch, lead_s=0.5)  # NIGHTLY_HOUR passes, not its own
+    assert asyncio.run(watch_for_nightly(app, memory.root, seconds=2.5)) is None

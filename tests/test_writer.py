@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from engine.engine import GenerationParams
 from tests.inprocess import InProcessApp
 
 BLOCK = ('<tandem_memory op="add" scope="session" kind="gotcha">\ntitle: {title}\n\n'
@@ -153,6 +154,50 @@ def test_a_client_request_preempts_the_writer_and_keeps_the_prefix_cache(app, se
     assert second["prompt_tokens_details"]["cached_tokens"] >= floor
 
 
+def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, served,
+                                                                           tiny_profile):
+    converse(app, "task-cache")
+    writer = app.app.state.tandem.writer.writer
+    backend = writer.backend
+    generate = backend.generate
+    prompts: list[list[int]] = []
+
+    def recorded(prompt_ids, max_tokens, script):
+        prompts.append(list(prompt_ids))
+        return generate(prompt_ids, max_tokens, script)
+
+    backend.generate = recorded
+    long_script = BLOCK.replace("{title}", "long") + " more detail" * 600
+
+    async def scenario():
+        task = asyncio.create_task(writer.run("tester", "task-cache", "admin",
+                                              script=long_script, gate_script="yes"))
+        while writer.live_tokens < 5:
+            await asyncio.sleep(0.005)
+        transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            await client.post("/v1/chat/completions", json={
+                "model": "tiny", "messages": user("quick question"), "script": "Quick."})
+        return await task
+
+    assert served.run(scenario()).outcome == "preempted"
+    [prompt] = prompts
+    # The writer's prompt: the session's record, then its own task text (the writer's
+    # instruction and the matching notes), which no client turn ever computed.
+    record = app.memory.ledger.latest("tester", "task-cache").ids
+    assert prompt[:len(record)] == list(record)
+    assert len(prompt) - len(record) >= 2 * tiny_profile.block_size
+
+    async def cached_tokens(ids: list[int]) -> int:
+        engine = app.app.state.tandem.engine
+        async for delta in engine.generate(ids, GenerationParams(max_tokens=1)):
+            if delta.finished:
+                return delta.cached_tokens
+        raise AssertionError("no final delta")
+
+    assert served.run(cached_tokens(prompt)) >= len(prompt) - tiny_profile.block_size
+
+
 def test_one_background_turn_at_a_time(app, served):
     converse(app, "one-a")
     converse(app, "one-b")
@@ -201,3 +246,54 @@ def test_a_writer_block_that_is_mostly_a_secret_is_refused(app):
     assert run["outcome"] == "refused" and run["refusals"] == ["secret"]
     assert app.memory.store("tester").list() == []
     assert "wJalr" not in json.dumps(run_files(app)[-1])
+
+
+def test_the_idle_loop_runs_the_writer_over_the_history_a_compaction_dropped(app, served):
+    session = {"X-Tandem-Session": "compacted"}
+    history: list[dict] = []
+    for turn in range(2):  # the dropped history: the only place "zanzibar" is written
+        history.append({"role": "user", "content": f"Tell me about zanzibar part {turn}. " * 15})
+        content, _, _ = app.chat(history, f"Zanzibar part {turn} is long. " * 40,
+                                 headers=session)
+        history.append({"role": "assistant", "content": content})
+    dropped = app.memory.ledger.latest("tester", "compacted")
+    summary = [{"role": "system", "content": "Summary: we talked about an island."},
+               {"role": "user", "content": "Go on about the quokka."}]
+    app.chat(summary, "Going on about the quokka.", headers=session)
+    latest = app.memory.ledger.latest("tester", "compacted")
+    decode = app.app.state.tandem.engine.tokenizer.decode
+    assert "quokka" in decode(list(latest.ids)) and "zanzibar" not in decode(list(latest.ids))
+    assert app.memory.triggers.due() == [("tester", "compacted", "compaction")]
+
+    writer = app.app.state.tandem.writer.writer
+    backend = writer.backend
+    gate, generate = backend.gate, backend.generate
+    prompts: list[list[int]] = []
+    received: list = []
+
+    async def gate_yes(prompt_ids, _script):
+        prompts.append(prompt_ids)
+        return await gate(prompt_ids, "yes")
+
+    def generate_block(prompt_ids, max_tokens, _script):
+        prompts.append(prompt_ids)
+        return generate(prompt_ids, max_tokens, BLOCK.replace("{title}", "zanzibar is long"))
+
+    run = writer.run
+
+    async def run_seen(*args, **kwargs):
+        received.append(kwargs.get("record"))
+        return await run(*args, **kwargs)
+
+    backend.gate, backend.generate, writer.run = gate_yes, generate_block, run_seen
+    runs = served.run(app.app.state.tandem.writer.tick())
+    assert [(r.session, r.trigger, r.outcome) for r in runs] == [
+        ("compacted", "compaction", "wrote")]
+    assert received == [dropped]  # Writer.run is handed the dropped record...
+    assert runs[0].record_tokens == len(dropped.ids)
+    assert len(prompts) == 2  # ...and the gate's and the task's prompts open with it
+    for prompt in prompts:
+        assert prompt[: len(dropped.ids)] == list(dropped.ids)
+        text = decode(prompt)
+        assert "zanzibar part 1" in text and "quokka" not in text
+    assert app.memory.triggers.due() == []  # visited once
