@@ -2,9 +2,13 @@
 
 The same load (`bench.load_client`) against Tandem with memory off, Tandem with memory on
 and, with `--against-vllm`, plain vLLM's own server given the profile's engine settings;
-one server at a time, each its own process on this machine, so no two measure each other.
-Per server and client count: a warm-up round, then the best of `rounds` (the least wall
-time). Tandem's figures are ratios to vLLM's from the same run. Writes `results.json`,
+each its own process on this machine. All the servers are up at once and the rounds take
+turns (vLLM, memory off, memory on, then the next round starting one lane later), so a
+slow minute of this machine falls on every lane alike; only one server has clients at a
+time, the others idle. Per server and client count: a warm-up round, then `rounds`
+measured ones; the best (least wall time) of each, and the median of the paired ratios
+(round r of a lane over round r of vLLM, run one after the other). Tandem's figures are
+ratios to vLLM's from the same run. Writes `results.json`,
 `summary.md` and `load.png` under `bench/results/load/<profile>/` (or `--out`).
 """
 
@@ -13,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,23 +66,33 @@ def vllm_server(profile: Profile) -> Iterator[str]:
         yield v1.removesuffix("/v1")
 
 
-def measure_server(base_url: str, model: str, client_counts: list[int], rounds: int,
-                   progress: Callable[[str], None] = say, label: str = "") -> dict[str, Any]:
-    """Per client count: a warm-up round, then `rounds` measured ones, and the best."""
-    out: dict[str, Any] = {}
+def measure_interleaved(bases: dict[str, str], model: str, client_counts: list[int],
+                        rounds: int, progress: Callable[[str], None] = say
+                        ) -> dict[str, Any]:
+    """Per lane and client count: a warm-up round, then `rounds` measured ones and the
+    best; the rounds take turns with the other lanes' (the lane that goes first moves on
+    by one each round)."""
+    lanes = list(bases)
+    servers: dict[str, Any] = {lane: {} for lane in lanes}
     for clients in client_counts:
         plan = LoadPlan(clients=clients)
-        asyncio.run(run_round(base_url, model, LoadPlan(clients=min(clients, 8)), seed=0))
-        measured = []
+        for lane in lanes:  # warm-up
+            asyncio.run(run_round(bases[lane], model, LoadPlan(clients=min(clients, 8)),
+                                  seed=0))
+        measured: dict[str, list[dict[str, Any]]] = {lane: [] for lane in lanes}
         for r in range(rounds):
-            figures = asyncio.run(run_round(base_url, model, plan, seed=1000 * clients + r))
-            progress(f"{label} {clients} clients, round {r + 1}/{rounds}: wall "
-                     f"{figures['wall_s']:.2f} s, p95 TTFT {figures['ttft_p95_s']:.2f} s, "
-                     f"{figures['errors']} errors")
-            measured.append(figures)
-        best = min(measured, key=lambda f: f["wall_s"])
-        out[str(clients)] = {"best": _without_detail(best), "rounds": measured}
-    return out
+            for lane in lanes[r % len(lanes):] + lanes[:r % len(lanes)]:
+                figures = asyncio.run(run_round(bases[lane], model, plan,
+                                                seed=1000 * clients + r))
+                progress(f"{lane} {clients} clients, round {r + 1}/{rounds}: wall "
+                         f"{figures['wall_s']:.2f} s, p95 TTFT {figures['ttft_p95_s']:.2f} s,"
+                         f" {figures['errors']} errors")
+                measured[lane].append(figures)
+        for lane in lanes:
+            best = min(measured[lane], key=lambda f: f["wall_s"])
+            servers[lane][str(clients)] = {"best": _without_detail(best),
+                                           "rounds": measured[lane]}
+    return servers
 
 
 def _without_detail(figures: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +117,21 @@ def ratios(servers: dict[str, Any]) -> dict[str, Any]:
                     if ours["ttft_p95_s"] and theirs["ttft_p95_s"] else None)
             out[f"{lane}@{clients}"] = {
                 "wall_ratio": wall, "ttft_p95_ratio": ttft, "target": limit,
-                "met": wall <= limit and (ttft is None or ttft <= limit)}
+                "met": wall <= limit and (ttft is None or ttft <= limit),
+                **_paired(figures["rounds"], base["rounds"])}
     return out
+
+
+def _paired(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over rounds of round r's ratio to vLLM's round r (interleaved runs)."""
+    pairs = list(zip(ours, theirs, strict=False))
+    if not pairs:
+        return {}
+    walls = [a["wall_s"] / b["wall_s"] for a, b in pairs]
+    ttfts = [a["ttft_p95_s"] / b["ttft_p95_s"] for a, b in pairs
+             if a["ttft_p95_s"] and b["ttft_p95_s"]]
+    return {"wall_ratio_median": statistics.median(walls),
+            "ttft_p95_ratio_median": statistics.median(ttfts) if ttfts else None}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -122,13 +150,19 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{b['latency_p99_s']:.2f} | {b['ttft_p50_s']:.2f} / {b['ttft_p95_s']:.2f} / "
                 f"{b['ttft_p99_s']:.2f} | {b['errors']} |")
     if results["ratios"]:
-        lines += ["", "| lane | wall / vLLM | p95 TTFT / vLLM | target | met |",
-                  "| --- | ---: | ---: | ---: | --- |"]
+        lines += ["", "| lane | wall / vLLM (best) | p95 TTFT / vLLM (best) | wall / vLLM "
+                  "(median of paired rounds) | p95 TTFT (median of paired) | target | met "
+                  "(best) |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for name, r in results["ratios"].items():
-            ttft = "n/a" if r["ttft_p95_ratio"] is None else f"{r['ttft_p95_ratio']:.2f}x"
-            lines.append(f"| {name} | {r['wall_ratio']:.2f}x | {ttft} | <= {r['target']:.2f}x "
+            lines.append(f"| {name} | {_x(r['wall_ratio'])} | {_x(r['ttft_p95_ratio'])} | "
+                         f"{_x(r.get('wall_ratio_median'))} | "
+                         f"{_x(r.get('ttft_p95_ratio_median'))} | <= {r['target']:.2f}x "
                          f"| {'yes' if r['met'] else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+def _x(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -173,18 +207,18 @@ def run_load_bench(profile: Profile, client_counts: list[int], against_vllm: boo
         lanes.append(("vllm", lambda: vllm_server(profile)))
     lanes += [("memory_off", lambda: tandem_server(profile, "off")),
               ("memory_on", lambda: tandem_server(profile, "on"))]
-    servers: dict[str, Any] = {}
-    for name, start in lanes:
-        say(f"starting {name}")
-        with start() as base:
-            servers[name] = measure_server(base, profile.name, client_counts, rounds,
-                                           label=name)
+    with ExitStack() as stack:
+        bases = {}
+        for name, start in lanes:
+            say(f"starting {name}")
+            bases[name] = stack.enter_context(start())
+        servers = measure_interleaved(bases, profile.name, client_counts, rounds)
     plan = LoadPlan(clients=0)
     results = {
         "environment": environment(profile, model_path),
         "config": {"clients": client_counts, "rounds": rounds, "max_tokens": plan.max_tokens,
                    "prompt_words": f"{plan.min_words}-{plan.max_words}",
-                   "streamed_share": plan.streamed_share,
+                   "streamed_share": plan.streamed_share, "interleaved": True,
                    "started": datetime.now().isoformat(timespec="seconds")},
         "servers": servers,
     }
