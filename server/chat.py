@@ -86,13 +86,22 @@ def model_names(profile: Profile) -> set[str]:
     return {profile.name, profile.model, profile.model.removeprefix("builtin:")}
 
 
+class ContextOverflow(APIError):
+    """The prompt leaves less room than the answer needs (`prompt_tokens` says how long)."""
+
+    def __init__(self, message: str, param: str, prompt_tokens: int) -> None:
+        super().__init__(400, message, code="context_length_exceeded", param=param)
+        self.prompt_tokens = prompt_tokens
+
+
 def prepare(engine: Engine, profile: Profile, services: MemoryServices,
             request: ChatCompletionRequest, headers, peer: str | None,
             key_user: str | None = None, session: str | None = None,
-            leading_tails: Sequence[Tail] = ()) -> PreparedChat:
+            leading_tails: Sequence[Tail] = (), answer_room: int = 1) -> PreparedChat:
     """Validate against the served profile and build the prompt; APIError when bad.
     `session` overrides the header and the derived id (the continuous conversation's);
-    `leading_tails` go right after the new messages, before memory's own tails."""
+    `leading_tails` go right after the new messages, before memory's own tails;
+    `answer_room`: the fewest tokens the prompt must leave for the answer."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
@@ -130,15 +139,14 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     built = assemble(engine.tokenizer, rendered, match, cut, hidden.head,
                      [*leading_tails, *hidden.tails], profile.block_size)
     room = profile.max_model_len - len(built.ids)
-    if room < 1:
-        raise APIError(400, f"the prompt is {len(built.ids)} tokens; this model's context is "
-                       f"{profile.max_model_len} tokens", code="context_length_exceeded",
-                       param="messages")
+    if room < answer_room:
+        raise ContextOverflow(f"the prompt is {len(built.ids)} tokens; this model's context is "
+                              f"{profile.max_model_len} tokens", "messages", len(built.ids))
     max_tokens = request.requested_max_tokens()
     if max_tokens is not None and max_tokens > room:
-        raise APIError(400, f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} tokens "
-                       f"exceed this model's context of {profile.max_model_len} tokens",
-                       code="context_length_exceeded", param="max_tokens")
+        raise ContextOverflow(f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} "
+                              f"tokens exceed this model's context of {profile.max_model_len}"
+                              " tokens", "max_tokens", len(built.ids))
     if services.metrics is not None:  # a valid request: its hidden context goes in
         for span in built.spans:  # what this turn adds; replayed spans were counted before
             services.metrics.hidden(span.kind, span.end - span.start)

@@ -20,6 +20,7 @@ from conductor.layers.conversation import (
     conversation_messages,
     local_offset_minutes,
     time_line,
+    turn_tokens,
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
@@ -38,6 +39,10 @@ from server.schema import ChatCompletionRequest, ChatMessage
 log = logging.getLogger("tandem.continuous")
 
 CONTINUOUS_SESSION = "continuous"
+# The fewest tokens a message of the conversation keeps for its answer (or its max_tokens,
+# up to a quarter of the context): the replay window gives way to make that room.
+ANSWER_ROOM = 512
+FIT_TRIES = 4
 
 
 def window_bounds(profile: Profile) -> WindowBounds:
@@ -69,13 +74,26 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     now = datetime.now(UTC)
     offset = local_offset_minutes(now) if utc_offset_minutes is None else utc_offset_minutes
     previous = layers.last_turn()
-    prefix = _conversation_so_far(engine, profile, services, layers)
-    messages = [ChatMessage.model_validate(m) for m in prefix]
-    messages.append(last)
     time_tail = Tail(TIME_KIND, time_line(now, offset, previous.time if previous else None))
-    assembled = request.model_copy(update={"messages": messages})
-    prepared = chat.prepare(engine, profile, services, assembled, headers, peer, key_user,
-                            session=CONTINUOUS_SESSION, leading_tails=[time_tail])
+    room = min(request.requested_max_tokens() or ANSWER_ROOM, profile.max_model_len // 4)
+    bounds = window_bounds(profile)
+    for attempt in range(FIT_TRIES):
+        prefix, window_tokens = _conversation_so_far(engine, profile, services, layers, bounds)
+        messages = [*(ChatMessage.model_validate(m) for m in prefix), last]
+        assembled = request.model_copy(update={"messages": messages})
+        try:
+            prepared = chat.prepare(engine, profile, services, assembled, headers, peer,
+                                    key_user, session=CONTINUOUS_SESSION,
+                                    leading_tails=[time_tail], answer_room=room)
+            break
+        except chat.ContextOverflow as overflow:
+            # The layers, the shared context and the notes grew with the user's memory;
+            # the window (the only part the server may shorten) makes room. Its start
+            # moves for good, so the next message fits too.
+            over = overflow.prompt_tokens + room - profile.max_model_len
+            if window_tokens == 0 or attempt == FIT_TRIES - 1:
+                raise
+            bounds = WindowBounds(bounds.turns, max(0, window_tokens - over))
     if prepared.memory.writes:
         text = last.text()
         prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
@@ -84,15 +102,18 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
 
 
 def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServices,
-                         layers: UserLayers) -> list[dict[str, Any]]:
-    """The layers and the replay window as chat messages; each replayed answer's status
-    lines are made known, so rendering takes them off (after a restart too)."""
-    window = layers.replay(window_bounds(profile), engine.count_tokens)
+                         layers: UserLayers, bounds: WindowBounds | None = None
+                         ) -> tuple[list[dict[str, Any]], int]:
+    """The layers and the replay window as chat messages, and the window's tokens; each
+    replayed answer's status lines are made known, so rendering takes them off (after a
+    restart too)."""
+    window = layers.replay(bounds or window_bounds(profile), engine.count_tokens)
     for turn in window:
         for message in turn.messages:
             if message.role == "assistant":
                 services.shown.remember(message.shown(), message.text())
-    return conversation_messages(layers.core(), layers.working_memory(), window)
+    tokens = sum(turn_tokens(turn, engine.count_tokens) for turn in window)
+    return conversation_messages(layers.core(), layers.working_memory(), window), tokens
 
 
 def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
@@ -101,8 +122,8 @@ def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemorySe
     now (no ledger record matches after working memory or the checkpoint changed): the
     layers, the shared context, the replayed turns, up to the new message. A prefill of
     these in idle time lets that message find them cached."""
-    messages = [*_conversation_so_far(engine, profile, services, services.layers(user)),
-                {"role": "user", "content": "."}]
+    so_far, _ = _conversation_so_far(engine, profile, services, services.layers(user))
+    messages = [*so_far, {"role": "user", "content": "."}]
     memory = MemoryContext(user=user, session=CONTINUOUS_SESSION, project=None,
                            mode=profile.memory.mode, header=None, has_user_message=True)
     request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),

@@ -269,3 +269,27 @@ def test_a_continuous_profile_makes_chat_completions_continuous_for_the_plain_sd
         "model": "tiny", "messages": [{"role": "user", "content": "x"},
                                       {"role": "assistant", "content": "y"}]})
     assert refused.status_code == 400 and "continuous" in refused.json()["error"]["message"]
+
+
+def test_a_conversation_whose_memory_outgrew_the_context_gives_way_in_its_window(
+        served, tiny_profile, tmp_path):
+    """The card, the index (at its budget with 200 notes), the matching notes and the
+    window at its own bound (a third of the context) together pass the tiny model's 4,096
+    tokens by the 12th message: the window gives way so each message keeps room for its
+    answer, rather than every message after that being refused."""
+    app = InProcessApp(served, tmp_path)
+    store = app.memory.store(USER)
+    for i in range(200):
+        assert store.add(title=f"Port fact {i:03d} for the build", kind="reference",
+                         body=f"The build of part {i} listens on port {1000 + i}.",
+                         scope="user").ok
+    answer = "Noted: " + " ".join(["logs ports deploys caches tests"] * 12) + "."
+    for turn in range(16):
+        response = app.request("POST", "/v1/conductor/converse", json={
+            "message": f"question {turn}: what now about the logs and the ports?",
+            "script": answer})
+        assert response.status_code == 200, (turn, response.text)
+        usage = response.json()["usage"]
+        assert usage["prompt_tokens"] + 512 <= tiny_profile.max_model_len
+    state = json.loads((tmp_path / "memory/layers/tester/state/conversation.json").read_text())
+    assert state["replay_from_seq"] > 1, "the window's start moved"
