@@ -1,6 +1,8 @@
 """The soak: many clients for a fixed time against a server with memory on, then proof
 that nothing was lost and nothing leaked.
 
+The load comes in bursts with lulls between (30 s and 10 s by default), as people's does,
+so the writer and the cognition jobs run in the lulls and the next burst preempts them.
 Each client holds a conversation (its history sent back as shown, status lines and all),
 half of its requests streamed, a share of its answers carrying a `<tandem_memory>` block,
 a share of its streams left after the first chunk. One client talks in the continuous
@@ -50,7 +52,14 @@ class SoakPlan:
     leave_share: float = 0.125       # streams the client leaves after the first chunk
     turns_per_session: int = 6       # then the client starts a new conversation
     converse_clients: int = 1        # clients in the continuous conversation
+    burst_s: float = 30.0            # the load comes in bursts...
+    lull_s: float = 10.0             # ...with lulls between, when background turns run
     seed: int = 0
+
+    def lull_left(self, elapsed: float) -> float:
+        """Seconds of the current lull still to wait (0 during a burst)."""
+        into = elapsed % (self.burst_s + self.lull_s)
+        return max(0.0, self.burst_s + self.lull_s - into) if into >= self.burst_s else 0.0
 
 
 @dataclass
@@ -63,6 +72,7 @@ class Exchange:
     ttft_s: float | None
     output_tokens: int = 0
     at_s: float = 0.0                # when it was sent, from the soak's start
+    error_code: str | None = None    # the error body's code, for any status but 200
 
 
 @dataclass
@@ -91,12 +101,13 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
     """One request; (its record, the text the client was shown)."""
     route = url.rsplit("/v1/", 1)[-1]
     sent = time.perf_counter()
-    ttft, shown, tokens = None, "", 0
+    ttft, shown, tokens, code = None, "", 0, None
     try:
         async with session.post(url, json=body, headers=headers) as response:
             status = response.status
             if status != 200:
-                await response.read()
+                error = (await response.json(content_type=None) or {}).get("error") or {}
+                code = f"{error.get('code')}: {str(error.get('message'))[:160]}"
             elif not streamed:
                 data = await response.json(content_type=None)
                 shown = _message_text(data)
@@ -119,7 +130,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
         status = 0
     latency = time.perf_counter() - sent
     return Exchange(route, streamed, leave, status, latency, ttft, tokens,
-                    sent - started_at), shown
+                    sent - started_at, code), shown
 
 
 def _message_text(data: dict[str, Any]) -> str:
@@ -142,7 +153,10 @@ async def _client(index: int, base: str, model: str, plan: SoakPlan, deadline: f
     converse = index < plan.converse_clients
     history: list[dict[str, str]] = []
     conversation, turn = 0, 0
-    while time.monotonic() < deadline:
+    while True:
+        await asyncio.sleep(plan.lull_left(time.perf_counter() - started_at))
+        if time.monotonic() >= deadline:
+            break
         turn += 1
         if not converse and len(history) >= 2 * plan.turns_per_session:
             history, conversation = [], conversation + 1
@@ -194,41 +208,74 @@ async def run_clients(base_url: str, model: str | None, plan: SoakPlan) -> list[
             for i in range(plan.clients))))
 
 
-def engine_in_flight(metrics_text: str) -> int:
-    """Requests the engine started and neither finished nor aborted (Tandem's counters)."""
-    totals = {"started": 0.0, "finished": 0.0, "aborted": 0.0}
+def _counters(metrics_text: str) -> dict[tuple[str, str], float]:
+    """(started|finished|aborted, kind) -> count, from Tandem's request counters."""
+    found: dict[tuple[str, str], float] = {}
     for line in metrics_text.splitlines():
-        match = re.match(r"tandem_requests_(started|finished|aborted)_total\{.*\} ([\d.e+]+)",
-                         line)
+        match = re.match(r'tandem_requests_(started|finished|aborted)_total\{kind="([^"]+)"\} '
+                         r"([\d.e+]+)", line)
         if match:
-            totals[match[1]] += float(match[2])
-    return int(totals["started"] - totals["finished"] - totals["aborted"])
-
-
-def started_by_kind(metrics_text: str) -> dict[str, int]:
-    """Engine requests started, by kind (client, writer, job, prewarm...)."""
-    found: dict[str, int] = {}
-    for line in metrics_text.splitlines():
-        match = re.match(r'tandem_requests_started_total\{kind="([^"]+)"\} ([\d.e+]+)', line)
-        if match:
-            found[match[1]] = int(float(match[2]))
+            found[(match[1], match[2])] = float(match[3])
     return found
 
 
-async def wait_idle(base_url: str, timeout_s: float) -> tuple[float | None, int, dict]:
-    """(seconds until no request was in flight, or None; the last count seen; the engine
-    requests started by kind)."""
+def engine_in_flight(metrics_text: str, kind: str | None = None) -> int:
+    """Requests the engine started and neither finished nor aborted (of one kind, or all)."""
+    counts = _counters(metrics_text)
+    kinds = {k for _, k in counts} if kind is None else {kind}
+    return int(sum(counts.get(("started", k), 0) - counts.get(("finished", k), 0)
+                   - counts.get(("aborted", k), 0) for k in kinds))
+
+
+def started_by_kind(metrics_text: str) -> dict[str, int]:
+    """Engine requests started, by kind (client, background)."""
+    return {k: int(v) for (what, k), v in _counters(metrics_text).items() if what == "started"}
+
+
+@dataclass
+class Afterwards:
+    """What the engine did once the clients had stopped."""
+
+    client_in_flight: int           # must be 0 at once: every client request ended
+    idle_after_s: float | None      # when nothing was in flight, None if not in the wait
+    background_in_flight: int       # at the end of the wait
+    background_started_during_wait: int  # > 0: a backlog being worked off, not a leak
+    started_by_kind: dict[str, int]
+
+    @property
+    def leaked(self) -> bool:
+        return self.client_in_flight > 0 or (
+            self.background_in_flight > 0 and self.background_started_during_wait == 0)
+
+
+async def wait_idle(base_url: str, timeout_s: float) -> Afterwards:
+    """Read /metrics until the engine is idle or `timeout_s` passes. Background turns
+    left from the soak (writer runs for every idle session, jobs) may outlast the wait;
+    they are a backlog while new ones keep starting, a leak when one never ends."""
+    url = f"{base_url.rstrip('/')}/metrics"
     started = time.monotonic()
-    in_flight, text = -1, ""
     async with aiohttp.ClientSession() as session:
+        async def metrics() -> str:
+            async with session.get(url) as response:
+                return await response.text()
+
+        first = await metrics()
+        client_in_flight = engine_in_flight(first, "client")
+        text, idle_after = first, None
         while time.monotonic() - started < timeout_s:
-            async with session.get(f"{base_url.rstrip('/')}/metrics") as response:
-                text = await response.text()
-            in_flight = engine_in_flight(text)
-            if in_flight == 0:
-                return time.monotonic() - started, 0, started_by_kind(text)
+            if engine_in_flight(text) == 0:
+                idle_after = time.monotonic() - started
+                break
             await asyncio.sleep(0.5)
-    return None, in_flight, started_by_kind(text)
+            text = await metrics()
+    begun = started_by_kind(first).get("background", 0)
+    return Afterwards(client_in_flight, idle_after, engine_in_flight(text, "background"),
+                      started_by_kind(text).get("background", 0) - begun,
+                      started_by_kind(text))
+
+
+def afterwards_json(after: Afterwards) -> dict[str, Any]:
+    return {**asdict(after), "leaked": after.leaked}
 
 
 def check_memory(memory_root: Path, remembered: list[str]) -> dict[str, Any]:
@@ -272,6 +319,7 @@ def figures(logs: list[ClientLog], plan: SoakPlan) -> dict[str, Any]:
         "requests": len(exchanges),
         "by_status": {str(s): sum(e.status == s for e in exchanges)
                       for s in sorted({e.status for e in exchanges})},
+        "errors": _error_counts(exchanges),
         "server_errors_5xx": sum(e.status >= 500 for e in exchanges),
         "other_than_200": sum(e.status != 200 for e in exchanges),
         "connection_failures": sum(e.status == 0 for e in exchanges),
@@ -285,12 +333,24 @@ def figures(logs: list[ClientLog], plan: SoakPlan) -> dict[str, Any]:
     }
 
 
+def _error_counts(exchanges: list[Exchange]) -> dict[str, int]:
+    """Error bodies by code, with the first message of each (no client text in them)."""
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for e in exchanges:
+        if e.error_code:
+            code = e.error_code.split(":", 1)[0]
+            counts[code] = counts.get(code, 0) + 1
+            first.setdefault(code, e.error_code)
+    return {first[c]: n for c, n in counts.items()}
+
+
 def passed(results: dict[str, Any]) -> bool:
     memory = results["memory"]
     return (results["other_than_200"] == 0 and results["requests"] > 0
             and not memory["notes_lost"] and memory["blocks_without_status_line"] == 0
             and memory["note_files_unreadable"] == 0 and memory["journal_torn_lines"] == 0
-            and memory["history_turns_unreadable"] == 0 and results["engine_in_flight"] == 0)
+            and memory["history_turns_unreadable"] == 0 and not results["afterwards"]["leaked"])
 
 
 async def soak(base_url: str, model: str | None, memory_root: Path, plan: SoakPlan,
@@ -298,8 +358,7 @@ async def soak(base_url: str, model: str | None, memory_root: Path, plan: SoakPl
     """The clients, the wait for idle, and the checks; the server stays up."""
     logs = await run_clients(base_url, model, plan)
     results = figures(logs, plan)
-    (results["idle_after_s"], results["engine_in_flight"],
-     results["engine_requests_by_kind"]) = await wait_idle(base_url, idle_timeout_s)
+    results["afterwards"] = afterwards_json(await wait_idle(base_url, idle_timeout_s))
     results["memory"] = check_memory(memory_root,
                                      [t for log in logs for t in log.remembered])
     results["passed"] = passed(results)

@@ -20,7 +20,15 @@ import httpx
 import yaml
 
 from bench.plain_vllm import free_port
-from bench.soak import SoakPlan, check_memory, figures, passed, run_clients, wait_idle
+from bench.soak import (
+    SoakPlan,
+    afterwards_json,
+    check_memory,
+    figures,
+    passed,
+    run_clients,
+    wait_idle,
+)
 from engine.home import tandem_home
 from engine.model_builder import models_dir
 from engine.profiles import Profile
@@ -29,6 +37,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "soak"
 READY_TIMEOUT_S = 900
 WRITER_IDLE_S = "3"  # sessions go idle fast, so the writer runs during the soak
 PLOT = "soak.png"
+IDLE_WAIT_S = 180  # the background backlog a soak leaves may outlast it: see `Afterwards`
 
 
 def say(message: str) -> None:
@@ -84,8 +93,8 @@ def run_soak_bench(profile: Profile, plan: SoakPlan, out_dir: Path | None = None
                 logs = asyncio.run(run_clients(base, None, plan))
                 results = figures(logs, plan)
                 say(f"{results['requests']} requests; waiting for the engine to be idle")
-                (results["idle_after_s"], results["engine_in_flight"],
-                 results["engine_requests_by_kind"]) = asyncio.run(wait_idle(base, 600))
+                results["afterwards"] = afterwards_json(asyncio.run(wait_idle(
+                    base, IDLE_WAIT_S)))
             finally:
                 process.terminate()
                 try:
@@ -96,6 +105,8 @@ def run_soak_bench(profile: Profile, plan: SoakPlan, out_dir: Path | None = None
         server_log = log.read_text(errors="replace")
         results["server_exit_code"] = results_exit
         results["server_log_tracebacks"] = server_log.count("Traceback (most recent call last)")
+        # the server's log holds no note text (its rule), so its tracebacks can be kept
+        results["server_log_traceback_text"] = _tracebacks(server_log)
         results["memory"] = check_memory(home / "memory",
                                          [t for client in logs for t in client.remembered])
         results["passed"] = passed(results) and results["server_log_tracebacks"] == 0
@@ -107,8 +118,14 @@ def run_soak_bench(profile: Profile, plan: SoakPlan, out_dir: Path | None = None
     return results
 
 
+def _tracebacks(log: str, lines_after: int = 30) -> list[str]:
+    lines = log.splitlines()
+    return ["\n".join(lines[max(0, i - 3): i + lines_after])
+            for i, line in enumerate(lines) if "Traceback (most recent call last)" in line]
+
+
 def markdown(results: dict[str, Any]) -> str:
-    plan, memory = results["plan"], results["memory"]
+    plan, memory, after = results["plan"], results["memory"], results["afterwards"]
     rows = [
         ("clients, duration", f"{plan['clients']}, {plan['duration_s']:.0f} s"),
         ("requests (streams left mid-answer)",
@@ -129,9 +146,12 @@ def markdown(results: dict[str, Any]) -> str:
         ("history turns, unreadable",
          f"{memory['history_turns']}, {memory['history_turns_unreadable']}"),
         ("engine requests started, by kind", ", ".join(
-            f"{k}: {v}" for k, v in sorted(results["engine_requests_by_kind"].items()))),
-        ("engine requests in flight afterwards (idle after)",
-         f"{results['engine_in_flight']} ({_s(results['idle_after_s'])})"),
+            f"{k}: {v}" for k, v in sorted(after["started_by_kind"].items()))),
+        ("client requests in flight once the clients stopped", str(after["client_in_flight"])),
+        ("engine idle after", _s(after["idle_after_s"]) if after["idle_after_s"] is not None
+         else f"not within {IDLE_WAIT_S} s: {after['background_in_flight']} background "
+              f"turn in flight, {after['background_started_during_wait']} started in the "
+              "wait (a backlog, not a leak)" if not after["leaked"] else "LEAKED"),
     ]
     if "server_log_tracebacks" in results:
         rows.append(("tracebacks in the server log", str(results["server_log_tracebacks"])))

@@ -4,7 +4,7 @@ readable and the engine idle (bench/soak.py; the full run is `tandem bench --soa
 
 from __future__ import annotations
 
-from bench.soak import SoakPlan, check_memory, engine_in_flight, soak
+from bench.soak import Afterwards, SoakPlan, check_memory, engine_in_flight, soak
 
 
 def test_a_quick_soak_loses_no_note_and_leaks_no_request(served):
@@ -18,7 +18,8 @@ def test_a_quick_soak_loses_no_note_and_leaks_no_request(served):
     assert memory["notes_acknowledged"] > 0, "some answers carried blocks"
     assert memory["notes_lost"] == [] and memory["blocks_without_status_line"] == 0
     assert memory["history_turns"] > 0, "the continuous conversation's turns are on disk"
-    assert results["engine_in_flight"] == 0 and results["passed"]
+    after = results["afterwards"]
+    assert after["client_in_flight"] == 0 and not after["leaked"] and results["passed"]
 
 
 def test_a_note_shown_as_remembered_but_missing_on_disk_is_counted_lost(tmp_path):
@@ -30,9 +31,18 @@ def test_a_note_shown_as_remembered_but_missing_on_disk_is_counted_lost(tmp_path
 def test_requests_in_flight_are_started_less_finished_and_aborted():
     text = "\n".join([
         'tandem_requests_started_total{kind="client"} 10.0',
-        'tandem_requests_started_total{kind="writer"} 2.0',
+        'tandem_requests_started_total{kind="background"} 3.0',
         'tandem_requests_finished_total{kind="client"} 8.0',
         'tandem_requests_aborted_total{kind="client"} 1.0',
-        'tandem_requests_aborted_total{kind="writer"} 2.0',
+        'tandem_requests_aborted_total{kind="background"} 2.0',
     ])
-    assert engine_in_flight(text) == 1
+    assert engine_in_flight(text) == 2
+    assert (engine_in_flight(text, "client"), engine_in_flight(text, "background")) == (1, 1)
+
+
+def test_a_background_turn_that_never_ends_is_a_leak_and_a_backlog_is_not():
+    def after(in_flight: int, started: int) -> Afterwards:
+        return Afterwards(0, None, in_flight, started, {})
+    assert after(1, 0).leaked
+    assert not after(1, 5).leaked and not after(0, 0).leaked
+    assert Afterwards(1, 0.5, 0, 0, {}).leaked  # a client request left running
