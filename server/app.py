@@ -111,7 +111,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     async def lifespan(_app: FastAPI):
         # after a crash: temp files of the dead process go, torn journal lines are counted
         await asyncio.to_thread(recover, memory.root)
-        memory.ledger_saver.start()
+        # background work: the saver waits while clients run
+        memory.ledger_saver.busy = lambda: bool(state.engine and state.engine.running("client"))
+        saver = asyncio.create_task(memory.ledger_saver.run())
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
@@ -128,7 +130,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                 loader.cancel()
             if engine is None and state.engine is not None:
                 state.engine.shutdown()
-            await asyncio.to_thread(memory.ledger_saver.stop)  # the last records saved
+            saver.cancel()
+            memory.ledger_saver.save_now()  # the last records
 
     app = FastAPI(title="Tandem", lifespan=lifespan)
     app.state.tandem = state

@@ -185,7 +185,7 @@ class MemoryServices:
         self.tokens = SessionTokens(self.root)
         ledger_files = LedgerFiles(self.root)
         ledger_files.load_into(self.ledger)
-        self.ledger_saver = LedgerSaver(self.ledger, ledger_files)
+        self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save)
 
     @property
     def root(self) -> Path:

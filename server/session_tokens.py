@@ -61,22 +61,33 @@ class SessionTokens:
         self._known: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._loaded = False
+        self._unsaved: list[tuple[str, str]] = []
 
     def token_for(self, user: str, session: str) -> str:
         with self._lock:
             self._load()
             token = self._derive(user, session)
             if (user, session) not in self._known:
-                try:
-                    append_line(self._list_path,
-                                json.dumps({"user": user, "session": session}),
-                                kind="session_tokens", fsync=True)
-                except OSError as exc:  # disk full, read-only: valid until a restart
-                    log.warning("session token not listed on disk (%s): it lasts until "
-                                "the server restarts", exc.strerror or exc)
                 self._known.add((user, session))
                 self._by_token[token] = (user, session)
+                self._unsaved.append((user, session))
             return token
+
+    def save(self) -> None:
+        """List the sessions given a token since the last save (the ledger saver's thread
+        calls this, off the request path). A crash loses at most the last second's: such
+        a session's token is the same after a restart and resolves again from its next
+        turn on."""
+        with self._lock:
+            unsaved, self._unsaved = self._unsaved, []
+        if not unsaved:
+            return
+        lines = "\n".join(json.dumps({"user": u, "session": s}) for u, s in unsaved)
+        try:
+            append_line(self._list_path, lines, kind="session_tokens")
+        except OSError as exc:  # disk full, read-only: valid until a restart
+            log.warning("%d session tokens not listed on disk (%s): they resolve until the "
+                        "server restarts", len(unsaved), exc.strerror or exc)
 
     def resolve(self, token: str | None) -> tuple[str, str] | None:
         if not token:

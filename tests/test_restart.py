@@ -11,7 +11,7 @@ rather than replayed shows as the cache miss it would be on any engine.
 
 from __future__ import annotations
 
-import time
+import asyncio
 import uuid
 
 from conductor.ledger_files import LedgerFiles
@@ -37,7 +37,7 @@ def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
     injected = [s for s in record.spans if s.kind == "notes"]
     assert injected and note.note.id in injected[0].note_ids, "the note went in"
     token = first.memory.token_for("tester", session)
-    first.memory.ledger_saver.stop()  # what the end of the app's lifespan does
+    first.memory.ledger_saver.save_now()  # what the end of the app's lifespan does
 
     second = InProcessApp(served, home)  # the restart
     again = second.memory.ledger.latest("tester", session)
@@ -68,19 +68,43 @@ def test_the_ledger_saver_writes_behind_and_a_stop_writes_the_last(served, tmp_p
         app.chat([{"role": "user", "content": "hello there"}], "Hi.",
                  headers={"X-Tandem-Session": session})
 
+    async def run_for(seconds: float) -> None:  # as the app's lifespan runs it
+        task = asyncio.create_task(saver.run())
+        await asyncio.sleep(seconds)
+        task.cancel()
+
     saver.interval = 0.1
-    saver.start()
     turn("behind")
-    deadline = time.monotonic() + 10
-    while not files.path_for(("tester", "behind")).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert not files.path_for(("tester", "behind")).exists()
+    served.run(run_for(0.5))
     assert files.path_for(("tester", "behind")).exists(), "written within its interval"
     assert files.path_for(("tester", "behind")).stat().st_mode & 0o777 == 0o600
-    saver.stop()
 
-    saver.interval = 3600  # no save of its own before the stop
-    saver.start()
     turn("last")
     assert not files.path_for(("tester", "last")).exists()
-    saver.stop()
+    saver.save_now()  # what the end of the app's lifespan does
     assert files.path_for(("tester", "last")).exists(), "the stop wrote the last records"
+
+
+def test_the_ledger_saver_waits_while_clients_run_but_not_past_its_limit(served, tmp_path,
+                                                                        monkeypatch):
+    import conductor.ledger_files as ledger_files
+
+    app = InProcessApp(served, tmp_path / "home")
+    files = LedgerFiles(app.memory.root)
+    saver = app.memory.ledger_saver
+    saver.interval = 0.05
+    saver.busy = lambda: True  # clients running all the while
+    monkeypatch.setattr(ledger_files, "MAX_DEFER_S", 0.6)
+    app.chat([{"role": "user", "content": "hello there"}], "Hi.",
+             headers={"X-Tandem-Session": "busy"})
+
+    async def run_for(seconds: float) -> None:
+        task = asyncio.create_task(saver.run())
+        await asyncio.sleep(seconds)
+        task.cancel()
+
+    served.run(run_for(0.3))
+    assert not files.path_for(("tester", "busy")).exists(), "no save while clients run"
+    served.run(run_for(0.9))
+    assert files.path_for(("tester", "busy")).exists(), "saved once the deferral ran out"
