@@ -15,7 +15,6 @@ ratios to vLLM's from the same run. Writes `results.json`,
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 from bench.load_client import LoadPlan, run_round
 from bench.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
-from bench.report import environment
+from bench.report import environment, write_run
 from engine.engine import resolve_model_path
 from engine.home import tandem_home
 from engine.model_builder import models_dir
@@ -191,12 +190,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> str:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    summary = markdown(results)
-    (out_dir / "summary.md").write_text(summary)
-    plot(results, out_dir / PLOT)
-    return summary
+    return write_run(out_dir, results, markdown(results),
+                     lambda folder: plot(results, folder / PLOT))
 
 
 def run_load_bench(profile: Profile, client_counts: list[int], against_vllm: bool,

@@ -7,7 +7,7 @@ import json
 import os
 import platform
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -277,6 +277,16 @@ def plot(turns: list[dict], key: str, ylabel: str, title: str, path: Path) -> No
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def write_run(out_dir: Path, results: dict[str, Any], summary: str,
+              plot_into: Callable[[Path], None]) -> str:
+    """One run's files: results.json, summary.md and its plot(s); returns the summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out_dir / "summary.md").write_text(summary)
+    plot_into(out_dir)
+    return summary
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> str:

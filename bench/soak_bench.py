@@ -6,7 +6,6 @@ first token over the run, under bench/results/soak/<profile>/."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import httpx
 import yaml
 
 from bench.plain_vllm import free_port
+from bench.report import write_run
 from bench.soak import (
     SoakPlan,
     afterwards_json,
@@ -187,9 +187,5 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> str:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    summary = markdown(results)
-    (out_dir / "summary.md").write_text(summary)
-    plot(results, out_dir / PLOT)
-    return summary
+    return write_run(out_dir, results, markdown(results),
+                     lambda folder: plot(results, folder / PLOT))
