@@ -186,3 +186,14 @@ def test_a_live_writers_temp_file_is_kept_and_a_dead_ones_goes(tmp_path: Path) -
     assert clean_temp_files(folder) == 2
     assert live.exists() and untagged_new.exists()
     assert not dead.exists() and not untagged_old.exists()
+
+
+def test_an_entry_appended_after_a_torn_line_is_whole_and_the_torn_line_counted(tmp_path):
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append(op="add", ok=True)
+    with journal.path.open("a") as handle:
+        handle.write('{"at": "2026-11-30T12:00:00Z", "op": "ad')  # what a kill leaves
+    journal.append(op="archive", ok=True)
+    read = journal.read()
+    assert [e["op"] for e in read.entries] == ["add", "archive"]
+    assert read.torn == 1
