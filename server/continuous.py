@@ -78,7 +78,7 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     room = min(request.requested_max_tokens() or ANSWER_ROOM, profile.max_model_len // 4)
     bounds = window_bounds(profile)
     for attempt in range(FIT_TRIES):
-        prefix, window_tokens = _conversation_so_far(engine, profile, services, layers, bounds)
+        prefix, window = _conversation_so_far(engine, profile, services, layers, bounds)
         messages = [*(ChatMessage.model_validate(m) for m in prefix), last]
         assembled = request.model_copy(update={"messages": messages})
         try:
@@ -91,6 +91,8 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
             # the window (the only part the server may shorten) makes room. Its start
             # moves for good, so the next message fits too.
             over = overflow.prompt_tokens + room - profile.max_model_len
+            # counted only here: most messages fit, and counting tokens is not free
+            window_tokens = sum(turn_tokens(t, engine.count_tokens) for t in window)
             if window_tokens == 0 or attempt == FIT_TRIES - 1:
                 raise
             bounds = WindowBounds(bounds.turns, max(0, window_tokens - over))
@@ -103,8 +105,8 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
 
 def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServices,
                          layers: UserLayers, bounds: WindowBounds | None = None
-                         ) -> tuple[list[dict[str, Any]], int]:
-    """The layers and the replay window as chat messages, and the window's tokens; each
+                         ) -> tuple[list[dict[str, Any]], list[Turn]]:
+    """The layers and the replay window as chat messages, and the window's turns; each
     replayed answer's status lines are made known, so rendering takes them off (after a
     restart too)."""
     window = layers.replay(bounds or window_bounds(profile), engine.count_tokens)
@@ -112,8 +114,7 @@ def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServi
         for message in turn.messages:
             if message.role == "assistant":
                 services.shown.remember(message.shown(), message.text())
-    tokens = sum(turn_tokens(turn, engine.count_tokens) for turn in window)
-    return conversation_messages(layers.core(), layers.working_memory(), window), tokens
+    return conversation_messages(layers.core(), layers.working_memory(), window), window
 
 
 def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
