@@ -86,6 +86,8 @@ class NoteReads(StoreCore):
         filters = _filters(scope, kind, status, project, session, state)
         now = self._now()
         snap = self._read_snapshot()
+        if not snap.notes:  # nothing to find: skip building a query from a long message
+            return []
         if not self._index.is_fresh(snap.fingerprint):
             with self._lock:
                 snap = self._cache.fresh()
