@@ -2,14 +2,19 @@
 
 The same load (`bench.load_client`) against Tandem with memory off, Tandem with memory on
 and, with `--against-vllm`, plain vLLM's own server given the profile's engine settings;
-each its own process on this machine. All the servers are up at once and the rounds take
-turns (vLLM, memory off, memory on, then the next round starting one lane later), so a
-slow minute of this machine falls on every lane alike; only one server has clients at a
-time, the others idle. Per server and client count: a warm-up round, then `rounds`
-measured ones; the best (least wall time) of each, and the median of the paired ratios
-(round r of a lane over round r of vLLM, run one after the other). Tandem's figures are
-ratios to vLLM's from the same run. Writes `results.json`,
-`summary.md` and `load.png` under `bench/results/load/<profile>/` (or `--out`).
+each its own process on this machine. With `--against-vllm` a fourth lane,
+`vllm_memory_tokens`, sends plain vLLM each request with the tokens memory on hides in a
+prompt (the engine's tool catalog and the memory card, about 540 tokens on the tiny
+model): what those tokens cost the engine itself, apart from what Tandem's server adds.
+
+All the servers are up at once and the rounds take turns (vLLM, memory off, memory on,
+then the next round starting one lane later), so a slow minute of this machine falls on
+every lane alike; only one server has clients at a time, the others idle. Per server and
+client count: a warm-up round, then `rounds` measured ones; the best (least wall time) of
+each, and the median of the paired ratios (round r of a lane over round r of its
+yardstick, run one after the other). Tandem's figures are ratios to vLLM's from the same
+run. Writes `results.json`, `summary.md` and `load.png` under
+`bench/results/load/<profile>/` (or `--out`).
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.load_client import LoadPlan, run_round
+from bench.load_client import PLAIN, LoadPlan, RequestShape, run_round
 from bench.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
 from bench.report import environment, write_run
 from engine.engine import resolve_model_path
@@ -33,8 +39,32 @@ from engine.home import tandem_home
 from engine.model_builder import models_dir
 from engine.profiles import Profile
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 RESULTS = Path(__file__).resolve().parent / "results" / "load"
 TARGETS = {"memory_off": 1.05, "memory_on": 1.10}  # Tandem / vLLM, wall and p95 TTFT
+# (lane, its yardstick, the most it may take): memory on is also held to vLLM given the
+# same hidden tokens, which leaves what Tandem's server adds to them.
+COMPARISONS = (("memory_off", "vllm", TARGETS["memory_off"]),
+               ("memory_on", "vllm", TARGETS["memory_on"]),
+               ("memory_on", "vllm_memory_tokens", TARGETS["memory_off"]))
+
+
+@dataclass(frozen=True)
+class Lane:
+    base: str  # the server's base URL
+    shape: RequestShape = PLAIN
+
+
+def memory_tokens_shape() -> RequestShape:
+    """The hidden tokens of a memory-on prompt with an empty store, as plain request
+    parts: the engine's tools (tool_choice none: vLLM renders them and parses no call)
+    and the memory card as the system message."""
+    from conductor.card import memory_card
+    from server.engine_tools import DEFINITIONS
+
+    return RequestShape(system=memory_card(), tools=DEFINITIONS, tool_choice="none")
 READY_TIMEOUT_S = 600
 PLOT = "load.png"
 
@@ -65,24 +95,28 @@ def vllm_server(profile: Profile) -> Iterator[str]:
         yield v1.removesuffix("/v1")
 
 
-def measure_interleaved(bases: dict[str, str], model: str, client_counts: list[int],
-                        rounds: int, progress: Callable[[str], None] = say
-                        ) -> dict[str, Any]:
+def measure_interleaved(bases: Mapping[str, Lane | str], model: str,
+                        client_counts: list[int], rounds: int,
+                        progress: Callable[[str], None] = say) -> dict[str, Any]:
     """Per lane and client count: a warm-up round, then `rounds` measured ones and the
     best; the rounds take turns with the other lanes' (the lane that goes first moves on
     by one each round)."""
-    lanes = list(bases)
+    by_name = {name: lane if isinstance(lane, Lane) else Lane(lane)
+               for name, lane in bases.items()}
+    lanes = list(by_name)
     servers: dict[str, Any] = {lane: {} for lane in lanes}
     for clients in client_counts:
         plan = LoadPlan(clients=clients)
         for lane in lanes:  # warm-up
-            asyncio.run(run_round(bases[lane], model, LoadPlan(clients=min(clients, 8)),
-                                  seed=0))
+            asyncio.run(run_round(by_name[lane].base, model,
+                                  LoadPlan(clients=min(clients, 8)), seed=0,
+                                  shape=by_name[lane].shape))
         measured: dict[str, list[dict[str, Any]]] = {lane: [] for lane in lanes}
         for r in range(rounds):
             for lane in lanes[r % len(lanes):] + lanes[:r % len(lanes)]:
-                figures = asyncio.run(run_round(bases[lane], model, plan,
-                                                seed=1000 * clients + r))
+                figures = asyncio.run(run_round(by_name[lane].base, model, plan,
+                                                seed=1000 * clients + r,
+                                                shape=by_name[lane].shape))
                 progress(f"{lane} {clients} clients, round {r + 1}/{rounds}: wall "
                          f"{figures['wall_s']:.2f} s, p95 TTFT {figures['ttft_p95_s']:.2f} s,"
                          f" {figures['errors']} errors")
@@ -99,26 +133,32 @@ def _without_detail(figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def ratios(servers: dict[str, Any]) -> dict[str, Any]:
-    """Each Tandem lane over vLLM, per client count: wall and p95 TTFT, and the target."""
-    if "vllm" not in servers:
-        return {}
+    """Each Tandem lane over its yardstick, per client count: wall and p95 TTFT, best over
+    best and the median of the paired rounds, and the target. Met is judged on the paired
+    median: a round's wall varies by 10-20% on this machine, and the best of a few rounds
+    favours whichever lane varies most."""
     out: dict[str, Any] = {}
-    for lane, limit in TARGETS.items():
-        if lane not in servers:
+    for lane, yardstick, limit in COMPARISONS:
+        if lane not in servers or yardstick not in servers:
             continue
         for clients, figures in servers[lane].items():
-            base = servers["vllm"].get(clients)
+            base = servers[yardstick].get(clients)
             if base is None:
                 continue
             ours, theirs = figures["best"], base["best"]
             wall = ours["wall_s"] / theirs["wall_s"]
             ttft = (ours["ttft_p95_s"] / theirs["ttft_p95_s"]
                     if ours["ttft_p95_s"] and theirs["ttft_p95_s"] else None)
-            out[f"{lane}@{clients}"] = {
-                "wall_ratio": wall, "ttft_p95_ratio": ttft, "target": limit,
-                "met": wall <= limit and (ttft is None or ttft <= limit),
-                **_paired(figures["rounds"], base["rounds"])}
+            paired = _paired(figures["rounds"], base["rounds"])
+            name = f"{lane}@{clients}" + ("" if yardstick == "vllm" else f" / {yardstick}")
+            out[name] = {"wall_ratio": wall, "ttft_p95_ratio": ttft, "target": limit,
+                         "met": _within(paired, limit), **paired}
     return out
+
+
+def _within(paired: dict[str, Any], limit: float) -> bool:
+    ttft = paired.get("ttft_p95_ratio_median")
+    return paired["wall_ratio_median"] <= limit and (ttft is None or ttft <= limit)
 
 
 def _paired(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,21 +177,22 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Load: {results['environment']['profile']}, "
              f"{results['config']['max_tokens']} sampled tokens (seeded), prompts of "
              f"{results['config']['prompt_words']} words, half streamed", "",
-             "| server | clients | wall (s) | tokens/s | latency p50 / p95 / p99 (s) "
-             "| TTFT p50 / p95 / p99 (s) | errors |", "| --- | ---: | ---: | ---: | ---: "
-             "| ---: | ---: |"]
+             "| server | clients | prompt tokens (mean) | wall (s) | tokens/s "
+             "| latency p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) | errors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lane, by_clients in results["servers"].items():
         for clients, figures in by_clients.items():
             b = figures["best"]
             lines.append(
-                f"| {lane} | {clients} | {b['wall_s']:.2f} | {b['output_tokens_per_s']:.0f} | "
+                f"| {lane} | {clients} | {b.get('prompt_tokens_mean') or 0:.0f} | "
+                f"{b['wall_s']:.2f} | {b['output_tokens_per_s']:.0f} | "
                 f"{b['latency_p50_s']:.2f} / {b['latency_p95_s']:.2f} / "
                 f"{b['latency_p99_s']:.2f} | {b['ttft_p50_s']:.2f} / {b['ttft_p95_s']:.2f} / "
                 f"{b['ttft_p99_s']:.2f} | {b['errors']} |")
     if results["ratios"]:
         lines += ["", "| lane | wall / vLLM (best) | p95 TTFT / vLLM (best) | wall / vLLM "
                   "(median of paired rounds) | p95 TTFT (median of paired) | target | met "
-                  "(best) |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "(paired) |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for name, r in results["ratios"].items():
             lines.append(f"| {name} | {_x(r['wall_ratio'])} | {_x(r['ttft_p95_ratio'])} | "
                          f"{_x(r.get('wall_ratio_median'))} | "
@@ -195,19 +236,21 @@ def write_report(results: dict[str, Any], out_dir: Path) -> str:
 
 
 def run_load_bench(profile: Profile, client_counts: list[int], against_vllm: bool,
-                   rounds: int = 3, out_dir: Path | None = None) -> dict[str, Any]:
+                   rounds: int = 5, out_dir: Path | None = None) -> dict[str, Any]:
     model_path = resolve_model_path(profile, tandem_home(), say)
-    lanes: list[tuple[str, Callable[[], Any]]] = []
+    starts: list[tuple[str, Callable[[], Any]]] = []
     if against_vllm:
-        lanes.append(("vllm", lambda: vllm_server(profile)))
-    lanes += [("memory_off", lambda: tandem_server(profile, "off")),
-              ("memory_on", lambda: tandem_server(profile, "on"))]
+        starts.append(("vllm", lambda: vllm_server(profile)))
+    starts += [("memory_off", lambda: tandem_server(profile, "off")),
+               ("memory_on", lambda: tandem_server(profile, "on"))]
     with ExitStack() as stack:
-        bases = {}
-        for name, start in lanes:
+        lanes: dict[str, Lane] = {}
+        for name, start in starts:
             say(f"starting {name}")
-            bases[name] = stack.enter_context(start())
-        servers = measure_interleaved(bases, profile.name, client_counts, rounds)
+            lanes[name] = Lane(stack.enter_context(start()))
+        if against_vllm:  # the same server, each request with memory on's hidden tokens
+            lanes["vllm_memory_tokens"] = Lane(lanes["vllm"].base, memory_tokens_shape())
+        servers = measure_interleaved(lanes, profile.name, client_counts, rounds)
     plan = LoadPlan(clients=0)
     results = {
         "environment": environment(profile, model_path),

@@ -36,6 +36,31 @@ class LoadPlan:
     streamed_share: float = 0.5
 
 
+@dataclass(frozen=True)
+class RequestShape:
+    """What every request of a lane carries beside its user message: none for the plain
+    lanes; for `vllm_memory_tokens`, the tokens memory on hides in each prompt (the
+    engine's tool catalog and the memory card) sent as plain request parts."""
+
+    system: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | None = None
+
+    def body(self, prompt: str) -> dict[str, Any]:
+        messages = [{"role": "user", "content": prompt}]
+        if self.system is not None:
+            messages.insert(0, {"role": "system", "content": self.system})
+        out: dict[str, Any] = {"messages": messages}
+        if self.tools:
+            out["tools"] = list(self.tools)
+        if self.tool_choice is not None:
+            out["tool_choice"] = self.tool_choice
+        return out
+
+
+PLAIN = RequestShape()
+
+
 @dataclass
 class RequestResult:
     streamed: bool
@@ -43,6 +68,7 @@ class RequestResult:
     latency_s: float
     ttft_s: float | None  # streamed requests: the first chunk with text
     output_tokens: int
+    prompt_tokens: int = 0  # as the server counted them (its usage)
 
 
 def prompts(plan: LoadPlan, seed: int) -> list[str]:
@@ -56,18 +82,18 @@ def prompts(plan: LoadPlan, seed: int) -> list[str]:
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, model: str, prompt: str,
-                      streamed: bool, max_tokens: int, headers: dict[str, str], seed: int
-                      ) -> RequestResult:
+                      streamed: bool, max_tokens: int, headers: dict[str, str], seed: int,
+                      shape: RequestShape = PLAIN) -> RequestResult:
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 1.0,
-                            "seed": seed, "messages": [{"role": "user", "content": prompt}]}
+                            "seed": seed, **shape.body(prompt)}
     if streamed:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     started = time.perf_counter()
-    ttft, tokens = None, 0
+    ttft, usage = None, {}
     async with session.post(url, json=body, headers=headers) as response:
         if not streamed:
             data = await response.json(content_type=None)
-            tokens = (data.get("usage") or {}).get("completion_tokens", 0)
+            usage = data.get("usage") or {}
         else:
             async for raw in response.content:
                 line = raw.decode().strip()
@@ -75,18 +101,20 @@ async def one_request(session: aiohttp.ClientSession, url: str, model: str, prom
                     continue
                 chunk = json.loads(line[5:])
                 if chunk.get("usage"):
-                    tokens = chunk["usage"].get("completion_tokens", 0)
+                    usage = chunk["usage"]
                 delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
                 if ttft is None and (delta.get("content") or delta.get("reasoning")):
                     ttft = time.perf_counter() - started
         status = response.status
     latency = time.perf_counter() - started
     return RequestResult(streamed, status, latency,
-                         (ttft if ttft is not None else latency) if streamed else None, tokens)
+                         (ttft if ttft is not None else latency) if streamed else None,
+                         usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0))
 
 
 async def run_round(base_url: str, model: str, plan: LoadPlan, seed: int,
-                    headers: dict[str, str] | None = None) -> dict[str, Any]:
+                    headers: dict[str, str] | None = None, shape: RequestShape = PLAIN
+                    ) -> dict[str, Any]:
     """Every client's request sent at once; the round's wall time and percentiles."""
     texts = prompts(plan, seed)
     streamed = [i < round(plan.clients * plan.streamed_share) for i in range(plan.clients)]
@@ -98,7 +126,7 @@ async def run_round(base_url: str, model: str, plan: LoadPlan, seed: int,
         started = time.perf_counter()
         results = await asyncio.gather(*(
             one_request(session, url, model, text, s, plan.max_tokens, headers or {},
-                        seed * 1000 + i)
+                        seed * 1000 + i, shape)
             for i, (text, s) in enumerate(zip(texts, streamed, strict=True))))
         wall = time.perf_counter() - started
     return round_figures(list(results), wall)
@@ -121,6 +149,8 @@ def round_figures(results: list[RequestResult], wall: float) -> dict[str, Any]:
         "errors": sum(1 for r in results if r.status != 200),
         "statuses": sorted({r.status for r in results}),
         "output_tokens": tokens,
+        "prompt_tokens_mean": statistics.fmean(r.prompt_tokens for r in results)
+        if results else None,
         "output_tokens_per_s": tokens / wall if wall else None,
         "latency_p50_s": percentile(latencies, 50), "latency_p95_s": percentile(latencies, 95),
         "latency_p99_s": percentile(latencies, 99),

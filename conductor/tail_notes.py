@@ -100,10 +100,12 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
                   already: set[str], count_tokens: CountTokens,
                   budget: int = MATCH_BUDGET) -> TailNote | None:
     """The matching-notes tail for one user message, or None when nothing qualifies."""
+    allowed_ids = {n.id for n in allowed}
+    if not allowed_ids:  # no note to match: skip reading the message (on every request)
+        return None
     words = content_words(message)
     if len(words) < MIN_SHARED_WORDS:
         return None
-    allowed_ids = {n.id for n in allowed}
     chosen: list[Note] = []
     used = count_tokens(MATCH_FRAME)
     for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):

@@ -261,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "--soak: one count (default 32)")
     bench.add_argument("--against-vllm", action="store_true", help="--load: the same load "
                        "against plain vLLM's own server with the profile's engine settings")
-    bench.add_argument("--rounds", type=int, default=3, help="--load: measured rounds per "
-                       "client count; the best is kept (default 3)")
+    bench.add_argument("--rounds", type=int, default=5, help="--load: measured rounds per "
+                       "client count; the paired median is judged (default 5)")
     bench.add_argument("--quick", action="store_true", help="a short run (about 2 minutes on "
                        "tiny)")
     bench.add_argument("--out", type=Path, help="results folder (default: "

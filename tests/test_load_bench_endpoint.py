@@ -1,0 +1,27 @@
+"""The load bench's `vllm_memory_tokens` lane on plain vLLM's own server: its own pytest
+session with the other endpoint tests (`-m endpoint`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bench.load_bench import memory_tokens_shape
+from bench.load_client import LoadPlan, run_round
+
+pytestmark = pytest.mark.endpoint
+
+
+def test_the_memory_tokens_lane_sends_vllm_the_engine_tools_and_the_card(plain_vllm_server):
+    """What memory on hides in a prompt, sent as plain request parts: vLLM renders the
+    tools with tool_choice none (Tandem would drop them) and the card as the system
+    prompt, about as many tokens as memory on adds (its tool catalog and card)."""
+    base = plain_vllm_server.removesuffix("/v1")
+    plan = LoadPlan(clients=2, max_tokens=2)
+    plain = asyncio.run(run_round(base, "tiny-plain", plan, seed=9))
+    hidden = asyncio.run(run_round(base, "tiny-plain", plan, seed=9,
+                                   shape=memory_tokens_shape()))
+    assert (plain["errors"], hidden["errors"]) == (0, 0)
+    added = hidden["prompt_tokens_mean"] - plain["prompt_tokens_mean"]
+    assert 450 <= added <= 600  # the tool catalog (about 380) and the card (about 135)
