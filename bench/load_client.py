@@ -91,7 +91,9 @@ async def one_request(session: aiohttp.ClientSession, url: str, model: str, prom
     started = time.perf_counter()
     ttft, usage = None, {}
     async with session.post(url, json=body, headers=headers) as response:
-        if not streamed:
+        if response.status != 200:  # an error, counted as one (its body may not be JSON)
+            await response.read()
+        elif not streamed:
             data = await response.json(content_type=None)
             usage = data.get("usage") or {}
         else:

@@ -15,24 +15,18 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from conductor.ledger import Match, Span, VisibleMessage
+from conductor.ledger import Span, VisibleMessage
 from engine.engine import Engine, EngineDead, GenerationParams
 from engine.profiles import Profile
 from server.answer import Answer, RecordedTurn
 from server.engine_tools import NAMES as engine_tool_names
-from server.engine_tools import EngineToolbox, with_engine_tools
+from server.engine_tools import EngineToolbox
 from server.errors import APIError
-from server.hidden_context import HiddenContext, choose_hidden, note_miss
+from server.hidden_context import HiddenContext, note_miss
 from server.memory import MemoryContext, MemoryServices, resolve_context
 from server.output_parser import ParsedDelta
-from server.prompt import (
-    Tail,
-    assemble,
-    render_chat,
-    replay_cut,
-    tools_for_template,
-    visible_messages,
-)
+from server.prompt import Tail, tools_for_template
+from server.prompt_fit import fitting, layouts
 from server.response_format import answer_schema
 from server.schema import SYSTEM_FINGERPRINT, ChatCompletionRequest
 from server.sse import prepended
@@ -97,11 +91,15 @@ class ContextOverflow(APIError):
 def prepare(engine: Engine, profile: Profile, services: MemoryServices,
             request: ChatCompletionRequest, headers, peer: str | None,
             key_user: str | None = None, session: str | None = None,
-            leading_tails: Sequence[Tail] = (), answer_room: int = 1) -> PreparedChat:
+            leading_tails: Sequence[Tail] = (), answer_room: int = 1,
+            hidden_gives_way: bool = True) -> PreparedChat:
     """Validate against the served profile and build the prompt; APIError when bad.
     `session` overrides the header and the derived id (the continuous conversation's);
     `leading_tails` go right after the new messages, before memory's own tails;
-    `answer_room`: the fewest tokens the prompt must leave for the answer."""
+    `answer_room`: the fewest tokens the prompt must leave for the answer;
+    `hidden_gives_way`: memory's hidden parts are left out before the request is refused
+    as too long (`server/prompt_fit.py`); the ContextOverflow then counts the prompt
+    without them."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
@@ -126,23 +124,18 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
                        "hold: the answer is either the call or the JSON",
                        code="invalid_value", param="response_format")
     calls_tools = profile.tool_call_format == "qwen"
-    request, engine_tools = with_engine_tools(request, memory, calls_tools)
     enable_thinking = request.enable_thinking(profile.thinking)
-    visible = visible_messages(request)
-    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
-    if match is not None and request.tools and tools_for_template(request):
-        match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    rendered = render_chat(engine.tokenizer, request, enable_thinking, services.shown.as_written)
-    cut = replay_cut(engine.tokenizer, rendered, match)
-    replayed = match.record.spans if cut is not None and match is not None else None
-    hidden = choose_hidden(services, memory, replayed, request, engine.count_tokens)
-    built = assemble(engine.tokenizer, rendered, match, cut, hidden.head,
-                     [*leading_tails, *hidden.tails], profile.block_size)
+    max_tokens = request.requested_max_tokens()
+    need = max(answer_room, max_tokens or 0)
+    layout = fitting(layouts(engine, profile, services, memory, request, enable_thinking,
+                             leading_tails, hidden_gives_way),
+                     lambda laid: profile.max_model_len - laid.tokens >= need)
+    request, built, hidden = layout.request, layout.built, layout.hidden
+    replayed, visible, engine_tools = layout.replayed, layout.visible, layout.engine_tools
     room = profile.max_model_len - len(built.ids)
     if room < answer_room:
         raise ContextOverflow(f"the prompt is {len(built.ids)} tokens; this model's context is "
                               f"{profile.max_model_len} tokens", "messages", len(built.ids))
-    max_tokens = request.requested_max_tokens()
     if max_tokens is not None and max_tokens > room:
         raise ContextOverflow(f"max_tokens {max_tokens} plus the prompt's {len(built.ids)} "
                               f"tokens exceed this model's context of {profile.max_model_len}"

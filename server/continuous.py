@@ -84,7 +84,8 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
         try:
             prepared = chat.prepare(engine, profile, services, assembled, headers, peer,
                                     key_user, session=CONTINUOUS_SESSION,
-                                    leading_tails=[time_tail], answer_room=room)
+                                    leading_tails=[time_tail], answer_room=room,
+                                    hidden_gives_way=False)  # the window gives way
             break
         except chat.ContextOverflow as overflow:
             # The layers, the shared context and the notes grew with the user's memory;

@@ -1,0 +1,86 @@
+"""Memory's hidden parts give way before a request is refused as too long: a request whose
+own messages fit the model's context is served, as plain vLLM would serve it."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.chat import ContextOverflow, prepare
+from server.schema import ChatCompletionRequest
+from tests.inprocess import InProcessApp
+
+QUESTION = "Which port does component 3 of the service listen on today?"
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    return InProcessApp(served, tmp_path)
+
+
+def fill(app: InProcessApp) -> None:
+    for n in range(6):
+        result = app.memory.store("tester").add(
+            title=f"service port {n}", body=f"component {n} of the service listens on port "
+            f"{8000 + n} today", kind="reference", scope="user", source="cli",
+            has_user_message=True)
+        assert result.ok, result.reason
+
+
+def prepared(app: InProcessApp, max_tokens: int, session: str, headers: dict | None = None):
+    tandem = app.app.state.tandem
+    request = ChatCompletionRequest(model="tiny", max_tokens=max_tokens,
+                                    messages=[{"role": "user", "content": QUESTION}])
+    return prepare(tandem.engine, tandem.engine.profile, app.memory, request,
+                   {"x-tandem-session": session, **(headers or {})}, "127.0.0.1")
+
+
+def kinds(chat) -> set[str]:
+    return {span.kind for span in chat.spans}
+
+
+def test_memorys_parts_give_way_least_needed_first(app, tiny_profile):
+    fill(app)
+    context = tiny_profile.max_model_len
+    whole = prepared(app, 16, "fit-a")
+    assert {"shared", "notes"} <= kinds(whole) and whole.engine_tools
+
+    # One token more than the whole layout leaves: the matched notes and the session's
+    # tail go, the shared context stays where it was.
+    without_tails = prepared(app, context - len(whole.prompt_ids) + 1, "fit-b")
+    assert kinds(without_tails) == {"shared"} and without_tails.engine_tools
+    assert len(without_tails.prompt_ids) < len(whole.prompt_ids)
+    shared = next(s for s in whole.spans if s.kind == "shared")
+    assert without_tails.prompt_ids[:shared.end] == whole.prompt_ids[:shared.end]
+
+    # Then the shared context: the client's messages and the engine's tools only.
+    bare = prepared(app, context - len(without_tails.prompt_ids) + 1, "fit-c")
+    assert not bare.spans and bare.engine_tools and not bare.hidden.tails
+
+    # Then the engine's tool catalog: the prompt is the client's request alone, as with
+    # memory off for the request.
+    alone = prepared(app, context - len(bare.prompt_ids) + 1, "fit-d")
+    assert not alone.engine_tools and not alone.spans
+    off = prepared(app, 16, "fit-e", {"x-tandem-memory": "off"})
+    assert alone.prompt_ids == off.prompt_ids
+
+    # Only a request that does not fit alone is refused, and the refusal counts its own
+    # tokens, not memory's.
+    with pytest.raises(ContextOverflow) as refused:
+        prepared(app, context - len(alone.prompt_ids) + 1, "fit-f")
+    assert refused.value.prompt_tokens == len(alone.prompt_ids)
+    assert refused.value.status == 400 and refused.value.param == "max_tokens"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_that_fits_alone_is_served_with_memory_left_out(app, tiny_profile, stream):
+    fill(app)
+    messages = [{"role": "user", "content": QUESTION}]
+    _, own, _ = app.chat(messages, "ok", headers={"X-Tandem-Memory": "off"}, max_tokens=1)
+    room = tiny_profile.max_model_len - own["prompt_tokens"]  # all the rest, for the answer
+    _, usage, _ = app.chat(messages, "Port 8003.", stream=stream, max_tokens=room)
+    assert usage["prompt_tokens"] == own["prompt_tokens"]
+    response = app.request("POST", "/v1/chat/completions", json={
+        "model": "tiny", "messages": messages, "script": "ok", "max_tokens": room + 1})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert str(own["prompt_tokens"]) in response.json()["error"]["message"]
