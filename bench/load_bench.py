@@ -9,7 +9,8 @@ model): what those tokens cost the engine itself, apart from what Tandem's serve
 
 All the servers are up at once and the rounds take turns (vLLM, memory off, memory on,
 then the next round starting one lane later), so a slow minute of this machine falls on
-every lane alike; only one server has clients at a time, the others idle. Per server and
+every lane alike; only one server has clients at a time, the others idle (each round
+starts `SETTLE_S` after the last, once the previous server has gone quiet). Per server and
 client count: a warm-up round, then `rounds` measured ones; the best (least wall time) of
 each, and the median of the paired ratios (round r of a lane over round r of its
 yardstick, run one after the other). Tandem's figures are ratios to vLLM's from the same
@@ -24,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -66,6 +68,10 @@ def memory_tokens_shape() -> RequestShape:
 
     return RequestShape(system=memory_card(), tools=DEFINITIONS, tool_choice="none")
 READY_TIMEOUT_S = 600
+# Between rounds: vLLM's worker busy-loops on its message queue for a second after its
+# last step (shm_broadcast's busy_loop_s), so a round started at once shares the 2 cores
+# with the lane before it (measured: 0.4-0.7 s of that worker's CPU in the next round).
+SETTLE_S = 2.0
 PLOT = "load.png"
 
 
@@ -97,7 +103,8 @@ def vllm_server(profile: Profile) -> Iterator[str]:
 
 def measure_interleaved(bases: Mapping[str, Lane | str], model: str,
                         client_counts: list[int], rounds: int,
-                        progress: Callable[[str], None] = say) -> dict[str, Any]:
+                        progress: Callable[[str], None] = say,
+                        settle_s: float = SETTLE_S) -> dict[str, Any]:
     """Per lane and client count: a warm-up round, then `rounds` measured ones and the
     best; the rounds take turns with the other lanes' (the lane that goes first moves on
     by one each round)."""
@@ -114,6 +121,7 @@ def measure_interleaved(bases: Mapping[str, Lane | str], model: str,
         measured: dict[str, list[dict[str, Any]]] = {lane: [] for lane in lanes}
         for r in range(rounds):
             for lane in lanes[r % len(lanes):] + lanes[:r % len(lanes)]:
+                time.sleep(settle_s)  # the lane before goes quiet first
                 figures = asyncio.run(run_round(by_name[lane].base, model, plan,
                                                 seed=1000 * clients + r,
                                                 shape=by_name[lane].shape))

@@ -43,7 +43,7 @@ def test_the_lanes_take_turns_and_the_report_holds_each_and_its_ratio_to_vllm(se
     said: list[str] = []
     servers = measure_interleaved({"vllm": served.base_url,
                                    "memory_off": Lane(served.base_url)},
-                                  "tiny", [2], rounds=2, progress=said.append)
+                                  "tiny", [2], rounds=2, progress=said.append, settle_s=0)
     assert [m.split()[0] for m in said] == ["vllm", "memory_off", "memory_off", "vllm"]
     assert servers["vllm"]["2"]["best"]["requests"] == 2
     assert len(servers["memory_off"]["2"]["rounds"]) == 2
