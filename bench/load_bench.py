@@ -214,6 +214,8 @@ def _x(ratio: float | None) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """Per lane and client count: the median round's wall and p95 TTFT, whiskers from the
+    fastest round to the slowest (the spread a single round's figure carries)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,9 +228,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for i, (lane, by_clients) in enumerate(servers.items()):
         xs = [j + i * width for j in range(len(counts))]
         for ax, key in zip(axes, ("wall_s", "ttft_p95_s"), strict=True):
-            ax.bar(xs, [by_clients.get(str(c), {}).get("best", {}).get(key) or 0
-                        for c in counts], width, label=lane)
-    for ax, title in zip(axes, ("wall for all requests (s)", "p95 TTFT (s)"), strict=True):
+            spreads = [_spread(by_clients.get(str(c)), key) for c in counts]
+            medians = [m for m, _, _ in spreads]
+            whiskers = [[m - lo for m, lo, _ in spreads], [hi - m for m, _, hi in spreads]]
+            ax.bar(xs, medians, width, yerr=whiskers, capsize=3, label=lane)
+    for ax, title in zip(axes, ("wall for all requests (s), median round",
+                                "p95 TTFT (s), median round"), strict=True):
         ax.set_xticks([j + width * (len(servers) - 1) / 2 for j in range(len(counts))],
                       [f"{c} clients" for c in counts])
         ax.set_title(title)
@@ -236,6 +241,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _spread(figures: dict[str, Any] | None, key: str) -> tuple[float, float, float]:
+    """(median, least, most) of one figure over a lane's rounds."""
+    values = [r[key] for r in (figures or {}).get("rounds", ()) if r.get(key) is not None]
+    if not values:
+        return 0.0, 0.0, 0.0
+    return statistics.median(values), min(values), max(values)
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> str:
