@@ -89,3 +89,17 @@ def test_memory_on_is_also_held_to_vllm_given_the_same_hidden_tokens():
     assert not found["memory_on@32"]["met"]  # 1.12x plain vLLM
     same = found["memory_on@32 / vllm_memory_tokens"]
     assert same["met"] and same["target"] == 1.05  # the server adds 2% to the same tokens
+
+
+def test_pooled_ratios_take_the_median_over_every_paired_round_of_every_run():
+    from bench.load_pool import markdown, pooled
+
+    def run(vllm, off):
+        def lane(walls):
+            return {"8": {"rounds": [{"wall_s": w, "ttft_p95_s": w} for w in walls]}}
+        return {"servers": {"vllm": lane(vllm), "memory_off": lane(off)}}
+    # Run one alone reads 1.2x, run two 1.0x; over all five pairs the median is 1.0x.
+    table = pooled([run([1.0, 1.0, 1.0], [1.2, 1.2, 0.9]), run([2.0, 2.0], [2.0, 2.0])])
+    r = table["memory_off@8 / vllm"]
+    assert r["rounds"] == 5 and r["wall_ratio_median"] == 1.0 and r["met"]
+    assert "| memory_off@8 / vllm | 5 | 1.00x |" in markdown(table, ["a", "b"])

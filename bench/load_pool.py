@@ -1,0 +1,70 @@
+"""Paired ratios pooled over several load-bench runs of the same code:
+`python -m bench.load_pool RUN_DIR [RUN_DIR ...]` prints, per comparison and client count,
+the median over every paired round of every run (a round's wall varies by 10-30% on a
+2-core machine, so one run's 5-8 rounds do not settle a 5% margin)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.load_bench import COMPARISONS
+
+# Not a target: what memory on's hidden tokens cost plain vLLM's engine itself.
+TOKENS_COST = ("vllm_memory_tokens", "vllm", None)
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for lane, yardstick, limit in (*COMPARISONS, TOKENS_COST):
+        counts = sorted({c for run in runs for c in run["servers"].get(lane, {})}, key=int)
+        for clients in counts:
+            walls, ttfts = [], []
+            for run in runs:
+                ours = run["servers"].get(lane, {}).get(clients)
+                theirs = run["servers"].get(yardstick, {}).get(clients)
+                if ours is None or theirs is None:
+                    continue
+                for a, b in zip(ours["rounds"], theirs["rounds"], strict=False):
+                    walls.append(a["wall_s"] / b["wall_s"])
+                    if a["ttft_p95_s"] and b["ttft_p95_s"]:
+                        ttfts.append(a["ttft_p95_s"] / b["ttft_p95_s"])
+            if not walls:
+                continue
+            wall = statistics.median(walls)
+            ttft = statistics.median(ttfts) if ttfts else None
+            out[f"{lane}@{clients} / {yardstick}"] = {
+                "rounds": len(walls), "wall_ratio_median": wall, "ttft_p95_ratio_median": ttft,
+                "target": limit,
+                "met": None if limit is None else wall <= limit and (ttft is None or ttft <= limit)}
+    return out
+
+
+def markdown(table: dict[str, Any], sources: list[str]) -> str:
+    lines = [f"# Load bench, paired rounds pooled over {len(sources)} runs", "",
+             *(f"- `{s}`" for s in sources), "",
+             "| comparison | paired rounds | wall (median) | p95 TTFT (median) | target | met |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, r in table.items():
+        ttft = "n/a" if r["ttft_p95_ratio_median"] is None else f"{r['ttft_p95_ratio_median']:.2f}x"
+        target = "-" if r["target"] is None else f"<= {r['target']:.2f}x"
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "no")
+        lines.append(f"| {name} | {r['rounds']} | {r['wall_ratio_median']:.2f}x | {ttft} | "
+                     f"{target} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m bench.load_pool RUN_DIR [RUN_DIR ...]", file=sys.stderr)
+        return 2
+    runs = [json.loads((Path(d) / "results.json").read_text()) for d in argv]
+    print(markdown(pooled(runs), argv), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
