@@ -209,17 +209,15 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
     spans: list[Span] = []
     if cut is not None and match is not None:
         ids, new_text = list(match.record.ids), rendered.replay_history[cut:]
-    elif head is not None:
+    else:  # the client's system prompt and tools, encoded once (memoised)
         split = head_end(history)
-        ids = list(_head_ids(tokenizer, history[:split]))
-        start = len(ids)
-        ids += shared_context_ids(tokenizer, start, head.text, block_size)
-        spans.append(Span(start, len(ids), head.kind, head.note_ids))
-        new_text = history[split:]
-    else:  # the same split: a client's system prompt and tools are encoded once
-        split = head_end(history)
-        split = split if split < len(history) else 0  # no message after the head
+        if head is None and split == len(history):
+            split = 0  # no message after it: nothing to share, nothing to memoise
         ids, new_text = list(_head_ids(tokenizer, history[:split])), history[split:]
+        if head is not None:
+            start = len(ids)
+            ids += shared_context_ids(tokenizer, start, head.text, block_size)
+            spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if cut is not None else 0
     ids += encode(new_text)
     spans += [_append_hidden(ids, tail, encode) for tail in tails]
