@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,18 @@ from conductor.layers.working import parse_working_memory
 
 FAILED_RETRY_S = 600.0  # a failed job waits this long before its state trigger fires again
 Clock = Callable[[], datetime]
+_UNDECODABLE_RUN = re.compile("\ufffd{2,}")
+
+
+def one_mark_per_undecodable_run(text: str) -> str:
+    """The answer with each run of U+FFFD made one.
+
+    The grammar counts a string's length in characters, and it lets a byte sequence that is
+    not UTF-8 through as one character; decoding writes that sequence as up to four U+FFFD.
+    Seen on random weights: a 48-character string decoded to 50. One mark per run keeps every
+    string within the length the grammar allowed, and still shows something was there.
+    """
+    return _UNDECODABLE_RUN.sub("\ufffd", text)
 
 
 def utc_now() -> datetime:
@@ -120,7 +133,7 @@ def _settle(spec: JobSpec, inputs: JobInputs, run: JobRun, answer, schema, caps:
         return
     try:
         # Raw tabs and newlines inside strings are fine here: code re-spaces every text.
-        data = json.loads(answer.text, strict=False)
+        data = json.loads(one_mark_per_undecodable_run(answer.text), strict=False)
         jsonschema.validate(data, schema)
     except ValueError:
         run.reason = "invalid_json"

@@ -3,13 +3,17 @@ resolved, secrets stay out, and a job writes its own artifacts only, keeping ver
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 
 from conductor.background import consolidation, extraction, verification
 from conductor.background.artifacts import ArtifactRefused, version_dir, write_artifacts
+from conductor.background.backend import JobAnswer
 from conductor.background.job import Caps
 from conductor.background.job_state import Flag, JobState
-from conductor.background.runner import gather
+from conductor.background.runner import gather, run_job
 from conductor.layers.conversation import WindowBounds
 from conductor.layers.sections import Entry
 from conductor.layers.user_layers import UserLayers
@@ -124,3 +128,29 @@ def test_each_artifact_keeps_its_earlier_texts(layers):
     write_artifacts(files, ("WORKING_MEMORY.md",), {"WORKING_MEMORY.md": "# three\n"})
     kept = version_dir(files, "WORKING_MEMORY.md")
     assert (kept / "1.md").read_text() == first and (kept / "2.md").read_text() == "# two\n"
+
+
+class _AnswerOnce:
+    """A backend that answers with a fixed text (the runner's own logic is under test)."""
+
+    provider, model = "engine", "fixed"
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def answer(self, prompt, schema, max_tokens, script=None) -> JobAnswer:
+        return JobAnswer(self.text, "stop", output_tokens=40)
+
+
+def test_bytes_the_grammar_counted_as_one_character_stay_within_the_length_it_allowed(layers):
+    # Seen on random weights under the grammar: a string the grammar ended at 48 characters
+    # held a 3-byte sequence that is not UTF-8, which decodes to three U+FFFD: 50 characters.
+    text = "a" * 46 + "\ufffd" * 3 + "b"
+    answer = json.dumps(sections(active_tasks=[{"id": "new", "text": text}]),
+                        ensure_ascii=False)
+    caps = Caps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
+    record = asyncio.run(run_job(consolidation.SPEC, layers, _AnswerOnce(answer), "manual",
+                                 WindowBounds(40, 2000), len, caps, 256))
+    assert record.outcome == "changed", record.reason
+    written = parse_working_memory(layers.working_memory())["Active Tasks"]
+    assert [e.text for e in written] == ["a" * 46 + "\ufffdb"]
