@@ -189,7 +189,7 @@ def _hidden_message_parts(tokenizer, text: str) -> tuple[tuple[int, ...], tuple[
 def _head_ids(tokenizer, head: str) -> tuple[int, ...]:
     """The system prompt and tool catalog, encoded; memoised: a client sends the same head
     with every request (a coding agent's runs to thousands of tokens), and with memory on
-    every head holds the engine's tool catalog (about 380 tokens). Encoding it again was a
+    every head holds the engine's tool catalog (about 260 tokens). Encoding it again was a
     fifth of the server's time under many clients. Special tokens split the text before
     the tokenizer merges, so the head's ids and the rest's join as the whole's would."""
     return tuple(tokenizer.encode(head, add_special_tokens=False)) if head else ()

@@ -13,10 +13,29 @@ from bench.load_client import LoadPlan, run_round
 pytestmark = pytest.mark.endpoint
 
 
-def test_the_memory_tokens_lane_sends_vllm_the_engine_tools_and_the_card(plain_vllm_server):
+def hidden_tokens_of_memory_on(model_dir) -> int:
+    """The engine's tool catalog and the memory card as Qwen's template renders them."""
+    from transformers import AutoTokenizer
+
+    from conductor.card import memory_card
+    from server.engine_tools import DEFINITIONS
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def tokens(messages, tools=None) -> int:
+        text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    hi = [{"role": "user", "content": "hi"}]
+    card = {"role": "system", "content": memory_card()}
+    return tokens([card, *hi], list(DEFINITIONS)) - tokens(hi)
+
+
+def test_the_memory_tokens_lane_sends_vllm_the_engine_tools_and_the_card(plain_vllm_server,
+                                                                          built_models):
     """What memory on hides in a prompt, sent as plain request parts: vLLM renders the
     tools with tool_choice none (Tandem would drop them) and the card as the system
-    prompt, about as many tokens as memory on adds (its tool catalog and card)."""
+    prompt, as many tokens as memory on adds (its tool catalog and card)."""
     base = plain_vllm_server.removesuffix("/v1")
     plan = LoadPlan(clients=2, max_tokens=2)
     plain = asyncio.run(run_round(base, "tiny-plain", plan, seed=9))
@@ -24,4 +43,5 @@ def test_the_memory_tokens_lane_sends_vllm_the_engine_tools_and_the_card(plain_v
                                    shape=memory_tokens_shape()))
     assert (plain["errors"], hidden["errors"]) == (0, 0)
     added = hidden["prompt_tokens_mean"] - plain["prompt_tokens_mean"]
-    assert 450 <= added <= 600  # the tool catalog (about 380) and the card (about 135)
+    assert added == hidden_tokens_of_memory_on(built_models / "tiny-qwen3")
+    assert 350 <= added <= 450  # the tool catalog (about 260) and the card (about 135)
