@@ -57,11 +57,21 @@ def markdown(table: dict[str, Any], sources: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+USAGE = "usage: python -m bench.load_pool RUN_DIR [RUN_DIR ...] (each holds a results.json)"
+
+
 def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python -m bench.load_pool RUN_DIR [RUN_DIR ...]", file=sys.stderr)
+    if not argv or any(a.startswith("-") for a in argv):
+        print(USAGE, file=sys.stderr)
         return 2
-    runs = [json.loads((Path(d) / "results.json").read_text()) for d in argv]
+    runs = []
+    for d in argv:
+        try:
+            runs.append(json.loads((Path(d) / "results.json").read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"{d}: no load bench results.json readable there ({exc.__class__.__name__})",
+                  file=sys.stderr)
+            return 2
     print(markdown(pooled(runs), argv), end="")
     return 0
 

@@ -103,3 +103,12 @@ def test_pooled_ratios_take_the_median_over_every_paired_round_of_every_run():
     r = table["memory_off@8 / vllm"]
     assert r["rounds"] == 5 and r["wall_ratio_median"] == 1.0 and r["met"]
     assert "| memory_off@8 / vllm | 5 | 1.00x |" in markdown(table, ["a", "b"])
+
+
+def test_pooling_a_folder_without_results_says_so_and_exits_2(tmp_path, capsys):
+    from bench.load_pool import main
+
+    assert main([str(tmp_path)]) == 2
+    assert "no load bench results.json" in capsys.readouterr().err
+    assert main(["--help"]) == 2
+    assert "usage:" in capsys.readouterr().err
