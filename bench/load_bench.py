@@ -4,7 +4,7 @@ The same load (`bench.load_client`) against Tandem with memory off, Tandem with 
 and, with `--against-vllm`, plain vLLM's own server given the profile's engine settings;
 each its own process on this machine. With `--against-vllm` a fourth lane,
 `vllm_memory_tokens`, sends plain vLLM each request with the tokens memory on hides in a
-prompt (the engine's tool catalog and the memory card, about 540 tokens on the tiny
+prompt (the engine's tool catalog and the memory card, about 400 tokens on the tiny
 model): what those tokens cost the engine itself, apart from what Tandem's server adds.
 
 All the servers are up at once and the rounds take turns (vLLM, memory off, memory on,
