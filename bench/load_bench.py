@@ -6,6 +6,9 @@ each its own process on this machine. With `--against-vllm` a fourth lane,
 `vllm_memory_tokens`, sends plain vLLM each request with the tokens memory on hides in a
 prompt (the engine's tool catalog and the memory card, about 400 tokens on the tiny
 model): what those tokens cost the engine itself, apart from what Tandem's server adds.
+One more lane, `memory_on_notes`, is memory on for a user who already has notes (the
+quality bench's 40 facts): its shared context holds their index and the notes a prompt
+matches follow the question. It has no target; it shows what a lived-in store costs.
 
 All the servers are up at once and the rounds take turns (vLLM, memory off, memory on,
 then the next round starting one lane later), so a slow minute of this machine falls on
@@ -26,7 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.load_client import PLAIN, LoadPlan, RequestShape, run_round
 from bench.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
+from bench.quality_bench import FACTS, Fact, load_facts
 from bench.report import environment, write_run
 from engine.engine import resolve_model_path
 from engine.home import tandem_home
@@ -46,11 +50,15 @@ if TYPE_CHECKING:
 
 RESULTS = Path(__file__).resolve().parent / "results" / "load"
 TARGETS = {"memory_off": 1.05, "memory_on": 1.10}  # Tandem / vLLM, wall and p95 TTFT
-# (lane, its yardstick, the most it may take): memory on is also held to vLLM given the
-# same hidden tokens, which leaves what Tandem's server adds to them.
-COMPARISONS = (("memory_off", "vllm", TARGETS["memory_off"]),
-               ("memory_on", "vllm", TARGETS["memory_on"]),
-               ("memory_on", "vllm_memory_tokens", TARGETS["memory_off"]))
+# (lane, its yardstick, the most it may take or None): memory on is also held to vLLM
+# given the same hidden tokens, which leaves what Tandem's server adds to them.
+COMPARISONS: tuple[tuple[str, str, float | None], ...] = (
+    ("memory_off", "vllm", TARGETS["memory_off"]),
+    ("memory_on", "vllm", TARGETS["memory_on"]),
+    ("memory_on", "vllm_memory_tokens", TARGETS["memory_off"]),
+    ("memory_on_notes", "vllm", None),
+    ("memory_on_notes", "memory_on", None))
+LOAD_USER = "load"  # whose memory the bench's requests are (the server's own user)
 
 
 @dataclass(frozen=True)
@@ -79,17 +87,31 @@ def say(message: str) -> None:
     print(f"[load bench] {message}", flush=True)
 
 
+def write_notes(home: Path, facts: Sequence[Fact]) -> None:
+    """The facts as the bench user's notes, through the store, before the server starts."""
+    from conductor.notes import NoteStore
+
+    store = NoteStore(home / "memory", LOAD_USER)
+    for fact in facts:
+        result = store.add(title=fact.title, body=fact.body, kind=fact.kind, scope=fact.scope,
+                           source="cli", has_user_message=True)
+        if not result.ok:
+            raise RuntimeError(f"the store refused a bench note: {result.reason}")
+
+
 @contextmanager
-def tandem_server(profile: Profile, memory: str) -> Iterator[str]:
-    """`tandem serve` in its own process, on a fresh home sharing the built models."""
+def tandem_server(profile: Profile, memory: str, notes: Sequence[Fact] = ()) -> Iterator[str]:
+    """`tandem serve` in its own process, on a fresh home sharing the built models, its
+    user holding `notes`."""
     with tempfile.TemporaryDirectory(prefix="tandem-load-") as tmp:
         home = Path(tmp)
         (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
+        write_notes(home, notes)
         port = free_port()
         command = [sys.executable, "-m", "server.cli", "serve", "--profile", profile.name,
                    "--port", str(port), "--memory", memory]
-        with server_process(command, {**os.environ, "TANDEM_HOME": str(home)}, port,
-                            "/readyz", READY_TIMEOUT_S) as base:
+        env = {**os.environ, "TANDEM_HOME": str(home), "TANDEM_USER": LOAD_USER}
+        with server_process(command, env, port, "/readyz", READY_TIMEOUT_S) as base:
             yield base
 
 
@@ -164,7 +186,9 @@ def ratios(servers: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _within(paired: dict[str, Any], limit: float) -> bool:
+def _within(paired: dict[str, Any], limit: float | None) -> bool | None:
+    if limit is None:
+        return None
     ttft = paired.get("ttft_p95_ratio_median")
     return paired["wall_ratio_median"] <= limit and (ttft is None or ttft <= limit)
 
@@ -204,13 +228,21 @@ def markdown(results: dict[str, Any]) -> str:
         for name, r in results["ratios"].items():
             lines.append(f"| {name} | {_x(r['wall_ratio'])} | {_x(r['ttft_p95_ratio'])} | "
                          f"{_x(r.get('wall_ratio_median'))} | "
-                         f"{_x(r.get('ttft_p95_ratio_median'))} | <= {r['target']:.2f}x "
-                         f"| {'yes' if r['met'] else 'no'} |")
+                         f"{_x(r.get('ttft_p95_ratio_median'))} | {_target(r['target'])} "
+                         f"| {_met(r['met'])} |")
     return "\n".join(lines) + "\n"
 
 
 def _x(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
+def _target(limit: float | None) -> str:
+    return "-" if limit is None else f"<= {limit:.2f}x"
+
+
+def _met(met: bool | None) -> str:
+    return "-" if met is None else ("yes" if met else "no")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -262,8 +294,10 @@ def run_load_bench(profile: Profile, client_counts: list[int], against_vllm: boo
     starts: list[tuple[str, Callable[[], Any]]] = []
     if against_vllm:
         starts.append(("vllm", lambda: vllm_server(profile)))
+    facts = load_facts(FACTS)
     starts += [("memory_off", lambda: tandem_server(profile, "off")),
-               ("memory_on", lambda: tandem_server(profile, "on"))]
+               ("memory_on", lambda: tandem_server(profile, "on")),
+               ("memory_on_notes", lambda: tandem_server(profile, "on", facts))]
     with ExitStack() as stack:
         lanes: dict[str, Lane] = {}
         for name, start in starts:

@@ -112,3 +112,29 @@ def test_pooling_a_folder_without_results_says_so_and_exits_2(tmp_path, capsys):
     assert "no load bench results.json" in capsys.readouterr().err
     assert main(["--help"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_the_notes_lane_user_holds_every_quality_fact_as_a_live_note(tmp_path):
+    from bench.load_bench import LOAD_USER, write_notes
+    from bench.quality_bench import FACTS, load_facts
+    from conductor.notes import NoteStore
+
+    facts = load_facts(FACTS)
+    write_notes(tmp_path, facts)
+    notes = NoteStore(tmp_path / "memory", LOAD_USER).list(include_stale=False)
+    assert sorted(n.title for n in notes) == sorted(f.title for f in facts)
+
+
+def test_the_notes_lane_is_shown_beside_vllm_and_memory_on_without_a_target(tmp_path):
+    def lane(wall):
+        return {"32": {"best": {"wall_s": wall, "ttft_p95_s": wall},
+                       "rounds": [{"wall_s": wall, "ttft_p95_s": wall}]}}
+    found = ratios({"vllm": lane(1.0), "memory_on": lane(1.05),
+                    "memory_on_notes": lane(1.26)})
+    over_vllm, over_on = found["memory_on_notes@32"], found["memory_on_notes@32 / memory_on"]
+    assert round(over_vllm["wall_ratio_median"], 2) == 1.26 and over_vllm["met"] is None
+    assert round(over_on["wall_ratio_median"], 2) == 1.2 and over_on["target"] is None
+    summary = write_report({"environment": {"profile": "tiny"}, "ratios": found,
+                            "config": {"max_tokens": 16, "prompt_words": "100-250"},
+                            "servers": {}}, tmp_path)
+    assert "| memory_on_notes@32 | 1.26x | 1.26x | 1.26x | 1.26x | - | - |" in summary
