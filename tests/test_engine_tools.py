@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from engine.qwen_tokens import TOOL_CALL, TOOL_CALL_END
+from server.engine_tools import SEARCH_LIMIT
 from tests.inprocess import InProcessApp, eventually
 
 SESSION = {"X-Tandem-Session": "tools"}
@@ -128,6 +129,21 @@ def test_a_malformed_call_and_bad_arguments_get_an_error_the_model_reads(app):
     responses = record_text(app).split("<tool_response>")[1:]
     assert "Error: the call is not valid JSON" in responses[0]
     assert "Error: bad arguments" in responses[1] and "'query' is a required" in responses[1]
+
+
+def test_a_search_answers_with_five_entries_and_an_extra_argument_is_ignored(app):
+    store = app.memory.store("tester")
+    for n in range(7):
+        assert store.add(title=f"deploy step {n}", kind="runbook", scope="user", source="cli",
+                         body=f"Deploy step {n}: run the deploy script on host {n}.",
+                         has_user_message=True).ok
+    app.app.state.tandem.search.index("tester").sync()
+    script = [call("memory_search", query="deploy step", limit=50), "Seven steps."]
+    content, _, _ = app.chat(user("How do we deploy?"), script, headers=SESSION)
+    assert content == "› searched memory: deploy step\nSeven steps."
+    response = record_text(app).split("<tool_response>")[1].split("</tool_response>")[0]
+    assert f"{SEARCH_LIMIT} entries for 'deploy step':" in response
+    assert f"\n{SEARCH_LIMIT}. " in response and f"\n{SEARCH_LIMIT + 1}. " not in response
 
 
 def test_a_client_tool_after_an_engine_tool_ends_the_turn_with_tool_calls(app):
