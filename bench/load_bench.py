@@ -179,28 +179,35 @@ def ratios(servers: dict[str, Any]) -> dict[str, Any]:
             wall = ours["wall_s"] / theirs["wall_s"]
             ttft = (ours["ttft_p95_s"] / theirs["ttft_p95_s"]
                     if ours["ttft_p95_s"] and theirs["ttft_p95_s"] else None)
-            paired = _paired(figures["rounds"], base["rounds"])
+            paired = ratio_medians(*paired_ratios(figures["rounds"], base["rounds"]))
             name = f"{lane}@{clients}" + ("" if yardstick == "vllm" else f" / {yardstick}")
             out[name] = {"wall_ratio": wall, "ttft_p95_ratio": ttft, "target": limit,
-                         "met": _within(paired, limit), **paired}
+                         "met": within(paired, limit), **paired}
     return out
 
 
-def _within(paired: dict[str, Any], limit: float | None) -> bool | None:
+def within(paired: dict[str, Any], limit: float | None) -> bool | None:
+    """Both paired medians at or under `limit`; None when there is no target."""
     if limit is None:
         return None
     ttft = paired.get("ttft_p95_ratio_median")
     return paired["wall_ratio_median"] <= limit and (ttft is None or ttft <= limit)
 
 
-def _paired(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median over rounds of round r's ratio to vLLM's round r (interleaved runs)."""
+def paired_ratios(ours: list[dict[str, Any]],
+                  theirs: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """Round r of a lane over round r of its yardstick (interleaved runs): the wall ratios
+    and the p95 TTFT ratios (rounds with streamed requests only)."""
     pairs = list(zip(ours, theirs, strict=False))
-    if not pairs:
-        return {}
     walls = [a["wall_s"] / b["wall_s"] for a, b in pairs]
     ttfts = [a["ttft_p95_s"] / b["ttft_p95_s"] for a, b in pairs
              if a["ttft_p95_s"] and b["ttft_p95_s"]]
+    return walls, ttfts
+
+
+def ratio_medians(walls: list[float], ttfts: list[float]) -> dict[str, Any]:
+    if not walls:
+        return {}
     return {"wall_ratio_median": statistics.median(walls),
             "ttft_p95_ratio_median": statistics.median(ttfts) if ttfts else None}
 
@@ -226,22 +233,23 @@ def markdown(results: dict[str, Any]) -> str:
                   "(median of paired rounds) | p95 TTFT (median of paired) | target | met "
                   "(paired) |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for name, r in results["ratios"].items():
-            lines.append(f"| {name} | {_x(r['wall_ratio'])} | {_x(r['ttft_p95_ratio'])} | "
-                         f"{_x(r.get('wall_ratio_median'))} | "
-                         f"{_x(r.get('ttft_p95_ratio_median'))} | {_target(r['target'])} "
-                         f"| {_met(r['met'])} |")
+            cells = [ratio_text(r["wall_ratio"]), ratio_text(r["ttft_p95_ratio"]),
+                     ratio_text(r.get("wall_ratio_median")),
+                     ratio_text(r.get("ttft_p95_ratio_median")), target_text(r["target"]),
+                     met_text(r["met"])]
+            lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
-def _x(ratio: float | None) -> str:
+def ratio_text(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{ratio:.2f}x"
 
 
-def _target(limit: float | None) -> str:
+def target_text(limit: float | None) -> str:
     return "-" if limit is None else f"<= {limit:.2f}x"
 
 
-def _met(met: bool | None) -> str:
+def met_text(met: bool | None) -> str:
     return "-" if met is None else ("yes" if met else "no")
 
 

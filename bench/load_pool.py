@@ -6,12 +6,19 @@ the median over every paired round of every run (a round's wall varies by 10-30%
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.load_bench import COMPARISONS
+from bench.load_bench import (
+    COMPARISONS,
+    met_text,
+    paired_ratios,
+    ratio_medians,
+    ratio_text,
+    target_text,
+    within,
+)
 
 # Not a target: what memory on's hidden tokens cost plain vLLM's engine itself.
 TOKENS_COST = ("vllm_memory_tokens", "vllm", None)
@@ -22,24 +29,21 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for lane, yardstick, limit in (*COMPARISONS, TOKENS_COST):
         counts = sorted({c for run in runs for c in run["servers"].get(lane, {})}, key=int)
         for clients in counts:
-            walls, ttfts = [], []
+            walls: list[float] = []
+            ttfts: list[float] = []
             for run in runs:
                 ours = run["servers"].get(lane, {}).get(clients)
                 theirs = run["servers"].get(yardstick, {}).get(clients)
-                if ours is None or theirs is None:
-                    continue
-                for a, b in zip(ours["rounds"], theirs["rounds"], strict=False):
-                    walls.append(a["wall_s"] / b["wall_s"])
-                    if a["ttft_p95_s"] and b["ttft_p95_s"]:
-                        ttfts.append(a["ttft_p95_s"] / b["ttft_p95_s"])
+                if ours is not None and theirs is not None:
+                    run_walls, run_ttfts = paired_ratios(ours["rounds"], theirs["rounds"])
+                    walls += run_walls
+                    ttfts += run_ttfts
             if not walls:
                 continue
-            wall = statistics.median(walls)
-            ttft = statistics.median(ttfts) if ttfts else None
+            paired = ratio_medians(walls, ttfts)
             out[f"{lane}@{clients} / {yardstick}"] = {
-                "rounds": len(walls), "wall_ratio_median": wall, "ttft_p95_ratio_median": ttft,
-                "target": limit,
-                "met": None if limit is None else wall <= limit and (ttft is None or ttft <= limit)}
+                "rounds": len(walls), **paired, "target": limit,
+                "met": within(paired, limit)}
     return out
 
 
@@ -49,11 +53,9 @@ def markdown(table: dict[str, Any], sources: list[str]) -> str:
              "| comparison | paired rounds | wall (median) | p95 TTFT (median) | target | met |",
              "| --- | ---: | ---: | ---: | ---: | --- |"]
     for name, r in table.items():
-        ttft = "n/a" if r["ttft_p95_ratio_median"] is None else f"{r['ttft_p95_ratio_median']:.2f}x"
-        target = "-" if r["target"] is None else f"<= {r['target']:.2f}x"
-        met = "-" if r["met"] is None else ("yes" if r["met"] else "no")
-        lines.append(f"| {name} | {r['rounds']} | {r['wall_ratio_median']:.2f}x | {ttft} | "
-                     f"{target} | {met} |")
+        lines.append(f"| {name} | {r['rounds']} | {ratio_text(r['wall_ratio_median'])} | "
+                     f"{ratio_text(r['ttft_p95_ratio_median'])} | {target_text(r['target'])} | "
+                     f"{met_text(r['met'])} |")
     return "\n".join(lines) + "\n"
 
 
