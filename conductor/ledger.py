@@ -73,6 +73,9 @@ class Record:
     ids: Sequence[int]  # held as array("i") by the ledger: 4 bytes an id
     ended_cleanly: bool  # the answer ended with the end-of-turn token
     spans: tuple[Span, ...] = ()
+    # The model, tokenizer and chat template the ids were made under (a hash): ids of
+    # another tokenizer or template mean nothing to this one.
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class Ledger:
 
     max_tokens: int = MAX_TOKENS
     per_session: int = RECORDS_PER_SESSION
+    # The served model's fingerprint: records are stamped with it, and only records made
+    # under it are found.
+    fingerprint: str = ""
     _sessions: OrderedDict[SessionKey, OrderedDict[bytes, Record]] = field(
         default_factory=OrderedDict)
     _tokens: int = 0
@@ -117,7 +123,8 @@ class Ledger:
     _gone: set[SessionKey] = field(default_factory=set)
 
     def record(self, record: Record) -> None:
-        record = replace(record, ids=array("i", record.ids))
+        record = replace(record, ids=array("i", record.ids),
+                         fingerprint=record.fingerprint or self.fingerprint)
         key = _prefix_keys(record.user, record.session, record.messages)[-1]
         owner = (record.user, record.session)
         with self._lock:
@@ -160,10 +167,35 @@ class Ledger:
                 return None
             for length in range(len(messages) - 1, 0, -1):
                 record = records.get(keys[length - 1])
-                if record is not None:
+                if record is not None and record.fingerprint == self.fingerprint:
                     self._sessions.move_to_end((user, session))
                     return Match(record, length)
         return None
+
+    def serve_fingerprint(self, fingerprint: str) -> int:
+        """From now on records are made and found under `fingerprint`; the records made
+        under another (loaded from disk after a restart on another model, tokenizer or
+        template) are dropped. Returns how many."""
+        with self._lock:
+            self.fingerprint = fingerprint
+            dropped = 0
+            for owner, records in list(self._sessions.items()):
+                stale = [k for k, r in records.items() if r.fingerprint != fingerprint]
+                for key in stale:
+                    self._drop(records, key)
+                dropped += len(stale)
+                if not records:
+                    del self._sessions[owner]
+                    self._changed.discard(owner)
+                    self._gone.add(owner)
+                elif stale:
+                    self._changed.add(owner)
+            return dropped
+
+    def records(self, user: str, session: str) -> list[Record]:
+        """The session's records, oldest first."""
+        with self._lock:
+            return list(self._sessions.get((user, session), {}).values())
 
     def latest(self, user: str, session: str) -> Record | None:
         """The session's most recent record: its end anchor."""

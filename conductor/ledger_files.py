@@ -49,6 +49,7 @@ def encode_record(record: Record) -> dict[str, Any]:
         "ids": base64.b64encode(ids.tobytes()).decode("ascii"),
         "ended_cleanly": record.ended_cleanly,
         "spans": [[s.start, s.end, s.kind, list(s.note_ids)] for s in record.spans],
+        "fingerprint": record.fingerprint,
     }
 
 
@@ -60,7 +61,8 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
     spans = tuple(Span(start, end, kind, tuple(notes))
                   for start, end, kind, notes in data["spans"])
     return Record(user=user, session=session, messages=messages, ids=ids,
-                  ended_cleanly=bool(data["ended_cleanly"]), spans=spans)
+                  ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
+                  fingerprint=str(data.get("fingerprint") or ""))
 
 
 class LedgerFiles:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
+import hashlib
+import json
 import os
 import time
 import uuid
@@ -91,6 +94,18 @@ def load_tokenizer(name_or_path: str):
     return AutoTokenizer.from_pretrained(name_or_path)
 
 
+def served_fingerprint(model: str, tokenizer) -> str:
+    """A hash of what token ids mean to this server: the model, the tokenizer's vocabulary
+    and the chat template that renders prompts. Ids recorded under another fingerprint
+    (a restart on another profile) must not be replayed."""
+    digest = hashlib.sha256()
+    digest.update(model.encode())
+    digest.update(type(tokenizer).__name__.encode())
+    digest.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    digest.update((getattr(tokenizer, "chat_template", None) or "").encode())
+    return digest.hexdigest()[:32]
+
+
 def resolve_model_path(profile: Profile, home: Path, progress: Callable[[str], None]) -> str:
     """The model's path or hub id; builds the embedded model when the profile names one."""
     if profile.builtin_model:
@@ -149,11 +164,25 @@ class Engine:
         self._llm = llm
         self.tokenizer = load_tokenizer(profile.tokenizer or model_path)
         self.tokens: SpecialTokens = special_tokens(self.tokenizer, profile.tool_call_format)
+        self.fingerprint = served_fingerprint(profile.model, self.tokenizer)
         self.stats = EngineStats()
         self._running: dict[str, _Running] = {}
         # Memoised: tail notes price the same note texts against their budgets every turn.
         self.count_tokens: Callable[[str], int] = functools.lru_cache(maxsize=4096)(
             self._count_tokens)
+
+    def rendering_for(self, profile: Profile, model_path: str) -> Engine:
+        """This engine's vLLM for a server that renders prompts with another profile's
+        tokenizer and chat template over the same weights (the test models that carry the
+        published templates share the tiny model's weights, so one engine serves them
+        all). Requests, statistics and the dead-engine state are shared."""
+        twin = copy.copy(self)
+        twin.profile, twin.model_path = profile, model_path
+        twin.tokenizer = load_tokenizer(profile.tokenizer or model_path)
+        twin.tokens = special_tokens(twin.tokenizer, profile.tool_call_format)
+        twin.fingerprint = served_fingerprint(profile.model, twin.tokenizer)
+        twin.count_tokens = functools.lru_cache(maxsize=4096)(twin._count_tokens)
+        return twin
 
     def _count_tokens(self, text: str) -> int:
         """Tokens in `text` as a prompt would hold it (no special tokens added)."""

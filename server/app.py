@@ -40,6 +40,7 @@ from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.prewarm_service import PrewarmService
+from server.prompt import TemplateCannotExchange, check_tool_exchange
 from server.schema import ChatCompletionRequest
 from server.search_service import SearchService
 from server.sse import started
@@ -65,6 +66,12 @@ class ServerState:
     started_at: float = field(default_factory=time.time)
 
     def engine_ready(self, engine: Engine) -> None:
+        if self.profile.tool_call_format == "qwen":
+            _check_template(self.profile, engine)
+        dropped = self.memory.ledger.serve_fingerprint(engine.fingerprint)
+        if dropped:
+            log.info("ledger: %d saved records were made under another model, tokenizer or "
+                     "chat template; their conversations are rendered afresh once", dropped)
         self.engine = engine
         engine.stats.observers.append(self.metrics.request_finished)
         self.memory.metrics = self.metrics
@@ -89,6 +96,18 @@ class ServerState:
                            else f"the engine failed to load: {self.load_error}",
                            code="engine_not_ready", kind="server_error")
         return self.engine
+
+
+def _check_template(profile: Profile, engine: Engine) -> None:
+    """Refuse a chat template that cannot hold a tool exchange at start, with the profile
+    named, rather than fail mid-answer when the model calls a memory tool."""
+    try:
+        check_tool_exchange(engine.tokenizer)
+    except TemplateCannotExchange as exc:
+        raise TemplateCannotExchange(
+            f"profile {profile.name!r}: {exc}, so tool calls (the client's forced ones and "
+            "memory's own tools) cannot run; set tool_call_format: none in the profile to "
+            "serve this model without tool calls") from None
 
 
 def create_app(profile: Profile, home: Path, engine: Engine | None = None,

@@ -13,6 +13,7 @@ prompt and the tool definitions, where every session with the same head shares i
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +53,8 @@ def _message_dict(message: ChatMessage, as_written: AsWritten) -> dict[str, Any]
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function",
-             "function": {"name": c.function.name, "arguments": c.function.arguments}}
+             "function": {"name": c.function.name,
+                          "arguments": call_arguments(c.function.arguments)}}
             for c in message.tool_calls
         ]
     if message.reasoning_content:
@@ -99,17 +101,11 @@ class BuiltPrompt:
 
 @dataclass(frozen=True)
 class RenderedChat:
-    """The client's conversation as the chat template renders it, split where we splice.
-
-    Templates show an answer's reasoning only after the last user message, so the same
-    answer renders one way as the last turn and another once a user message follows. A
-    replay must not depend on that: `replay_history` renders every message without the
-    reasoning the client sent back (the record's ids hold the real one)."""
+    """The client's conversation as the chat template renders it, split where we splice."""
 
     history: str  # every message, no generation prompt
     generation_prompt: str | None  # None: a template whose history is not a prefix
-    replay_messages: list[dict[str, Any]]
-    replay_history: str
+    messages: list[dict[str, Any]]  # as the template was given them
     tools: list[dict[str, Any]] | None
     enable_thinking: bool
 
@@ -131,27 +127,43 @@ def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool
     generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
     if generation_prompt is None:
         history = with_prompt
-    plain, replay_history = messages, history
-    if any("reasoning_content" in m for m in messages):
-        plain = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
-        replay_history = _render(tokenizer, plain, tools, enable_thinking, generation=False)
-    return RenderedChat(history, generation_prompt, plain, replay_history, tools,
-                        enable_thinking)
+    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking)
 
 
 def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
-    """Where the ledger's record ends in the rendered history (`replay_history`), or None
-    when its exact ids cannot stand in for that part (no match, or a template that
-    renders it otherwise)."""
+    """Where the ledger's record ends in the whole history's render, or None when its
+    exact ids cannot stand in for that part (no match, a template we cannot split).
+
+    Found by message boundaries, never by comparing renders: a template need not render
+    a prefix of the messages as a prefix of the whole (Qwen3's shows an answer's think
+    block only after the last user message). The matched messages alone, rendered, say
+    how many messages the template opens for them; the record's last message is the one
+    the whole render opens last among those, and the record's ids stand in for all of it
+    however the template renders it there (a dropped reasoning, an empty think block)."""
     if match is None or rendered.generation_prompt is None:
         return None
-    prefix = _render(tokenizer, rendered.replay_messages[: match.matched_messages],
-                     rendered.tools, rendered.enable_thinking, generation=False)
-    cut = prefix.rfind(IM_END_TEXT)
-    if cut < 0:
+    prefix = _render(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
+                     rendered.enable_thinking, generation=False)
+    opened = prefix.count(IM_START_TEXT)
+    history = rendered.history
+    starts = _nth_occurrences(history, IM_START_TEXT, opened + 1)
+    if opened == 0 or len(starts) <= opened:
+        return None  # the template did not open the client's next message after it
+    last, following = starts[opened - 1], starts[opened]
+    end = history.rfind(IM_END_TEXT, last, following)
+    if end < 0:
         return None
-    cut += len(IM_END_TEXT) if match.record.ended_cleanly else 0
-    return cut if rendered.replay_history[:cut] == prefix[:cut] else None
+    return end + len(IM_END_TEXT) if match.record.ended_cleanly else end
+
+
+def _nth_occurrences(text: str, needle: str, count: int) -> list[int]:
+    """Where the first `count` occurrences of `needle` start."""
+    found: list[int] = []
+    at = text.find(needle)
+    while at >= 0 and len(found) < count:
+        found.append(at)
+        at = text.find(needle, at + len(needle))
+    return found
 
 
 def head_end(history: str) -> int:
@@ -208,7 +220,7 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
         return BuiltPrompt(encode(history), [], 0)
     spans: list[Span] = []
     if cut is not None and match is not None:
-        ids, new_text = list(match.record.ids), rendered.replay_history[cut:]
+        ids, new_text = list(match.record.ids), history[cut:]
     else:  # the client's system prompt and tools, encoded once (memoised)
         split = head_end(history)
         if head is None and split == len(history):
@@ -244,24 +256,59 @@ def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:
 
 
 CALL_CLOSE_TEXT = "</tool_call>"
+_RESPONSE_MARK = "\x00tandem-tool-response\x00"
+
+
+class TemplateCannotExchange(ValueError):
+    """The chat template cannot render a tool call and its response as a suffix of the
+    answer: the engine's memory tools cannot run inside the model's turn."""
+
+
+def call_arguments(arguments: object) -> object:
+    """Tool-call arguments as the chat template expects them: an object, as vLLM passes
+    them (Qwen2.5's template applies `tojson` whatever it is given, so a JSON string would
+    reach the model as a string inside JSON); text that is not JSON stays text."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except (ValueError, RecursionError):
+            return arguments
+    return arguments
 
 
 def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
                        enable_thinking: bool) -> str:
     """What follows a tool call's closing tag when the server answers it inside the turn:
     the end of the assistant's message, the tool message and the next assistant header,
-    as the chat template renders them (the difference of two renderings)."""
-    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": arguments}}
-    asked = [{"role": "user", "content": "."},
-             {"role": "assistant", "content": "", "tool_calls": [call]}]
-    before = _render(tokenizer, asked, None, enable_thinking, generation=False)
-    after = _render(tokenizer, [*asked, {"role": "tool", "content": response,
-                                         "tool_call_id": "call_0"}],
-                    None, enable_thinking, generation=True)
-    at = before.rfind(CALL_CLOSE_TEXT)
-    if at < 0 or not after.startswith(before):
-        raise ValueError("the chat template does not render a tool exchange as a suffix")
-    return before[at + len(CALL_CLOSE_TEXT):] + after[len(before):]
+    as the chat template renders them. The call itself is the model's own text (kept as
+    it wrote it), so only what comes after its closing tag is taken from the template."""
+    before, after = _exchange_parts(tokenizer, enable_thinking)
+    return before + response + after
+
+
+@functools.lru_cache(maxsize=8)
+def _exchange_parts(tokenizer, enable_thinking: bool) -> tuple[str, str]:
+    """The exchange around its response, from one render of a whole exchange (a template
+    need not render the call the same way before and after a message follows it)."""
+    call = {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": {}}}
+    exchange = [{"role": "user", "content": "."},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": _RESPONSE_MARK, "tool_call_id": "call_0"}]
+    whole = _render(tokenizer, exchange, None, enable_thinking, generation=True)
+    mark = whole.find(_RESPONSE_MARK)
+    close = whole.rfind(CALL_CLOSE_TEXT, 0, max(mark, 0))
+    if mark < 0 or close < 0 or whole.count(_RESPONSE_MARK) != 1:
+        raise TemplateCannotExchange(
+            "the chat template does not render a tool call followed by its response")
+    return whole[close + len(CALL_CLOSE_TEXT):mark], whole[mark + len(_RESPONSE_MARK):]
+
+
+def check_tool_exchange(tokenizer) -> None:
+    """TemplateCannotExchange when the template cannot hold an engine tool's exchange,
+    with thinking on or off: the server says so when it starts, not mid-answer."""
+    for thinking in (False, True):
+        _exchange_parts(tokenizer, thinking)
+        assistant_calls_text(tokenizer, [("f", "{}")], thinking)
 
 
 def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinking: bool) -> str:
@@ -269,11 +316,13 @@ def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinkin
     generation prompt, up to and with its end-of-turn token."""
     asked = [{"role": "user", "content": "."}]
     answered = [*asked, {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": args}}
+        {"id": f"call_{n}", "type": "function",
+         "function": {"name": name, "arguments": call_arguments(args)}}
         for n, (name, args) in enumerate(calls)]}]
     prompt = _render(tokenizer, asked, None, enable_thinking, generation=True)
     whole = _render(tokenizer, answered, None, enable_thinking, generation=False)
     if not whole.startswith(prompt) or IM_END_TEXT not in whole[len(prompt):]:
-        raise ValueError("the chat template does not render an answer after its prompt")
+        raise TemplateCannotExchange(
+            "the chat template does not render an answer after its prompt")
     body = whole[len(prompt):]
     return body[: body.rindex(IM_END_TEXT) + len(IM_END_TEXT)]

@@ -50,6 +50,85 @@ def served(test_home: Path, tiny_profile):
     server.stop()
 
 
+# The chat templates every ledger and hidden-context test runs on: Tandem's embedded one
+# (the `tiny` profile) and the published ones of the families the GPU profiles serve.
+TEMPLATE_PROFILES = {"embedded": "tiny", "qwen3": "tiny-qwen3-template",
+                     "qwen25": "tiny-qwen25-template"}
+
+
+def template_profile(template: str):
+    """The test profile of `template`, named `tiny` as every test's request names it."""
+    import dataclasses
+
+    from engine.profiles import load_profile
+
+    return dataclasses.replace(load_profile(TEMPLATE_PROFILES[template]), name="tiny")
+
+
+def template_engine(served, template: str):
+    """The session's one engine, rendering with `template`'s tokenizer and chat template
+    (the template models share the tiny model's weights)."""
+    from engine.engine import resolve_model_path
+
+    engine = served.app.state.tandem.engine
+    if template == "embedded":
+        return engine
+    profile = template_profile(template)
+    path = resolve_model_path(profile, engine_home(), lambda _m: None)
+    return engine.rendering_for(profile, path)
+
+
+def engine_home() -> Path:
+    from engine.home import tandem_home
+
+    return tandem_home()
+
+
+@pytest.fixture(scope="session")
+def _template_apps(served, tmp_path_factory):
+    """The second apps, one a published template, made when first asked for."""
+    from server.app import create_app
+    from tests.served import AppOnLoop
+
+    apps: dict[str, AppOnLoop] = {}
+
+    def get(template: str):
+        if template == "embedded":
+            return served
+        if template not in apps:
+            engine = template_engine(served, template)
+            home = tmp_path_factory.mktemp(f"tandem-home-{template}")
+            (home / "models").symlink_to(engine_home() / "models", target_is_directory=True)
+            apps[template] = AppOnLoop(served, create_app(engine.profile, home, engine=engine))
+            apps[template].start()
+        return apps[template]
+
+    yield get
+    for app in apps.values():
+        app.stop()
+
+
+@pytest.fixture(scope="session", params=list(TEMPLATE_PROFILES))
+def template(request) -> str:
+    """Each chat template in turn: a test that takes it runs once a template."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def template_tokenizer(built_models, template):
+    """`template`'s tokenizer and chat template, without an engine."""
+    from engine.engine import load_tokenizer, resolve_model_path
+
+    profile = template_profile(template)
+    return load_tokenizer(resolve_model_path(profile, built_models.parent, lambda _m: None))
+
+
+@pytest.fixture(scope="session")
+def template_served(_template_apps, template):
+    """The real app rendering with `template`, served over HTTP on the session's engine."""
+    return _template_apps(template)
+
+
 @pytest.fixture(scope="session")
 def engine(served):
     return served.app.state.tandem.engine

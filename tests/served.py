@@ -54,3 +54,40 @@ class ServedApp:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=60)
+
+
+class AppOnLoop:
+    """A second app served over HTTP on a ServedApp's event loop, and so on its engine:
+    uvicorn's server runs as a task of that loop, its requests reach the same AsyncLLM."""
+
+    def __init__(self, host: ServedApp, app: FastAPI) -> None:
+        self.app, self._host = app, host
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                loop="none", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._serving = None
+
+    def start(self, ready_timeout: float = 60.0) -> None:
+        self._serving = asyncio.run_coroutine_threadsafe(self._server.serve(), self._host.loop)
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self._serving.done():
+                self._serving.result()  # raises what stopped it
+                raise RuntimeError("the second app stopped before it was ready")
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("the second app did not become ready")
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
+        return self._host.run(coro, timeout)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._serving is not None:
+            self._serving.result(timeout=60)

@@ -35,7 +35,8 @@ CONVERSATIONS = {
 
 
 @pytest.mark.parametrize("name", list(CONVERSATIONS))
-def test_assembled_ids_are_the_whole_prompt_encoded(tokenizer, name):
+def test_assembled_ids_are_the_whole_prompt_encoded(template_tokenizer, name):
+    tokenizer = template_tokenizer
     request = ChatCompletionRequest(model="tiny", **CONVERSATIONS[name])
     rendered = render_chat(tokenizer, request, enable_thinking=False)
     whole = tokenizer.encode(rendered.history + (rendered.generation_prompt or ""),

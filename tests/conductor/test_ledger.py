@@ -95,3 +95,26 @@ def test_records_hold_their_ids_compactly():
     ledger.record(record("u", turns(1), list(range(1000))))
     ids = ledger.latest("u", "s").ids
     assert ids.itemsize == 4 and list(ids) == list(range(1000))
+
+
+def test_a_record_made_under_another_fingerprint_is_never_found_and_is_dropped():
+    """Ids mean something only to the tokenizer and template that made them: a record
+    loaded after a restart on another model is not replayed."""
+    ledger = Ledger(fingerprint="qwen3-template")
+    shown = [msg("user", "a"), msg("assistant", "b")]
+    ledger.record(record("u", shown, [1, 2], session="old"))
+    ledger.record(record("u", shown, [3, 4], session="kept"))
+    assert ledger.latest("u", "old").fingerprint == "qwen3-template"  # stamped
+    ledger.take_changes()
+    ledger.fingerprint = "qwen25-template"  # as a restart on another profile sees them
+    assert ledger.find("u", "old", [*shown, msg("user", "c")]) is None
+    ledger.fingerprint = "qwen3-template"
+    ledger.record(record("u", [*shown, msg("user", "c"), msg("assistant", "d")], [3, 4, 5],
+                         session="kept"))
+    ledger.take_changes()
+    assert ledger.serve_fingerprint("qwen25-template") == 3
+    changed, gone = ledger.take_changes()
+    assert gone == {("u", "old"), ("u", "kept")} and not changed  # their files go too
+    assert ledger.tokens == 0 and len(ledger) == 0
+    ledger.record(record("u", shown, [9], session="new"))
+    assert tuple(ledger.find("u", "new", [*shown, msg("user", "c")]).record.ids) == (9,)
