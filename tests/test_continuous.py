@@ -18,8 +18,9 @@ USER = "tester"  # InProcessApp's engine user
 
 
 @pytest.fixture
-def app(served, tmp_path) -> InProcessApp:
-    return InProcessApp(served, tmp_path)
+def app(template_served, tmp_path) -> InProcessApp:
+    """Each test that takes it runs once a chat template."""
+    return InProcessApp(template_served, tmp_path)
 
 
 def prompt_text(app: InProcessApp, tokenizer, user: str = USER) -> str:
@@ -75,23 +76,23 @@ def test_turns_are_written_listed_and_their_numbering_continues(app, tmp_path):
 
 
 def test_a_stored_turn_holds_no_time_line_and_a_rerendered_prompt_holds_one(
-        served, app, tokenizer, tmp_path):
+        template_served, app, tokenizer, tmp_path):
     for i in range(3):
         app.converse(f"q{i}", f"a{i}")
     eventually(lambda: len(turn_files(tmp_path)) == 3)
     assert all("Local time" not in p.read_text() for p in turn_files(tmp_path))
-    restarted = InProcessApp(served, tmp_path)  # an empty ledger: the prompt is rendered
+    restarted = InProcessApp(template_served, tmp_path)  # an empty ledger: the prompt is rendered
     restarted.converse("q3", "a3")
     text = prompt_text(restarted, tokenizer)
     assert text.count("Local time:") == 1
     assert text.index("Local time:") > text.index("q3")
 
 
-def test_a_restart_resumes_the_conversation_from_disk(served, app, tokenizer, tmp_path):
+def test_a_restart_resumes_the_conversation_from_disk(template_served, app, tokenizer, tmp_path):
     app.converse("my cat is called Miso", "noted")
     app.converse("and my dog is Pip", "noted too")
     eventually(lambda: len(turn_files(tmp_path)) == 2)
-    restarted = InProcessApp(served, tmp_path)
+    restarted = InProcessApp(template_served, tmp_path)
     restarted.converse("what are their names?", "Miso and Pip")
     text = prompt_text(restarted, tokenizer)
     assert text.index("my cat is called Miso") < text.index("and my dog is Pip") < text.index(
@@ -101,8 +102,8 @@ def test_a_restart_resumes_the_conversation_from_disk(served, app, tokenizer, tm
 
 
 def test_the_replay_window_drops_the_oldest_from_the_prompt_never_from_disk(
-        served, tokenizer, tmp_path):
-    app = InProcessApp(served, tmp_path, memory_changes={"replay_turns": 4})
+        template_served, tokenizer, tmp_path):
+    app = InProcessApp(template_served, tmp_path, memory_changes={"replay_turns": 4})
     usages = []
     for i in range(8):
         _, usage, _ = app.converse(f"question number {i}", f"answer number {i}")
@@ -124,12 +125,13 @@ def test_the_replay_window_drops_the_oldest_from_the_prompt_never_from_disk(
                                                           True, True]
 
 
-def test_an_unreadable_turn_is_quarantined_and_the_conversation_goes_on(served, app, tmp_path):
+def test_an_unreadable_turn_is_quarantined_and_the_conversation_goes_on(template_served, app,
+                                                                        tmp_path):
     app.converse("q0", "a0")
     eventually(lambda: len(turn_files(tmp_path)) == 1)
     broken = turn_files(tmp_path)[0].parent / "00000002.json"
     broken.write_text("{ torn")
-    restarted = InProcessApp(served, tmp_path)
+    restarted = InProcessApp(template_served, tmp_path)
     restarted.converse("q1", "a1")
     eventually(lambda: len(turn_files(tmp_path)) == 2)
     layers = tmp_path / "memory/layers/tester"
@@ -173,9 +175,10 @@ def test_core_files_are_never_written_by_code_and_an_edit_changes_the_prompt_onc
     assert next_one["prompt_tokens_details"]["cached_tokens"] >= floor  # once, then cached
 
 
-def test_each_user_has_a_conversation_of_their_own(served, tokenizer, tmp_path):
+def test_each_user_has_a_conversation_of_their_own(template_served, tokenizer, tmp_path):
     proxy = "10.9.8.7"
-    app = InProcessApp(served, tmp_path, trusted_proxies=frozenset({proxy}), client_host=proxy)
+    app = InProcessApp(template_served, tmp_path, trusted_proxies=frozenset({proxy}),
+                       client_host=proxy)
     app.converse("alice's secret plan", "ok", headers={"X-Tandem-User": "alice"})
     app.converse("bob's question", "ok", headers={"X-Tandem-User": "bob"})
     assert "alice's secret plan" not in prompt_text(app, tokenizer, "bob")
@@ -224,7 +227,7 @@ def test_a_bad_converse_request_gets_a_clear_400(app, body, param):
     assert response.json()["error"]["param"] == param
 
 
-def test_the_layer_routes_list_and_read_files_for_the_admin_only(served, app, tmp_path):
+def test_the_layer_routes_list_and_read_files_for_the_admin_only(template_served, app, tmp_path):
     app.converse("hello", "hi")
     listed = app.request("GET", "/v1/conductor/memory/layers").json()
     names = {(f["layer"], f["name"]) for f in listed["files"]}
@@ -239,13 +242,13 @@ def test_the_layer_routes_list_and_read_files_for_the_admin_only(served, app, tm
     for path in ("core/../../keys.json", "core/secrets.md", "notes/x", "history/99"):
         assert app.request("GET", f"/v1/conductor/memory/layers/{path}").status_code == 404
     assert app.request("PUT", "/v1/conductor/memory/layers/core/AGENT.md").status_code == 405
-    remote = InProcessApp(served, tmp_path, client_host="192.168.1.20")
+    remote = InProcessApp(template_served, tmp_path, client_host="192.168.1.20")
     assert remote.request("GET", "/v1/conductor/memory/layers").status_code == 403
 
 
 def test_a_continuous_profile_makes_chat_completions_continuous_for_the_plain_sdk_call(
-        served, tokenizer, tmp_path):
-    app = InProcessApp(served, tmp_path, memory_changes={"conversation": "continuous"})
+        template_served, tokenizer, tmp_path):
+    app = InProcessApp(template_served, tmp_path, memory_changes={"conversation": "continuous"})
 
     async def plain_calls() -> list:
         transport = httpx.ASGITransport(app=app.app)
@@ -260,7 +263,7 @@ def test_a_continuous_profile_makes_chat_completions_continuous_for_the_plain_sd
                 await asyncio.sleep(0)
             return usages
 
-    usages = served.run(plain_calls())
+    usages = template_served.run(plain_calls())
     text = prompt_text(app, tokenizer)
     assert text.index("plain 0") < text.index("reply 0") < text.index("plain 2")
     floor = usages[1].prompt_tokens + usages[1].completion_tokens - 32
@@ -272,12 +275,12 @@ def test_a_continuous_profile_makes_chat_completions_continuous_for_the_plain_sd
 
 
 def test_a_conversation_whose_memory_outgrew_the_context_gives_way_in_its_window(
-        served, tiny_profile, tmp_path):
+        template_served, tiny_profile, tmp_path):
     """The card, the index (at its budget with 200 notes), the matching notes and the
     window at its own bound (a third of the context) together pass the tiny model's 4,096
     tokens by the 12th message: the window gives way so each message keeps room for its
     answer, rather than every message after that being refused."""
-    app = InProcessApp(served, tmp_path)
+    app = InProcessApp(template_served, tmp_path)
     store = app.memory.store(USER)
     for i in range(200):
         assert store.add(title=f"Port fact {i:03d} for the build", kind="reference",

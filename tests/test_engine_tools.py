@@ -1,6 +1,7 @@
 """The engine's memory tools in the model's own turn, on the real engine (scripted): the
 server runs `memory_search` and `memory_read`, the answer goes on after the response as
-one answer, and the prefix cache serves everything but the response."""
+one answer, and the prefix cache serves everything but the response. Each test runs once
+a chat template (the embedded one, Qwen3's and Qwen2.5's as published)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def call(name: str, **arguments) -> str:
 
 
 @pytest.fixture
-def app(served, tmp_path) -> InProcessApp:
-    app = InProcessApp(served, tmp_path)
+def app(template_served, tmp_path) -> InProcessApp:
+    app = InProcessApp(template_served, tmp_path)
     store = app.memory.store("tester")
     result = store.add(title="build needs node 20", kind="gotcha", scope="user", source="cli",
                        body="The build fails on node 18: it needs node 20 (the lockfile v3).",
@@ -210,8 +211,8 @@ def test_a_client_tool_named_like_an_engine_tool_is_a_400(app):
     assert allowed.status_code == 200
 
 
-def test_the_plain_sdk_call_gets_one_answer_after_a_search(served):
-    client = openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused")
+def test_the_plain_sdk_call_gets_one_answer_after_a_search(template_served):
+    client = openai.OpenAI(base_url=f"{template_served.base_url}/v1", api_key="unused")
     answer = client.chat.completions.create(
         model="tiny", messages=user("Which node?"),
         extra_body={"script": [call("memory_search", query="node"), "Node 20."]})

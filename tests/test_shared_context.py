@@ -1,5 +1,7 @@
 """Prefix reuse across sessions, on the real engine: sessions for clients that send no id,
-the shared memory context every session finds in the cache, and its prewarm."""
+the shared memory context every session finds in the cache, and its prewarm. The tests of
+what a prompt holds run once a chat template (the embedded one, Qwen3's and Qwen2.5's as
+published); the prewarm's scheduling runs on the embedded one."""
 
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ def sdk_turn(sdk: openai.OpenAI, messages: list[dict], script: str, stream: bool
             content += chunk.choices[0].delta.content or ""
         usage = chunk.usage or usage
     return content, usage, raw.headers.get("x-tandem-memory-token")
+
+
+@pytest.fixture
+def sdk(template_served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{template_served.base_url}/v1", api_key="unused")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -120,7 +127,13 @@ def shared_span(app: InProcessApp, session: str):
 
 
 @pytest.fixture
-def app(served, tmp_path) -> InProcessApp:
+def app(template_served, tmp_path) -> InProcessApp:
+    """Each test that takes it runs once a chat template."""
+    return InProcessApp(template_served, tmp_path)
+
+
+@pytest.fixture
+def embedded_app(served, tmp_path) -> InProcessApp:
     return InProcessApp(served, tmp_path)
 
 
@@ -205,7 +218,8 @@ def test_an_open_sessions_next_turn_after_a_write_is_still_fully_cached(app, tin
 
 
 def test_after_a_write_the_prewarm_caches_the_new_shared_context_for_the_next_session(
-        app, served, tiny_profile):
+        app, template_served, tiny_profile):
+    served = template_served
     fill(app, 20)
     system = f"System [{uuid.uuid4().hex}]"
     first_turn(app, system, "warm-1", "What listens on port 7?")
@@ -220,7 +234,8 @@ def test_after_a_write_the_prewarm_caches_the_new_shared_context_for_the_next_se
     assert second["prompt_tokens_details"]["cached_tokens"] >= span.end - tiny_profile.block_size
 
 
-def test_a_prewarm_never_starts_while_a_client_request_is_in_flight(app, served):
+def test_a_prewarm_never_starts_while_a_client_request_is_in_flight(embedded_app, served):
+    app = embedded_app
     fill(app, 5)
     system = f"System [{uuid.uuid4().hex}]"
     first_turn(app, system, "busy-1", "What listens on port 1?")
@@ -243,7 +258,8 @@ def test_a_prewarm_never_starts_while_a_client_request_is_in_flight(app, served)
     assert [r.outcome for r in served.run(prewarm.tick())] == ["done"]
 
 
-def test_a_client_request_beside_a_prewarm_gets_its_whole_answer(app, served):
+def test_a_client_request_beside_a_prewarm_gets_its_whole_answer(embedded_app, served):
+    app = embedded_app
     fill(app, 30)
     system = f"System [{uuid.uuid4().hex}] " + "Long policy text. " * 200
     first_turn(app, system, "race-1", "What listens on port 9?")
