@@ -147,7 +147,7 @@ class Lane:
     async def _post(self, path: str, body: dict, headers: dict[str, str]
                     ) -> tuple[str, dict, str, float, float]:
         transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                      timeout=None) as client:
             sent = time.perf_counter()
             response = await client.post(path, json=body, headers=headers)

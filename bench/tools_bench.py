@@ -83,7 +83,7 @@ class ToolsBench:
 
     async def _post(self, body: dict, session: str) -> tuple[str, dict, str, float]:
         transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench",
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                      timeout=None) as client:
             sent = time.perf_counter()
             response = await client.post("/v1/chat/completions", json=body,

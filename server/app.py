@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
@@ -20,6 +21,7 @@ from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server import chat
 from server.auth import Auth
+from server.browser_guard import BrowserGuard, BrowserPolicy
 from server.completions import completions_router
 from server.conductor_routes import conductor_router
 from server.continuous import prepare_continuous
@@ -115,10 +117,14 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                on_ready: Callable[[], None] | None = None,
                memory_settings: MemorySettings | None = None,
                auth: Auth | None = None,
-               on_engine_dead: Callable[[], None] | None = None) -> FastAPI:
+               on_engine_dead: Callable[[], None] | None = None,
+               browser: BrowserPolicy | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background.
     `auth` defaults to the named keys under `home` (none: auth off). `on_engine_dead` is
-    called once if the engine core process dies (`tandem serve` then exits non-zero)."""
+    called once if the engine core process dies (`tandem serve` then exits non-zero).
+    `browser`: the host names the server answers as and the web origins it lets in
+    (default: loopback names and addresses, no web origin)."""
+    browser = browser or BrowserPolicy()
     memory = MemoryServices(home, memory_settings or MemorySettings())
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
@@ -176,6 +182,11 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(layer_router(state, answer))
 
     app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
+    if browser.allowed_origins:  # CORS for the origins the operator named, and only them
+        app.add_middleware(CORSMiddleware, allow_origins=sorted(browser.allowed_origins),
+                           allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["X-Tandem-Memory-Token"])
+    app.add_middleware(BrowserGuard, policy=browser)  # outermost: before any other work
 
     @app.get("/healthz")
     async def healthz() -> dict:

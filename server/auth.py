@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
+import time
 from dataclasses import dataclass, field
 
 from server.errors import APIError
 from server.keys import KeyStore
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+NO_KEY_LEFT = ("this server answers other machines and has no API key left: add one with "
+               "`tandem keys add LABEL` (or restart it with --api-key)")
+log = logging.getLogger("tandem.auth")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -28,15 +33,28 @@ class Auth:
     api_key: str | None = None  # the engine's own key: its user is the engine's user
     keys: KeyStore | None = None  # named keys: each label is a user
     engine_user: str = field(default="local")
+    # Serving other machines: a key is needed for the server's whole life, so revoking the
+    # last named key (or losing keys.json) shuts the door rather than opening it.
+    required: bool = False
+    _said_no_key_at: float = field(default=0.0, repr=False)
+
+    def has_a_key(self) -> bool:
+        return self.api_key is not None or (self.keys is not None and self.keys.has_keys())
 
     def enabled(self) -> bool:
-        return self.api_key is not None or (self.keys is not None and self.keys.has_keys())
+        return self.required or self.has_a_key()
 
     async def user_for(self, authorization: str | None) -> str | None:
         """The user the request's key names; None when auth is off. 401 when the key is
         missing or not a valid one."""
         if not self.enabled():
             return None
+        if not self.has_a_key():
+            now = time.monotonic()
+            if now - self._said_no_key_at > 60:  # once a minute, not once a request
+                self._said_no_key_at = now
+                log.warning("every /v1 request is refused: %s", NO_KEY_LEFT)
+            raise _unauthorized(NO_KEY_LEFT)
         scheme, _, key = (authorization or "").partition(" ")
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
@@ -55,7 +73,7 @@ def _unauthorized(message: str) -> APIError:
 
 def exposure_problem(host: str, auth: Auth, insecure: bool) -> str | None:
     """Why serving on `host` would hand the engine (and its memory) to the network."""
-    if is_loopback(host) or insecure or auth.enabled():
+    if is_loopback(host) or insecure or auth.has_a_key():
         return None
     return (f"--host {host} answers other machines, and no API key is set: anyone who "
             "reaches the port could read and write this user's memory. Give a key with "

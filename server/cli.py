@@ -53,11 +53,13 @@ def _serve(args: argparse.Namespace) -> int:
         trusted_proxies=frozenset(args.trusted_proxy) or settings.trusted_proxies,
         nightly_hour=settings.nightly_hour if args.nightly_hour is None else args.nightly_hour,
     )
-    from server.auth import Auth, exposure_problem
+    from server.auth import Auth, exposure_problem, is_loopback
+    from server.browser_guard import BrowserPolicy
     from server.keys import KeyStore
 
     auth = Auth(api_key=args.api_key or os.environ.get("TANDEM_API_KEY") or None,
-                keys=KeyStore(tandem_home()), engine_user=settings.user_name)
+                keys=KeyStore(tandem_home()), engine_user=settings.user_name,
+                required=not is_loopback(args.host) and not args.insecure_no_auth)
     problem = exposure_problem(args.host, auth, args.insecure_no_auth)
     if problem is not None:
         raise ProfileError(problem)
@@ -70,11 +72,14 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().call_later(ENGINE_DEAD_DRAIN_S,
                                               lambda: setattr(server, "should_exit", True))
 
+    browser = BrowserPolicy(listen_host=args.host,
+                            allowed_hosts=frozenset(h.lower() for h in args.allowed_host),
+                            allowed_origins=frozenset(o.lower().rstrip("/")
+                                                      for o in args.allowed_origin))
     app = create_app(profile, tandem_home(), progress=_say, on_ready=ready,
-                     memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level="warning",
-                                           timeout_graceful_shutdown=ENGINE_DEAD_GRACE_S))
+                     memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
+                     browser=browser)
+    server = uvicorn.Server(server_config(app, args.host, args.port))
     server.run()
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
@@ -87,6 +92,19 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(ENGINE_DEAD_EXIT)
     return 0
+
+
+def server_config(app, host: str, port: int):
+    """uvicorn's settings for `tandem serve`. The peer address is the connection's own:
+    uvicorn's `proxy_headers` (on by default, trusting X-Forwarded-For from 127.0.0.1)
+    would let any local process name another peer, and would turn a trusted proxy's
+    requests into its clients' addresses, which `--trusted-proxy` does not trust. Only a
+    trusted proxy relays anything, and it relays the user (X-Tandem-User), not an address."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          proxy_headers=False, forwarded_allow_ips="",
+                          timeout_graceful_shutdown=ENGINE_DEAD_GRACE_S)
 
 
 DEFAULT_LOAD_CLIENTS = "32,128"
@@ -226,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default: $TANDEM_USER or the OS user)")
     serve.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                        help="a proxy address whose requests carry X-Tandem-User (repeatable)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                       help="another host name the server answers as (repeatable; IP "
+                       "addresses, localhost and --host always)")
+    serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a web origin (https://app.example) whose pages may call the "
+                       "server, with CORS (repeatable; none by default)")
     serve.add_argument("--nightly-hour", type=int, choices=range(24), metavar="0-23",
                        help="hour of the daily notes job (default: $TANDEM_NIGHTLY_HOUR or 3)")
     serve.add_argument("--api-key", help="every /v1 route needs 'Authorization: Bearer "

@@ -37,7 +37,7 @@ class InProcessApp:
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app, client=(self._client_host, 5000))
-            async with httpx.AsyncClient(transport=transport, base_url="http://app",
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                          timeout=120) as client:
                 response = await client.request(method, path, **kwargs)
                 await response.aread()

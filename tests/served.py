@@ -60,13 +60,19 @@ class AppOnLoop:
     """A second app served over HTTP on a ServedApp's event loop, and so on its engine:
     uvicorn's server runs as a task of that loop, its requests reach the same AsyncLLM."""
 
-    def __init__(self, host: ServedApp, app: FastAPI) -> None:
+    def __init__(self, host: ServedApp, app: FastAPI, config=None) -> None:
+        """`config(app, host, port)`: uvicorn's settings (default: the test server's);
+        pass `server.cli.server_config` to serve as `tandem serve` does."""
         self.app, self._host = app, host
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                loop="none", lifespan="on")
-        self._server = uvicorn.Server(config)
+        if config is None:
+            settings = uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                      log_level="warning", loop="none", lifespan="on")
+        else:
+            settings = config(app, "127.0.0.1", self.port)
+            settings.loop, settings.lifespan = "none", "on"
+        self._server = uvicorn.Server(settings)
         self._serving = None
 
     def start(self, ready_timeout: float = 60.0) -> None:

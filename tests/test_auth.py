@@ -107,7 +107,7 @@ def test_the_openai_sdk_works_with_api_key(app, served, keys):
 
     async def ask(api_key: str):
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        client = openai.AsyncOpenAI(base_url="http://app/v1", api_key=api_key, max_retries=0,
+        client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=api_key, max_retries=0,
                                     http_client=httpx.AsyncClient(transport=transport))
         return await client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "hi"}],

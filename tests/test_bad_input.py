@@ -92,7 +92,7 @@ def test_script_is_refused_by_a_profile_that_is_not_scripted(served, engine, tes
 
     async def ask() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await c.post("/v1/chat/completions",
                                 json={"model": "tiny", "messages": USER, "script": "x"})
 
@@ -109,7 +109,7 @@ def test_chat_before_the_engine_is_ready_is_503(tiny_profile, test_home):
 
     async def ask() -> tuple[httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             ready = await c.get("/readyz")
             answer = await c.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
             return ready, answer

@@ -252,8 +252,9 @@ def test_a_continuous_profile_makes_chat_completions_continuous_for_the_plain_sd
 
     async def plain_calls() -> list:
         transport = httpx.ASGITransport(app=app.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
-            sdk = openai.AsyncOpenAI(base_url="http://app/v1", api_key="unused", http_client=http)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            sdk = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key="unused",
+                                     http_client=http)
             usages = []
             for i in range(3):  # the client sends only its new message, like a fresh chat
                 done = await sdk.chat.completions.create(

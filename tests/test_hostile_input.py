@@ -51,7 +51,7 @@ def filled(path: str, value: str) -> str:
 def send(app: InProcessApp, method: str, path: str, **kwargs) -> httpx.Response:
     async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             return await asyncio.wait_for(client.request(method, path, **kwargs),
                                           REQUEST_TIMEOUT_S)
     return app._served.run(go())

@@ -183,7 +183,7 @@ def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
         while jobs.live_tokens < decoded + 5:
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             answer = await client.post("/v1/chat/completions", json={
                 "model": "tiny", "messages": [{"role": "user", "content": "quick"}],
                 "script": "Quick answer."})
@@ -220,7 +220,7 @@ def preempt_a_consolidation(app: InProcessApp, served, client_script: str):
         while jobs.live_tokens < decoded + 5:  # decoding, past its grammar's compile
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             answer = await client.post("/v1/chat/completions", json={
                 "model": "tiny", "messages": [{"role": "user", "content": "quick"}],
                 "script": client_script})

@@ -137,7 +137,7 @@ def test_a_client_request_preempts_the_writer_and_keeps_the_prefix_cache(app, se
         while writer.live_tokens < 5:
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             at_arrival = writer.live_tokens
             answer = await client.post("/v1/chat/completions", json={
                 "model": "tiny", "messages": user("quick question"), "script": "Quick answer."})
@@ -175,7 +175,7 @@ def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, s
         while writer.live_tokens < 5:
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             await client.post("/v1/chat/completions", json={
                 "model": "tiny", "messages": user("quick question"), "script": "Quick."})
         return await task
