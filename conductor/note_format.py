@@ -101,12 +101,7 @@ def clean_tags(tags: Any) -> list[str]:
     if tags is None:
         return []
     items = tags.split(",") if isinstance(tags, str) else list(tags)
-    out: list[str] = []
-    for item in items:
-        tag = " ".join(str(item).split())
-        if tag and tag not in out:
-            out.append(tag)
-    return out
+    return list(dict.fromkeys(tag for tag in (" ".join(str(i).split()) for i in items) if tag))
 
 
 def word_count(text: str) -> int:

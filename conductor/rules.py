@@ -38,6 +38,7 @@ class Reason:
     TITLE_EMPTY = "title_empty"
     TITLE_TOO_LONG = "title_too_long"
     BODY_TOO_LONG = "body_too_long"
+    TAGS_TOO_LONG = "tags_too_long"
     SECRET = "secret"
     CAP_SESSION = "cap_session"
     CAP_USER = "cap_user"
@@ -64,6 +65,13 @@ class Caps:
 
     title_chars: int = 120
     body_words: int = 400
+    # Checked before any pattern runs: the secret check costs time per character, and a
+    # body far past the word cap is refused whatever it holds.
+    body_chars_per_word: int = 20
+
+    @property
+    def body_chars(self) -> int:
+        return self.body_words * self.body_chars_per_word
     session_notes: int = 20
     user_notes: int = 500
     archive_days: int = 30
@@ -115,12 +123,19 @@ def check_content(
     if not title:
         return Refusal(Reason.TITLE_EMPTY, "a note needs a title")
     tag_list = clean_tags(tags)
-    if has_secret(title) or any(has_secret(t) for t in tag_list):
-        return Refusal(Reason.SECRET, "the title or a tag holds a secret")
+    # The lengths first: no pattern runs on more text than a note may hold.
     if len(title) > caps.title_chars:
         return Refusal(
             Reason.TITLE_TOO_LONG, f"title has {len(title)} characters (max {caps.title_chars})"
         )
+    if len(body) > caps.body_chars:
+        return Refusal(Reason.BODY_TOO_LONG,
+                       f"body has {len(body)} characters (max {caps.body_chars})")
+    if sum(len(t) for t in tag_list) > caps.title_chars * 4:
+        return Refusal(Reason.TAGS_TOO_LONG,
+                       f"the tags hold more than {caps.title_chars * 4} characters")
+    if has_secret(title) or any(has_secret(t) for t in tag_list):
+        return Refusal(Reason.SECRET, "the title or a tag holds a secret")
     # Files are read back with universal newlines: store what will be read.
     body = body.replace("\r\n", "\n").replace("\r", "\n")
     redaction = redact(body.strip())

@@ -6,6 +6,12 @@ otherwise the whole match is. Findings never overlap: earlier, more specific pat
 
 Redaction writes ``[redacted:<family>]``; values that already are a marker are skipped, so
 checking a redacted text again finds nothing.
+
+Every repetition is bounded (a name part of at most 40 characters, a value of at most 512,
+a key block of at most 16 KiB): Python's regex engine backtracks, and one unbounded lazy
+run before a keyword made a 6,000-character body of `-` take seconds (quadratic). Bounded,
+each start position costs at most a bound, so a text costs time linear in its length
+(`tests/conductor/test_secret_time.py` measures the worst case per KB).
 """
 
 from __future__ import annotations
@@ -23,80 +29,121 @@ _SECRET_WORD = (r"(?:password|passwd|passphrase|pwd|secret|api[ _-]?key|apikey|t
                 r"|private[ _-]?key|signing[_-]?key|encryption[_-]?key|credentials?)")
 # A value someone made, not an English word: 8+ characters without spaces that mix
 # letters with digits, or upper with lower case (10+), or carry signs.
-_MADE_VALUE = (r"(?=\S*[A-Za-z])(?:(?=\S*\d)\S{8,}|(?=\S*[A-Z])(?=\S*[a-z])[A-Za-z]{10,}"
-               r"|(?=\S*[!@#$%^&*+/])\S{8,})")
+_MADE_VALUE = (r"(?=\S{0,512}[A-Za-z])(?:(?=\S{0,512}\d)\S{8,512}"
+               r"|(?=\S{0,512}[A-Z])(?=\S{0,512}[a-z])[A-Za-z]{10,512}"
+               r"|(?=\S{0,512}[!@#$%^&*+/])\S{8,512})")
 
 # (family, pattern). Order matters: specific provider formats before generic ones.
 _PATTERNS: list[tuple[str, str]] = [
     (
         "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]{0,16384}?-----END (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+        r"|[\s\S]{0,16384})",
     ),
-    ("anthropic", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    ("stripe", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    ("github", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}"),
-    ("gitlab", r"\bglpat-[A-Za-z0-9_-]{20,}"),
-    ("huggingface", r"\bhf_[A-Za-z0-9]{30,}"),
+    ("tandem", r"\btdm-[0-9a-f]{8}-[A-Za-z0-9_-]{20,64}"),
+    ("anthropic", r"\bsk-ant-[A-Za-z0-9_-]{20,512}"),
+    ("openai", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,512}"),
+    ("stripe", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,512}"),
+    ("github", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,512}|\bgithub_pat_[A-Za-z0-9_]{22,512}"),
+    ("gitlab", r"\bglpat-[A-Za-z0-9_-]{20,512}"),
+    ("huggingface", r"\bhf_[A-Za-z0-9]{30,512}"),
     ("aws", r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
     (
         "aws",
-        r"(?i)\baws_?secret_?access_?key\b[\"']?\s*[:=]\s*[\"']?"
+        r"(?i)\baws_?secret_?access_?key\b[\"']?\s{0,8}[:=]\s{0,8}[\"']?"
         r"(?P<value>[A-Za-z0-9/+=]{40})",
     ),
     ("google", r"\bAIza[0-9A-Za-z_-]{35}"),
-    ("google", r"\bya29\.[0-9A-Za-z_-]{20,}"),
-    ("azure", r"(?i)\b(?:AccountKey|SharedAccessKey)=(?P<value>[A-Za-z0-9+/=]{32,})"),
-    ("slack", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-    ("slack", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,}"),
-    ("discord", r"https://(?:discord|discordapp)\.com/api/webhooks/\d+/[A-Za-z0-9_-]{30,}"),
+    ("google", r"\bya29\.[0-9A-Za-z_-]{20,2048}"),
+    ("azure", r"(?i)\b(?:AccountKey|SharedAccessKey)=(?P<value>[A-Za-z0-9+/=]{32,512})"),
+    ("slack", r"\bxox[abposr]-[A-Za-z0-9-]{10,512}"),
+    ("slack", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]{20,512}"),
+    ("discord", r"https://(?:discord|discordapp)\.com/api/webhooks/\d{1,30}/[A-Za-z0-9_-]{30,512}"),
     ("discord", r"\b[A-Za-z0-9_-]{24,28}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}\b"),
-    ("telegram", r"(?<!\d)\d{8,10}:AA[A-Za-z0-9_-]{30,}"),
-    ("sendgrid", r"\bSG\.[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}"),
+    ("telegram", r"(?<!\d)\d{8,10}:AA[A-Za-z0-9_-]{30,512}"),
+    ("sendgrid", r"\bSG\.[A-Za-z0-9_-]{20,512}\.[A-Za-z0-9_-]{20,512}"),
     ("npm", r"\bnpm_[A-Za-z0-9]{36}\b"),
-    ("pypi", r"\bpypi-AgE[A-Za-z0-9_-]{40,}"),
+    ("pypi", r"\bpypi-AgE[A-Za-z0-9_-]{40,2048}"),
     ("digitalocean", r"\bdo[por]_v1_[a-f0-9]{64}\b"),
     ("grafana", r"\bglsa_[A-Za-z0-9]{32}_[a-f0-9]{8}\b"),
     ("shopify", r"\bshp(?:at|ca|pa|ss)_[a-f0-9]{32}\b"),
-    ("square", r"\bsq0(?:atp|csp)-[A-Za-z0-9_-]{22,}"),
+    ("square", r"\bsq0(?:atp|csp)-[A-Za-z0-9_-]{22,512}"),
     ("twilio", r"\b(?:AC|SK)[a-f0-9]{32}\b"),
     ("mailgun", r"\bkey-[a-f0-9]{32}\b"),
-    ("putty", r"Private-Lines:\s*\d+\s+(?P<value>[A-Za-z0-9+/=]{20,})"),
+    ("putty", r"Private-Lines:\s{0,8}\d{1,6}\s{1,8}(?P<value>[A-Za-z0-9+/=]{20,4096})"),
     (
         "jwt",
-        r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
+        r"\beyJ[A-Za-z0-9_-]{5,4096}\.eyJ[A-Za-z0-9_-]{5,4096}\.[A-Za-z0-9_-]{5,4096}",
     ),
     (
         "bearer",
-        r"(?i)\b(?:bearer|basic|token)\s+" + _NOT_A_VALUE
-        + r"(?P<value>(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,})",
+        r"(?i)\b(?:bearer|basic|token)\s{1,8}" + _NOT_A_VALUE
+        + r"(?P<value>(?=[A-Za-z0-9._~+/=-]{0,512}\d)[A-Za-z0-9._~+/=-]{16,512})",
     ),
     (
         "url_password",
-        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:" + _NOT_A_VALUE + r"(?P<value>[^\s/@]+)@",
+        r"\b[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s/:@]{0,256}:" + _NOT_A_VALUE
+        + r"(?P<value>[^\s/@]{1,512})@",
     ),
-    ("cli_password", r"(?:\s-u|--user)\s+[^\s:]+:" + _NOT_A_VALUE + r"(?P<value>[^\s@]{4,})"),
-    ("login_password", r"(?i)\blogin\s+\S+\s*/\s*" + _NOT_A_VALUE + r"(?P<value>\S{6,})"),
+    ("cli_password", r"(?:\s-u|--user)\s{1,8}[^\s:]{1,256}:" + _NOT_A_VALUE
+     + r"(?P<value>[^\s@]{4,512})"),
+    ("login_password", r"(?i)\blogin\s{1,8}\S{1,256}?\s{0,8}/\s{0,8}" + _NOT_A_VALUE
+     + r"(?P<value>\S{6,512})"),
     (
         # KEY=value, key: value, "key": "value", for every name that says secret
         # (DB_PASSWORD, SecretAccessKey, JWT_SECRET, signing_key...).
         "password_assignment",
-        r"(?i)(?<![A-Za-z0-9])[\w.-]*?" + _SECRET_WORD + r"[\w.-]*[\"']?\s*[:=]\s*"
-        + _NOT_A_VALUE
-        + r"(?P<value>\"[^\"\s]{4,}\"|'[^'\s]{4,}'|[^\s\"',;]{4,})",
+        # A name is tried from its first character only (not after another name
+        # character): a run of name characters costs one try, not one a position.
+        r"(?i)(?<![\w.-])(?:[^\W\d][\w.-]{0,40}?)?" + _SECRET_WORD
+        + r"[\w.-]{0,40}[\"']?\s{0,8}"
+        r"[:=]\s{0,8}" + _NOT_A_VALUE
+        + r"(?P<value>\"[^\"\s]{4,512}\"|'[^'\s]{4,512}'|[^\s\"',;]{4,512})",
     ),
+    # A payment card number: 13 to 19 digits, in groups or not, that pass the Luhn check.
+    ("card", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"),
+    # A long hex run: a token (GitHub's classic ones, many APIs', `openssl rand -hex`),
+    # unless the words before it say it is a commit, a hash or a digest.
+    ("hex_token", r"(?<![0-9A-Fa-f])[0-9a-f]{40,128}(?![0-9A-Fa-f])"),
+    # "password hunter2": after the word password itself, a shorter value with a digit.
+    ("password_phrase", r"(?i)\b(?:password|passwd|passphrase|pwd)(?:\s{1,8}is)?\s{1,8}"
+     + _NOT_A_VALUE + r"(?-i:(?P<value>(?=\S{0,64}\d)(?=\S{0,64}[A-Za-z])[^\s.,;]{6,64}))"),
     (
         # "password hunter22", "the secret is wJalr...": a keyword, a space (or "is"), and
         # a value that looks made, not a word: digits and letters, or mixed case, or signs.
         "password_phrase",
-        r"(?i)\b(?:password|passwd|passphrase|pass|pwd|secret(?:\s+(?:access\s+)?key)?"
-        r"|token|bearer|api\s*key|access\s+token|auth\s+token|client\s+secret|private\s+key)"
-        r"(?:\s+is)?\s+" + _NOT_A_VALUE + r"(?-i:(?P<value>" + _MADE_VALUE + r"))",
+        r"(?i)\b(?:password|passwd|passphrase|pass|pwd"
+        r"|secret(?:\s{1,8}(?:access\s{1,8})?key)?|token|bearer|api\s{0,8}key"
+        r"|access\s{1,8}token|auth\s{1,8}token|client\s{1,8}secret|private\s{1,8}key)"
+        r"(?:\s{1,8}is)?\s{1,8}" + _NOT_A_VALUE + r"(?-i:(?P<value>" + _MADE_VALUE + r"))",
     ),
 ]
 
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [(f, re.compile(p)) for f, p in _PATTERNS]
+
+_NOT_A_TOKEN = re.compile(r"(?i)\b(?:commit|sha(?:1|256|512)?|revision|rev|hash|checksum|digest"
+                          r"|merge|cherry-pick|object|blob|tree)\b[^\n]{0,24}$")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for n, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if n % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return total % 10 == 0
+
+
+def _is_secret(family: str, text: str, start: int, end: int) -> bool:
+    """The checks a pattern alone cannot make."""
+    if family == "card":
+        digits = "".join(ch for ch in text[start:end] if ch.isdigit())
+        return len(set(digits)) > 1 and _luhn(digits)
+    if family == "hex_token":
+        value = text[start:end]
+        return (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+                and not _NOT_A_TOKEN.search(text[max(0, start - 48):start]))
+    return True
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(f for f, _ in _PATTERNS))
 
 
@@ -132,6 +179,8 @@ def find_secrets(text: str) -> list[Finding]:
             if start == end:
                 continue
             if any(start < f.end and f.start < end for f in taken):
+                continue
+            if not _is_secret(family, text, start, end):
                 continue
             taken.append(Finding(family, start, end))
     return sorted(taken, key=lambda f: f.start)

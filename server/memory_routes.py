@@ -6,6 +6,7 @@ card the model sees); a request without a known token is answered 403.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Literal
 
@@ -59,17 +60,22 @@ def memory_router(services: MemoryServices,
         user, session = session_of(request)
         store = services.store(user)
         project = request.headers.get("x-tandem-project") or None
+        # The store's rules (the secret check among them) and its file writes run in a
+        # worker thread: never on the event loop that streams every client's answer.
         if body.op == "add":
-            result = store.add(title=body.title or "", body=body.body, kind=body.kind or "",
-                               scope=body.scope or "", tags=body.tags, project=project,
-                               session=session, source="route")
+            result = await asyncio.to_thread(
+                store.add, title=body.title or "", body=body.body, kind=body.kind or "",
+                scope=body.scope or "", tags=body.tags, project=project, session=session,
+                source="route")
         elif body.id is None:
             raise APIError(400, f"{body.op} needs an id", code="invalid_value", param="id")
         elif body.op == "update":
-            result = store.update(body.id, title=body.title, body=body.body or None,
-                                  tags=body.tags or None, kind=body.kind, source="route")
+            result = await asyncio.to_thread(
+                store.update, body.id, title=body.title, body=body.body or None,
+                tags=body.tags or None, kind=body.kind, source="route")
         else:
-            result = store.archive(body.id, body.reason or "", source="route")
+            result = await asyncio.to_thread(store.archive, body.id, body.reason or "",
+                                             source="route")
         services.on_change(user)
         return _result_json(result)
 

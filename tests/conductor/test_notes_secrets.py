@@ -42,6 +42,9 @@ SAMPLES: dict[str, str] = {
     "cli_password": "curl -u admin:" + "pa55word9 https://ci.example.com",
     "login_password": "login admin / " + "s3cretpw9",
     "password_phrase": "the secret is " + A20,
+    "tandem": "tdm-" + "0a1b2c3d-" + A20 + "Ab_-12wxyz",
+    "card": "4111 " + "1111 1111 1111",
+    "hex_token": "0123456789abcdef" * 2 + "89abcdef",
 }
 EXTRA: list[tuple[str, str]] = [
     ("aws", "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"),
@@ -49,7 +52,22 @@ EXTRA: list[tuple[str, str]] = [
     ("password_assignment", "API_KEY=" + "0123456789abcdef0123"),
     ("github", "github_pat_" + A20 + "_" + A20),
     ("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA"),
+    ("password_phrase", "my password " + "hunter2"),
+    ("tandem", "use the key tdm-" + "9f8e7d6c-" + A20 + "QRSTuvwx09 for the bot"),
+    ("card", "card number 5555-" + "5555-5555-4444, expires 12/29"),
+    ("hex_token", "the deploy token is now " + "9f8e7d6c5b4a3f2e" * 3),
 ]
+# Like a secret, and not one: a commit named as one, a card number that fails the Luhn
+# check, a run of one digit.
+NOT_SECRETS = ["fixed in commit " + "0123456789abcdef" * 2 + "89abcdef",
+               "the sha256 digest " + "ab12" * 16,
+               "order number 4111 " + "1111 1111 1112", "0000 0000 0000 0000 00",
+               "the password is long"]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_what_only_looks_like_a_secret_is_kept(text: str) -> None:
+    assert find_secrets(text) == [], text
 
 
 def test_every_family_has_a_sample() -> None:
