@@ -49,6 +49,10 @@ class GenerationParams:
     json_schema: dict | None = None  # or to JSON under this schema (xgrammar)
     logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
     top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
+    # vLLM's per-request prefix-cache salt: requests share cached blocks only with requests
+    # of the same salt (the server gives each user one, so cached_tokens tells nobody what
+    # another user's prompts held).
+    cache_salt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -307,9 +311,10 @@ class Engine:
         self._running[request_id] = _Running(kind)
         self.stats.started(kind)
         finished = False
-        stream = self._llm.generate(
-            {"prompt_token_ids": list(prompt_token_ids)}, sampling, request_id, priority=priority
-        )
+        prompt: dict = {"prompt_token_ids": list(prompt_token_ids)}
+        if params.cache_salt:
+            prompt["cache_salt"] = params.cache_salt
+        stream = self._llm.generate(prompt, sampling, request_id, priority=priority)
         try:
             async for out in _alive(stream):
                 completion = out.outputs[0]

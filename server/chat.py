@@ -165,6 +165,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         script_ids=script_ids,
         json_schema=forced.schema if forced is not None else answer_json,
         top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+        cache_salt=services.cache_salt(memory.user),
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())

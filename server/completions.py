@@ -9,6 +9,7 @@ answers in vLLM's `text_completion` shape, streamed or not.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
 from server.chat import model_names
 from server.errors import APIError, json_body, validation_error
+from server.memory import request_user
 from server.schema import SYSTEM_FINGERPRINT, StreamOptions
 from server.sse import started
 
@@ -148,6 +150,11 @@ def completions_router(state) -> APIRouter:
         head = {"id": completion_id, "object": "text_completion", "created": created,
                 "model": request.model}
         params = request.params(request.max_tokens or DEFAULT_MAX_TOKENS)
+        # A completion has no memory, but its cached blocks are its user's alone too.
+        peer = http.client.host if http.client else None
+        user = request_user(http.headers, peer, state.memory.settings,
+                            getattr(http.state, "key_user", None))
+        params = dataclasses.replace(params, cache_salt=state.memory.cache_salt(user))
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return StreamingResponse(

@@ -23,11 +23,14 @@ class EngineJobBackend:
     provider = "engine"
 
     def __init__(self, engine: Engine, ledger: Ledger,
-                 on_tokens: Callable[[int], None] = lambda n: None) -> None:
-        """`on_tokens(n)`: told of each step's new tokens (the bench watches a job decode)."""
+                 on_tokens: Callable[[int], None] = lambda n: None,
+                 cache_salt: str | None = None) -> None:
+        """`on_tokens(n)`: told of each step's new tokens (the bench watches a job decode);
+        `cache_salt`: the user's, so the job's prompt finds the conversation cached."""
         self._engine = engine
         self._ledger = ledger
         self._on_tokens = on_tokens
+        self._cache_salt = cache_salt
         self.model = engine.profile.name
 
     def prompt_ids(self, prompt: JobPrompt, room_for: int) -> list[int]:
@@ -64,7 +67,8 @@ class EngineJobBackend:
         script_ids = (tuple(self._engine.tokenizer.encode(script, add_special_tokens=False))
                       if script is not None else None)
         params = GenerationParams(max_tokens=min(max_tokens, room), temperature=JOB_TEMPERATURE,
-                                  json_schema=schema, script_ids=script_ids)
+                                  json_schema=schema, script_ids=script_ids,
+                                  cache_salt=self._cache_salt)
         out = JobAnswer("", None, prompt_tokens=len(ids))
         async for delta in self._engine.generate(ids, params, kind="background"):
             out.text += delta.text

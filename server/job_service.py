@@ -7,6 +7,7 @@ way a job is never started twice at once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -64,10 +65,11 @@ class JobService:
         self.prewarm_due: set[str] = set()
         self.live_tokens = 0  # tokens the engine has given jobs so far (for the bench)
 
-    def backend(self, job: str) -> JobBackend:
+    def backend(self, job: str, user: str | None = None) -> JobBackend:
         model = self.models.get(job)
         if model.inherits:
-            return EngineJobBackend(self.engine, self.memory.ledger, self._count_tokens)
+            return EngineJobBackend(self.engine, self.memory.ledger, self._count_tokens,
+                                    cache_salt=self.memory.cache_salt(user))
         return EndpointJobBackend(model.base_url, model.model, model.api_key_env)
 
     def _count_tokens(self, n: int) -> None:
@@ -96,8 +98,8 @@ class JobService:
         if not self.controller.start(user, job, trigger):
             raise JobBusy(job)
         try:
-            run = await run_job(JOBS[job], self.memory.layers(user), self.backend(job), trigger,
-                                window_bounds(self.profile), self.engine.count_tokens,
+            run = await run_job(JOBS[job], self.memory.layers(user), self.backend(job, user),
+                                trigger, window_bounds(self.profile), self.engine.count_tokens,
                                 self.caps, self.max_tokens, self.controller.clock, script)
         finally:
             self.controller.finish(user, job)
@@ -117,7 +119,8 @@ class JobService:
         stays due."""
         ids = conversation_prefix_ids(self.engine, self.profile, self.memory, user)
         cached, outcome = 0, "preempted"
-        async for delta in self.engine.generate(ids, PREFILL, kind="background"):
+        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
+        async for delta in self.engine.generate(ids, params, kind="background"):
             if delta.finished:
                 cached = delta.cached_tokens
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"

@@ -223,6 +223,11 @@ class MemoryServices:
         """The session's token for the memory routes: the same one after a restart."""
         return self.tokens.token_for(user, session)
 
+    def cache_salt(self, user: str | None) -> str:
+        """The prefix-cache salt of `user`'s requests, client and background alike (a
+        relayed request that names nobody has one of its own)."""
+        return self.tokens.cache_salt(user or "-relayed-")
+
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
         return self.tokens.resolve(token)
 

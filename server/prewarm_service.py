@@ -8,6 +8,7 @@ recorded as a turn. A preempted prewarm stays due and runs in a later idle momen
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -61,7 +62,9 @@ class PrewarmService:
         ids = [*stale.head_ids, *shared_context_ids(
             self.engine.tokenizer, len(stale.head_ids), text, self.engine.profile.block_size)]
         cached, outcome = 0, "preempted"
-        async for delta in self.engine.generate(ids, PREFILL, kind="background"):
+        # Under the user's own salt: the blocks it fills are theirs to find.
+        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(stale.group.user))
+        async for delta in self.engine.generate(ids, params, kind="background"):
             if delta.finished:
                 cached = delta.cached_tokens
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"

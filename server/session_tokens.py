@@ -100,6 +100,11 @@ class SessionTokens:
             return None
         return found
 
+    def cache_salt(self, user: str) -> str:
+        """The user's prefix-cache salt: derived under the same key, never from anything
+        a client sends, the same after a restart (the cache itself is not)."""
+        return self._derive(user, "\0prefix-cache")
+
     def _derive(self, user: str, session: str) -> str:
         if self._key is None:
             try:

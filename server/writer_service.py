@@ -16,6 +16,9 @@ class EngineWriterBackend:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        # The user of the session the writer visits now (WriterService sets it per run):
+        # their prefix-cache salt, so the turn finds their record cached.
+        self.cache_salt: str | None = None
         tokenizer = engine.tokenizer
         self._encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
         self._yes = self._encode("yes")[0]
@@ -33,7 +36,7 @@ class EngineWriterBackend:
     async def gate(self, prompt_ids: list[int], script: str | None) -> tuple[str, float]:
         params = GenerationParams(max_tokens=4, temperature=0.0, choices=("yes", "no"),
                                   logprob_token_ids=(self._yes, self._no),
-                                  script_ids=self._script(script))
+                                  script_ids=self._script(script), cache_salt=self.cache_salt)
         text, first = "", None
         async for delta in self._engine.generate(prompt_ids, params, kind="background"):
             text += delta.text
@@ -53,7 +56,7 @@ class EngineWriterBackend:
     async def generate(self, prompt_ids: list[int], max_tokens: int,
                        script: str | None) -> AsyncIterator[GenerationPiece]:
         params = GenerationParams(max_tokens=max_tokens, temperature=0.7,
-                                  script_ids=self._script(script))
+                                  script_ids=self._script(script), cache_salt=self.cache_salt)
         async for delta in self._engine.generate(prompt_ids, params, kind="background"):
             yield GenerationPiece(delta.text, len(delta.token_ids), delta.finish_reason)
 
@@ -78,6 +81,8 @@ class WriterService:
             if self.writer.backend.client_busy():
                 break
             dropped = self.memory.triggers.dropped(user, session)
+            # The session's user's salt: the writer's prompt opens with their record.
+            self.writer.backend.cache_salt = self.memory.cache_salt(user)
             run = await self.writer.run(user, session, trigger,
                                         record=dropped if isinstance(dropped, Record) else None)
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
