@@ -7,7 +7,10 @@ an scrypt hash of the secret with a salt of its own; the key's text is printed o
 The server and the `tandem keys` command are separate processes: the server reloads the
 file whenever it changes, so a revoked key stops working at its next request, without a
 restart. A verified key is remembered in memory (scrypt costs tens of milliseconds: once
-a key, not once a request), and forgotten when the file changes.
+a key, not once a request), and forgotten when the file changes. scrypt runs outside the
+store's lock, so a guess never holds up a key already verified, and a key id that failed
+`MAX_FAILURES` times in `FAILURE_WINDOW_S` is refused without scrypt until the window
+passes (a verified key of that id keeps working).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import secrets
 import threading
+import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +33,8 @@ KEYS_FILE = "keys.json"
 PREFIX = "tdm"
 # scrypt, as OWASP suggests for it: N=2^15, r=8, p=1 (32 MiB, ~50 ms here).
 SCRYPT = {"n": 2**15, "r": 8, "p": 1, "maxmem": 64 * 1024 * 1024}
+MAX_FAILURES = 5
+FAILURE_WINDOW_S = 60.0
 
 
 class KeysError(ValueError):
@@ -55,6 +61,7 @@ class KeyStore:
         self._stamp: tuple[int, int] | None = None
         self._entries: dict[str, KeyEntry] = {}  # key id -> entry
         self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
+        self._failures: dict[str, list[float]] = {}  # key id -> recent failure times
 
     # -- the command's side -------------------------------------------------------------
     def add(self, label: str) -> str:
@@ -90,21 +97,41 @@ class KeyStore:
     def label_for(self, key: str) -> str | None:
         """The label of a valid key, or None."""
         digest = hashlib.sha256(key.encode()).digest()
+        parts = key.split("-", 2)
         with self._lock:
             self._refresh()
             if digest in self._verified:
                 return self._verified[digest]
-            parts = key.split("-", 2)
             if len(parts) != 3 or parts[0] != PREFIX:
                 return None
             entry = self._entries.get(parts[1])
-            if entry is None:
+            if entry is None or self._locked_out(entry.key_id):
                 return None
-            if not hmac.compare_digest(_hash(parts[2], bytes.fromhex(entry.salt)).hex(),
-                                       entry.hash):
+            stamp = self._stamp
+        # scrypt (tens of milliseconds) with the lock released: a wrong guess never makes
+        # a verified key wait behind it.
+        valid = hmac.compare_digest(_hash(parts[2], bytes.fromhex(entry.salt)).hex(),
+                                    entry.hash)
+        with self._lock:
+            if not valid:
+                self._failures.setdefault(entry.key_id, []).append(time.monotonic())
                 return None
-            self._verified[digest] = entry.label
-            return entry.label
+            if self._stamp == stamp:  # not revoked while it was checked
+                self._verified[digest] = entry.label
+                return entry.label
+            self._refresh()
+            still = self._entries.get(entry.key_id)
+            return entry.label if still is not None and still.hash == entry.hash else None
+
+    def _locked_out(self, key_id: str) -> bool:
+        """Too many recent failures for this key id (called under the lock)."""
+        now = time.monotonic()
+        recent = [t for t in self._failures.get(key_id, ()) if now - t < FAILURE_WINDOW_S]
+        if recent:
+            self._failures[key_id] = recent
+        else:
+            self._failures.pop(key_id, None)
+        return len(recent) >= MAX_FAILURES
 
     def _refresh(self) -> None:
         try:

@@ -169,3 +169,55 @@ def test_serve_refuses_to_start_on_a_lan_without_a_key(tmp_path, monkeypatch, ca
     assert main(["serve", "--profile", "tiny", "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert "--api-key" in err and "tandem keys add" in err and "--insecure-no-auth" in err
+
+
+def test_a_wrong_secret_never_holds_up_a_verified_key(tmp_path, monkeypatch):
+    """scrypt runs outside the store's lock: a guess in flight (held here inside scrypt)
+    does not make a key already verified wait."""
+    import threading
+
+    from server import keys as keys_module
+
+    store = KeyStore(tmp_path)
+    alice = store.add("alice")
+    assert store.label_for(alice) == "alice"  # verified once: remembered
+    inside, release = threading.Event(), threading.Event()
+    real_hash = keys_module._hash
+
+    def slow_hash(secret: str, salt: bytes) -> bytes:
+        inside.set()
+        release.wait(10)
+        return real_hash(secret, salt)
+
+    monkeypatch.setattr(keys_module, "_hash", slow_hash)
+    guess = threading.Thread(target=store.label_for, args=(alice[:-4] + "zzzz",))
+    guess.start()
+    assert inside.wait(10)
+    answered: list = []
+    check = threading.Thread(target=lambda: answered.append(store.label_for(alice)))
+    check.start()
+    check.join(2)  # with the lock held through scrypt it would wait for the guess
+    assert answered == ["alice"]
+    release.set()
+    guess.join(10)
+
+
+def test_repeated_wrong_secrets_for_a_key_id_are_refused_without_scrypt(tmp_path,
+                                                                       monkeypatch):
+    from server import keys as keys_module
+
+    store = KeyStore(tmp_path)
+    bob = store.add("bob")
+    assert store.label_for(bob) == "bob"
+    calls: list[int] = []
+    real_hash = keys_module._hash
+    monkeypatch.setattr(keys_module, "_hash",
+                        lambda secret, salt: calls.append(1) or real_hash(secret, salt))
+    wrong = bob[:-4] + "zzzz"
+    for _ in range(keys_module.MAX_FAILURES + 3):
+        assert store.label_for(wrong) is None
+    assert len(calls) == keys_module.MAX_FAILURES  # the rest refused at once
+    assert store.label_for(bob) == "bob"  # the verified key keeps working
+    monkeypatch.setattr(keys_module.time, "monotonic",
+                        lambda: 10 ** 9)  # the window has passed
+    assert store.label_for(wrong) is None and len(calls) == keys_module.MAX_FAILURES + 1
