@@ -88,8 +88,20 @@ def visible_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
     return out
 
 
-def tail_message(text: str) -> str:
-    return f"<|im_start|>system\n{text}{IM_END_TEXT}\n"
+def data_ids(tokenizer, text: str) -> list[int]:
+    """Ids of text that is data, not the prompt's structure: a note, an index line, a
+    search result, a tool's response. Special-token text in it stays text (`<|im_start|>`
+    written into a note is seven ordinary tokens), so no note, document or result can
+    open a turn of its own in every prompt it goes into."""
+    return tokenizer.encode(text, add_special_tokens=False,
+                            split_special_tokens=True) if text else []
+
+
+def hidden_message_ids(tokenizer, text: str) -> list[int]:
+    """A hidden system message around `text`, which is data (see data_ids)."""
+    return [*tokenizer.encode("<|im_start|>system\n", add_special_tokens=False),
+            *data_ids(tokenizer, text),
+            *tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False)]
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,7 @@ def shared_context_ids(tokenizer, head_length: int, text: str, block_size: int) 
 def _hidden_message_parts(tokenizer, text: str) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """(the message's ids, a newline's ids, how many ids close it); memoised: every new
     session encodes the same shared context, about 1,200 tokens."""
-    ids = tuple(tokenizer.encode(tail_message(text), add_special_tokens=False))
+    ids = tuple(hidden_message_ids(tokenizer, text))
     newline = tuple(tokenizer.encode("\n", add_special_tokens=False))
     close = len(tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False))
     return ids, newline, close
@@ -232,14 +244,14 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if cut is not None else 0
     ids += encode(new_text)
-    spans += [_append_hidden(ids, tail, encode) for tail in tails]
+    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails]
     ids += encode(rendered.generation_prompt)
     return BuiltPrompt(ids, spans, replayed)
 
 
-def _append_hidden(ids: list[int], hidden: Tail, encode) -> Span:
+def _append_hidden(tokenizer, ids: list[int], hidden: Tail) -> Span:
     start = len(ids)
-    ids += encode(tail_message(hidden.text))
+    ids += hidden_message_ids(tokenizer, hidden.text)
     return Span(start, len(ids), hidden.kind, hidden.note_ids)
 
 
@@ -284,6 +296,13 @@ def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
     it wrote it), so only what comes after its closing tag is taken from the template."""
     before, after = _exchange_parts(tokenizer, enable_thinking)
     return before + response + after
+
+
+def tool_exchange_ids(tokenizer, response: str, enable_thinking: bool) -> list[int]:
+    """tool_exchange_text's ids, the response encoded as data (see data_ids)."""
+    before, after = _exchange_parts(tokenizer, enable_thinking)
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    return [*encode(before), *data_ids(tokenizer, response), *encode(after)]
 
 
 @functools.lru_cache(maxsize=8)

@@ -19,7 +19,7 @@ from engine.engine import Engine
 from server.answer import Answer
 from server.engine_tools import EngineToolbox
 from server.output_parser import ParsedDelta
-from server.prompt import tool_exchange_text
+from server.prompt import tool_exchange_ids
 
 
 async def answer_deltas(engine: Engine, answer: Answer,
@@ -45,9 +45,8 @@ async def answer_deltas(engine: Engine, answer: Answer,
         if held is None or toolbox is None:
             return
         outcome = await toolbox.run(held.call, chat.memory.user)
-        exchange = tool_exchange_text(engine.tokenizer, held.call.name, held.call.arguments,
-                                      outcome.response, chat.enable_thinking)
-        exchange_ids = engine.tokenizer.encode(exchange, add_special_tokens=False)
+        exchange_ids = tool_exchange_ids(engine.tokenizer, outcome.response,
+                                         chat.enable_thinking)
         yield ParsedDelta(content=answer.continue_after(held, outcome.status, exchange_ids))
         n += 1
         room = engine.profile.max_model_len - len(chat.prompt_ids) - len(answer.output_ids)
