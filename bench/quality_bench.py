@@ -6,8 +6,6 @@ short, in four lanes on one engine:
 
 * `off`: memory off, the question alone;
 * `on`: memory on, as served (the card, the index, the notes that match the question);
-* `on_unpadded`: the same, with the shared context ending where its text ends rather
-  than padded with newline tokens to a whole KV block (the padding's cost on answers);
 * `naive`: memory off, every note pasted into the system prompt;
 * `oracle`: memory off, only the note that answers pasted.
 
@@ -37,8 +35,7 @@ from server.app import create_app
 from server.memory import MemorySettings
 
 FACTS = Path(__file__).resolve().parent / "quality" / "facts.jsonl"
-LANES = ("off", "on", "on_unpadded", "naive", "oracle")
-MEMORY_LANES = ("on", "on_unpadded")
+LANES = ("off", "on", "naive", "oracle")
 USER = "quality"
 CITES = re.compile(r"\b(notes?|memory|memories|remember(ed)?|you told me|you mentioned)\b",
                    re.IGNORECASE)
@@ -106,31 +103,23 @@ class QualityBench:
         self.engine = engine
         self.max_tokens = max_tokens
         self.nonce = secrets.token_hex(3)
-        self.apps = {"off": self._app(engine, home / "off", "off"),
-                     "on": self._app(engine, home / "on", "on"),
-                     # Padding is to the profile's block size: at 1 there is none.
-                     "on_unpadded": self._app(engine, home / "on_unpadded", "on", block_size=1)}
+        self.apps = {mode: self._app(engine, home / mode, mode) for mode in ("off", "on")}
 
     @staticmethod
-    def _app(engine: Engine, home: Path, mode: str, block_size: int | None = None):
+    def _app(engine: Engine, home: Path, mode: str):
         profile = engine.profile
         memory = dataclasses.replace(profile.memory, mode=mode, writer_mode="off",
                                      jobs_mode="off", conversation="sessions")
-        profile = dataclasses.replace(profile, memory=memory,
-                                      block_size=block_size or profile.block_size)
-        return create_app(profile, home, engine=engine,
+        return create_app(dataclasses.replace(profile, memory=memory), home, engine=engine,
                           memory_settings=MemorySettings(user_name=USER))
 
     def write_notes(self, facts: list[Fact]) -> int:
-        """The fact set's notes, in each memory lane's store; returns how many a store."""
-        for lane in MEMORY_LANES:
-            store = self.apps[lane].state.tandem.memory.store(USER)
-            for fact in facts:
-                result = store.add(title=fact.title, body=fact.body, kind=fact.kind,
-                                   scope=fact.scope, source="cli", has_user_message=True)
-                if not result.ok:
-                    raise FactSetError(f"note {fact.title!r} refused by the store: "
-                                       f"{result.reason}")
+        store = self.apps["on"].state.tandem.memory.store(USER)
+        for fact in facts:
+            result = store.add(title=fact.title, body=fact.body, kind=fact.kind,
+                               scope=fact.scope, source="cli", has_user_message=True)
+            if not result.ok:
+                raise FactSetError(f"note {fact.title!r} refused by the store: {result.reason}")
         return len(facts)
 
     async def _ask(self, app, messages: list[dict], session: str) -> tuple[str, dict, float]:
@@ -152,7 +141,7 @@ class QualityBench:
         ask = {"role": "user", "content": fact.question}
         system = {"naive": notes_prompt(facts), "oracle": notes_prompt([fact])}.get(lane)
         messages = [{"role": "system", "content": system}, ask] if system else [ask]
-        app = self.apps[lane if lane in MEMORY_LANES else "off"]
+        app = self.apps["on" if lane == "on" else "off"]
         reply, usage, ttft = await self._ask(app, messages, f"q-{self.nonce}-{lane}-{n}")
         details = usage.get("prompt_tokens_details") or {}
         return {"item": n, "lane": lane, "question": fact.question, "reply": reply,
@@ -185,11 +174,7 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
             "ttft_s_median": statistics.median(r["ttft_s"] for r in mine),
         }
     on = [r for r in rows if r["lane"] == "on"]
-    unpadded = {r["item"]: r["reply"] for r in rows if r["lane"] == "on_unpadded"}
     return {
-        # Replies that the shared context's padding changed (greedy: the same otherwise).
-        "padding_changed_replies": sum(r["reply"] != unpadded[r["item"]] for r in on
-                                       if r["item"] in unpadded) if unpadded else None,
         "lanes": lanes,
         "on_cites_notes": sum(r["cites_notes"] for r in on) / len(on) if on else None,
         "remember_stored": sum(r["stored"] for r in remembered) / len(remembered)
@@ -237,11 +222,6 @@ def markdown(results: dict[str, Any]) -> str:
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    changed = summary.get("padding_changed_replies")
-    if changed is not None:
-        lines += ["", f"The shared context's padding (newline tokens to a whole KV block): "
-                  f"{changed} of {bench['items']} replies differ between `on` and "
-                  "`on_unpadded`."]
     lines += ["", f"Memory on: replies that say they come from the notes: "
               f"{pct(summary['on_cites_notes'])}.",
               f"\"Remember that ...\" ({bench['remember_prompts']} prompts): a well-formed "
@@ -259,7 +239,7 @@ def plot(summary: dict[str, Any], profile: str, path: Path) -> None:
     lanes = list(summary["lanes"])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.bar(lanes, [summary["lanes"][lane]["accuracy"] for lane in lanes],
-           color=["#888", "#2a7", "#7c5", "#c84", "#47c"][: len(lanes)])
+           color=["#888", "#2a7", "#c84", "#47c"][: len(lanes)])
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
     ax.set_title(f"Questions answered from notes ({profile})")

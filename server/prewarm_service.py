@@ -59,8 +59,7 @@ class PrewarmService:
         return runs
 
     async def _prefill(self, stale: Stale, text: str) -> PrewarmRun:
-        ids = [*stale.head_ids, *shared_context_ids(
-            self.engine.tokenizer, len(stale.head_ids), text, self.engine.profile.block_size)]
+        ids = [*stale.head_ids, *shared_context_ids(self.engine.tokenizer, text)]
         cached, outcome = 0, "preempted"
         # Under the user's own salt: the blocks it fills are theirs to find.
         params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(stale.group.user))

@@ -66,7 +66,7 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
     """The whole layout first, then (with `gives_way`) each one with less of memory's
     parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
     first that fits."""
-    tokenizer, block = engine.tokenizer, profile.block_size
+    tokenizer = engine.tokenizer
     offered, engine_tools = with_engine_tools(request, memory,
                                               profile.tool_call_format == "qwen")
     visible = visible_messages(offered)
@@ -79,7 +79,7 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
     hidden = choose_hidden(services, memory, replayed, offered, engine.count_tokens)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, match, cut, hidden.head,
-                            [*leading_tails, *hidden.tails], block))
+                            [*leading_tails, *hidden.tails]))
     yield whole
     if not gives_way:
         return
@@ -87,16 +87,16 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
         without_tails = replace(hidden, tails=[])
         yield replace(whole, hidden=without_tails,
                       built=assemble(tokenizer, rendered, match, cut, hidden.head,
-                                     list(leading_tails), block))
+                                     list(leading_tails)))
     bare = HiddenContext(token=hidden.token)
     if hidden.head is not None or replayed is not None:
         yield replace(whole, replayed=None, hidden=bare,
                       built=assemble(tokenizer, rendered, None, None, None,
-                                     list(leading_tails), block))
+                                     list(leading_tails)))
     if engine_tools:
         plain = render_chat(tokenizer, request, enable_thinking, services.shown.as_written)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
-                     assemble(tokenizer, plain, None, None, None, list(leading_tails), block))
+                     assemble(tokenizer, plain, None, None, None, list(leading_tails)))
 
 
 def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool]) -> Layout:

@@ -186,10 +186,6 @@ def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine
     # naive pastes every note and oracle one: their prompts are longer than off's
     assert by_lane["naive"]["prompt_tokens"] > by_lane["oracle"]["prompt_tokens"] > \
         by_lane["off"]["prompt_tokens"]
-    # the padded lane's shared context fills whole KV blocks; the unpadded one's ends
-    # where its text does
-    assert (by_lane["on"]["prompt_tokens"] - by_lane["on_unpadded"]["prompt_tokens"]) in range(32)
-    assert results["summary"]["padding_changed_replies"] in range(4)
     assert len(results["remember"]) == 2
     text = write_results(results, tmp_path / "out")
     assert "| on |" in text and (tmp_path / "out" / "quality.png").stat().st_size > 1000
