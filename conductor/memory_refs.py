@@ -17,6 +17,7 @@ from conductor.note_format import Note
 from conductor.notes import NoteStore
 from conductor.search.chunks import split_markdown, without_frontmatter
 from conductor.search.sources import Registry
+from conductor.shared_context import note_id_of_file
 
 NOTE_ID = re.compile(r"^[0-9a-f]{10}$")
 
@@ -25,15 +26,22 @@ class RefError(ValueError):
     """A ref that names nothing readable; the message says why and holds no content."""
 
 
-def read_ref(ref: str, store: NoteStore, layers: UserLayers, registry: Registry) -> str:
+def read_ref(ref: str, store: NoteStore, layers: UserLayers, registry: Registry,
+             visible: set[str] | None = None) -> str:
+    """`visible`: the note ids the reader may read (None: all of the user's); a note
+    outside it reads as no note, by id or by its file."""
     ref = ref.strip()
     if not ref:
         raise RefError("ref is empty")
     if NOTE_ID.match(ref):
-        return _note_text(ref, store.get(ref))
+        hidden = visible is not None and ref not in visible
+        return _note_text(ref, None if hidden else store.get(ref))
     path_part, _, section = ref.partition("#")
     head, _, rel = path_part.strip("/").partition("/")
     file = _source_file(registry, head, rel) or _layer_file(layers, head, rel)
+    note_id = note_id_of_file(rel) if file is not None and head == "notes" else None
+    if note_id is not None and visible is not None and note_id not in visible:
+        file = None
     if file is None:
         raise RefError(f"no memory file {path_part!r}: use a note id or a ref from "
                        "memory_search (e.g. semantic/facts.md)")

@@ -16,6 +16,7 @@ prewarms the prefixes that carry it.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -51,6 +52,32 @@ def shared_notes(store: NoteStore, project: str | None) -> list[Note]:
 
 def session_notes(store: NoteStore, session: str) -> list[Note]:
     return store.list(scope="session", session=session, include_stale=False)
+
+
+NOTE_FILE_ID = re.compile(r"--([0-9a-f]{10})\.md$")
+
+
+def visible_note_ids(store: NoteStore, project: str | None, session: str | None) -> set[str]:
+    """The notes a request may read, by any path (the memory routes, memory_search,
+    memory_read): the rule the hidden context follows. The user's live notes, the current
+    project's, the session's own; never another project's or session's, never archived."""
+    notes = shared_notes(store, project)
+    if session:
+        notes += session_notes(store, session)
+    return {n.id for n in notes}
+
+
+def visible_hits(hits: list, visible: set[str], limit: int) -> list:
+    """Search hits a request may see: a hit on a note file only when the note is visible
+    (see visible_note_ids); other collections are the user's own layers."""
+    kept = [h for h in hits if h.collection != "notes" or note_id_of_file(h.path) in visible]
+    return kept[:limit]
+
+
+def note_id_of_file(path: str) -> str | None:
+    """The note id in a note file's name (`<kind>-<slug>--<id>.md`)."""
+    found = NOTE_FILE_ID.search(path)
+    return found.group(1) if found else None
 
 
 def _card_and_index(card: str | None, notes: Iterable[Note] | None,

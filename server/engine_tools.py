@@ -19,6 +19,7 @@ import jsonschema
 
 from conductor.memory_refs import RefError, read_ref
 from conductor.search.sources import COLLECTIONS, SourceError
+from conductor.shared_context import visible_hits, visible_note_ids
 from server.errors import APIError
 from server.memory import MemoryContext, MemoryServices, status_line
 from server.output_parser import ToolCall
@@ -108,12 +109,18 @@ class EngineToolbox:
         self.tokenizer = tokenizer
         self.limits = limits
 
-    async def run(self, call: ToolCall, user: str) -> ToolOutcome:
+    async def run(self, call: ToolCall, user: str, project: str | None = None,
+                  session: str | None = None) -> ToolOutcome:
+        """Run one call for `user`, reading only what the request may read (the user's
+        notes, `project`'s, `session`'s own: conductor.shared_context.visible_note_ids)."""
         arguments, problem = self._arguments(call)
         status = self._status(call, arguments)
         if problem is not None:
             return ToolOutcome(status, f"Error: {problem}", ok=False)
-        work = self._search(user, arguments) if call.name == SEARCH else self._read(user, arguments)
+        visible = await asyncio.to_thread(visible_note_ids, self.memory.store(user), project,
+                                          session)
+        work = (self._search(user, arguments, visible) if call.name == SEARCH
+                else self._read(user, arguments, visible))
         try:
             text = await asyncio.wait_for(work, self.limits.timeout_s)
         except TimeoutError:
@@ -149,13 +156,14 @@ class EngineToolbox:
             return status_line("read memory", _one_line(arguments["ref"], 80))
         return status_line("memory tool failed", call.name)
 
-    async def _search(self, user: str, arguments: dict[str, Any]) -> str:
+    async def _search(self, user: str, arguments: dict[str, Any], visible: set[str]) -> str:
         query = arguments["query"]
         if not query.strip():
             return "Error: the query is empty"
         hits, _dense = await self.search.search(user, query, "hybrid",
                                                 arguments.get("collection"),
-                                                SEARCH_LIMIT)
+                                                3 * SEARCH_LIMIT)
+        hits = visible_hits(hits, visible, SEARCH_LIMIT)
         if not hits:
             return f"No memory matches {query!r}."
         lines = [f"{len(hits)} entries for {query!r}:"]
@@ -164,11 +172,11 @@ class EngineToolbox:
             lines.append(f"   {_one_line(hit.text, SNIPPET_CHARS)}")
         return "\n".join(lines)
 
-    async def _read(self, user: str, arguments: dict[str, Any]) -> str:
+    async def _read(self, user: str, arguments: dict[str, Any], visible: set[str]) -> str:
         def read() -> str:
             registry = self.search.index(user).registry()
             return read_ref(arguments["ref"], self.memory.store(user),
-                            self.memory.layers(user), registry)
+                            self.memory.layers(user), registry, visible)
         return await asyncio.to_thread(read)
 
     def _capped(self, text: str) -> str:

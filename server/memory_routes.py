@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
 from conductor.search.sources import COLLECTIONS, SourceError
+from conductor.shared_context import visible_hits, visible_note_ids
 from server.errors import APIError
 from server.memory import TOKEN_HEADER, MemoryServices, request_user
 from server.search_service import SearchService
@@ -69,6 +70,8 @@ def memory_router(services: MemoryServices,
                 source="route")
         elif body.id is None:
             raise APIError(400, f"{body.op} needs an id", code="invalid_value", param="id")
+        elif body.id not in visible_note_ids(store, project, session):
+            raise APIError(404, f"no note {body.id!r}", code="not_found", param="id")
         elif body.op == "update":
             result = await asyncio.to_thread(
                 store.update, body.id, title=body.title, body=body.body or None,
@@ -88,16 +91,23 @@ def memory_router(services: MemoryServices,
         if not 1 <= limit <= 50:
             raise APIError(400, "limit must be between 1 and 50", code="invalid_value",
                            param="limit")
+        store = services.store(user)
+        visible = visible_note_ids(store, request.headers.get("x-tandem-project") or None,
+                                   session)
         if mode is None and collection is None:
-            hits = services.store(user).search(q, limit=limit, include_stale=False)
-            return {"data": [{**_note_json(note), "score": score} for note, score in hits]}
+            hits = store.search(q, limit=limit, include_stale=False)
+            return {"data": [{**_note_json(note), "score": score} for note, score in hits
+                             if note.id in visible]}
         return await hybrid_search(search_service(), user, q, mode or "hybrid", collection,
-                                   limit)
+                                   limit, visible)
 
     @router.get("/{note_id}")
     async def read(note_id: str, request: Request) -> dict:
-        user, _session = session_of(request)
-        note = services.store(user).get(note_id)
+        user, session = session_of(request)
+        store = services.store(user)
+        project = request.headers.get("x-tandem-project") or None
+        note = store.get(note_id) if note_id in visible_note_ids(store, project, session) \
+            else None
         if note is None:
             raise APIError(404, f"no note {note_id!r}", code="not_found", param="note_id")
         return _note_json(note)
@@ -106,8 +116,10 @@ def memory_router(services: MemoryServices,
 
 
 async def hybrid_search(service: SearchService | None, user: str, query: str, mode: str,
-                        collection: str | None, limit: int) -> dict:
-    """The hybrid search's answer, or a clear 4xx/503 for what cannot be searched."""
+                        collection: str | None, limit: int,
+                        visible: set[str] | None = None) -> dict:
+    """The hybrid search's answer, or a clear 4xx/503 for what cannot be searched.
+    `visible`: the note ids the request may read (None: the admin's search, all)."""
     if service is None:
         raise APIError(503, "the engine is still loading", code="engine_not_ready",
                        kind="server_error")
@@ -120,10 +132,14 @@ async def hybrid_search(service: SearchService | None, user: str, query: str, mo
     if not query.strip():
         raise APIError(400, "q must not be empty", code="invalid_value", param="q")
     try:
-        hits, dense = await service.search(user, query, mode, collection, limit)
+        # More than asked for when some may be hidden, so the answer still holds `limit`.
+        wanted = limit if visible is None else min(3 * limit, 50)
+        hits, dense = await service.search(user, query, mode, collection, wanted)
     except SourceError as exc:
         raise APIError(409, f"the search sources cannot be read: {exc}",
                        code="bad_sources") from None
+    if visible is not None:
+        hits = visible_hits(hits, visible, limit)
     return {"object": "list", "mode": mode if dense or mode == "sparse" else "sparse",
             "dense": dense, "data": [vars(h) for h in hits]}
 

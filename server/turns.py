@@ -44,7 +44,8 @@ async def answer_deltas(engine: Engine, answer: Answer,
         held = answer.held
         if held is None or toolbox is None:
             return
-        outcome = await toolbox.run(held.call, chat.memory.user)
+        outcome = await toolbox.run(held.call, chat.memory.user, chat.memory.project,
+                                    chat.memory.session)
         exchange_ids = tool_exchange_ids(engine.tokenizer, outcome.response,
                                          chat.enable_thinking)
         yield ParsedDelta(content=answer.continue_after(held, outcome.status, exchange_ids))
