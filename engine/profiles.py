@@ -45,6 +45,9 @@ class MemorySettings:
     # (base_url, model, api_key_env): dense vectors from an OpenAI-compatible embeddings
     # endpoint rather than the packaged all-MiniLM-L6-v2
     search_embedder: tuple[str, str, str | None] | None = None
+    # Folders beyond the user's own memory folders that search sources may index (and
+    # memory_read read): the operator's choice, never a user's.
+    allowed_roots: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     search = raw.get("search") or {}
     _check_type(path, "memory.search", search, (dict,))
     for key in search:
-        if key not in ("qdrant_url", "embedder"):
+        if key not in ("qdrant_url", "embedder", "allowed_roots"):
             raise ProfileError(f"{path}: unknown key 'memory.search.{key}'")
     if "qdrant_url" in search:
         _check_type(path, "memory.search.qdrant_url", search["qdrant_url"], (str, type(None)))
@@ -176,8 +179,18 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
-        qdrant_url=search.get("qdrant_url"), search_embedder=embedder, **window,
+        qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
+        allowed_roots=_allowed_roots(path, search.get("allowed_roots")), **window,
     )
+
+
+def _allowed_roots(path: Path, raw: Any) -> tuple[Path, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(r, str) and r for r in raw):
+        raise ProfileError(f"{path}: key 'memory.search.allowed_roots' must be a list of "
+                           "folders")
+    return tuple(Path(r).expanduser() for r in raw)
 
 
 def _jobs(path: Path, raw: Any) -> tuple[str, tuple[tuple[str, str, str, str | None], ...]]:

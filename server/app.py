@@ -82,7 +82,8 @@ class ServerState:
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
                                     qdrant_url=self.profile.memory.qdrant_url,
-                                    endpoint=self.profile.memory.search_embedder)
+                                    endpoint=self.profile.memory.search_embedder,
+                                    allowed_roots=self.profile.memory.allowed_roots)
         self.memory.on_change = self.search.mark_stale
         self.tools = EngineToolbox(self.memory, self.search, engine.tokenizer)
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import threading
+from pathlib import Path
 
 from conductor.search.embedders import (
     Embedder,
@@ -31,7 +32,8 @@ class SearchService:
     def __init__(self, memory: MemoryServices, engine: Engine,
                  embedder: Embedder | None = None, load_default: bool = True,
                  qdrant_url: str | None = None,
-                 endpoint: tuple[str, str, str | None] | None = None) -> None:
+                 endpoint: tuple[str, str, str | None] | None = None,
+                 allowed_roots: tuple[Path, ...] = ()) -> None:
         """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins);
         `endpoint`: (base_url, model, api_key_env) of an embeddings endpoint to use
         rather than the packaged model."""
@@ -41,6 +43,7 @@ class SearchService:
         self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
         self._embedder = embedder
         self._load_default = load_default and embedder is None
+        self.allowed_roots = allowed_roots
         self._indexes: dict[str, SearchIndex] = {}
         self.stale: set[str] = set()
         self._lock = threading.Lock()
@@ -62,7 +65,7 @@ class SearchService:
             if user not in self._indexes:
                 self._indexes[user] = SearchIndex(
                     self.memory.root, user, self.embedder(), self.qdrant_url,
-                    os.environ.get("TANDEM_QDRANT_API_KEY"))
+                    os.environ.get("TANDEM_QDRANT_API_KEY"), self.allowed_roots)
             return self._indexes[user]
 
     def mark_stale(self, user: str | None) -> None:

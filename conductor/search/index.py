@@ -83,8 +83,10 @@ class SearchIndex:
     `qdrant_url`: keep the points in a Qdrant server rather than in the process."""
 
     def __init__(self, root: Path, user: str, embedder: Embedder | None,
-                 qdrant_url: str | None = None, qdrant_api_key: str | None = None) -> None:
+                 qdrant_url: str | None = None, qdrant_api_key: str | None = None,
+                 allowed_roots: tuple[Path, ...] = ()) -> None:
         self.root = root
+        self.allowed_roots = allowed_roots  # the profile's memory.search.allowed_roots
         self.user = user
         self.embedder = embedder
         self.qdrant_url = qdrant_url
@@ -117,7 +119,7 @@ class SearchIndex:
                 self._store = None
 
     def registry(self) -> Registry:
-        return load_sources(self.root, self.user, self.embed_dir)
+        return load_sources(self.root, self.user, self.embed_dir, self.allowed_roots)
 
     # -- sync -------------------------------------------------------------------------------
     def _manifest(self) -> dict[str, dict[str, Any]]:

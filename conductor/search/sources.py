@@ -5,6 +5,12 @@
 
 A relative path is under the memory root (``$TANDEM_HOME/memory``), ``{user}`` replaced by
 the user's name. A bad registry is a `SourceError` naming the entry and what is wrong.
+
+A source stays inside the user's own memory folders (``notes/<user>``, ``layers/<user>``,
+``library/<user>`` for documents) or a root the operator allows in the profile
+(``memory.search.allowed_roots``): the file is the user's to edit, and ``memory_read``
+reads what it names, so a path to ``/etc/passwd``, a ``..`` or another user's folder is
+refused, and a file that is a symlink out of its source is not indexed or read.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ class Source:
     exclude: tuple[str, ...] = ()
 
     def files(self) -> list[tuple[str, Path]]:
-        """(path relative to the source, absolute path) of every file it indexes."""
+        """(path relative to the source, absolute path) of every file it indexes; a file
+        that resolves outside the source (a symlink out) is left out."""
         if self.type == "markdown_file":
             return [(self.path.name, self.path)] if self.path.is_file() else []
         if not self.path.is_dir():
@@ -41,6 +48,8 @@ class Source:
         out = []
         for path in sorted(self.path.rglob("*")):
             if not path.is_file() or path.name.startswith("."):
+                continue
+            if not path.resolve().is_relative_to(self.path):
                 continue
             rel = path.relative_to(self.path).as_posix()
             if _matches(rel, self.include) and not _matches(rel, self.exclude):
@@ -79,8 +88,16 @@ def default_sources(root: Path, user: str) -> list[dict]:
     ]
 
 
-def load_sources(root: Path, user: str, embed_dir: Path) -> Registry:
-    """The user's registry; the defaults when there is no file."""
+def user_roots(root: Path, user: str, allowed: tuple[Path, ...] = ()) -> tuple[Path, ...]:
+    """Where the user's sources may be: their memory folders and the operator's roots."""
+    return tuple(p.resolve() for p in (root / "notes" / user, root / "layers" / user,
+                                       root / "library" / user, *allowed))
+
+
+def load_sources(root: Path, user: str, embed_dir: Path,
+                 allowed_roots: tuple[Path, ...] = ()) -> Registry:
+    """The user's registry; the defaults when there is no file. `allowed_roots`: the
+    profile's `memory.search.allowed_roots`, beside the user's own memory folders."""
     path = embed_dir / SOURCES_FILE
     if not path.exists():
         entries, from_file = default_sources(root, user), False
@@ -95,7 +112,8 @@ def load_sources(root: Path, user: str, embed_dir: Path) -> Registry:
     seen: set[str] = set()
     sources = []
     for n, entry in enumerate(entries):
-        source = _source(path, root, user, n, entry, check_path=from_file)
+        source = _source(path, root, user, n, entry, check_path=from_file,
+                         roots=user_roots(root, user, allowed_roots))
         if source.id in seen:
             raise SourceError(f"{path}: source {source.id!r}: the id is used twice")
         seen.add(source.id)
@@ -103,7 +121,8 @@ def load_sources(root: Path, user: str, embed_dir: Path) -> Registry:
     return Registry(path, tuple(sources), from_file)
 
 
-def _source(path: Path, root: Path, user: str, n: int, entry, check_path: bool) -> Source:
+def _source(path: Path, root: Path, user: str, n: int, entry, check_path: bool,
+            roots: tuple[Path, ...] = ()) -> Source:
     if not isinstance(entry, dict):
         raise SourceError(f"{path}: source #{n + 1}: not an object")
     name = entry.get("id")
@@ -123,9 +142,13 @@ def _source(path: Path, root: Path, user: str, n: int, entry, check_path: bool) 
     if not isinstance(raw_path, str) or not raw_path:
         raise SourceError(f"{path}: {label}: needs a path")
     resolved = Path(raw_path.replace("{user}", user)).expanduser()
-    resolved = resolved if resolved.is_absolute() else root / resolved
+    resolved = (resolved if resolved.is_absolute() else root / resolved).resolve()
     if check_path and not resolved.exists():
         raise SourceError(f"{path}: {label}: path {str(resolved)!r} does not exist")
+    if roots and not any(resolved.is_relative_to(r) for r in roots):
+        raise SourceError(f"{path}: {label}: path {raw_path!r} is outside this user's "
+                          "memory folders (notes/<user>, layers/<user>, library/<user>) and "
+                          "the profile's memory.search.allowed_roots")
     globs = {}
     for key, default in (("include", ["**/*.md"]), ("exclude", [])):
         value = entry.get(key, default)

@@ -169,9 +169,19 @@ def test_without_an_embedder_every_mode_runs_on_bm25(tmp_path):
     ({"id": "x", "collection": "books", "type": "markdown_tree", "path": "library"},
      "collection"),
     ({"collection": "library", "type": "markdown_tree", "path": "library"}, "needs an id"),
+    # anywhere but the user's own memory folders: refused, whatever the spelling
+    ({"id": "x", "collection": "library", "type": "markdown_file", "path": "/etc/passwd"},
+     "outside this user's memory folders"),
+    ({"id": "x", "collection": "library", "type": "markdown_tree", "path": "library/../.."},
+     "outside this user's memory folders"),
+    ({"id": "x", "collection": "library", "type": "markdown_tree", "path": "notes/bob"},
+     "outside this user's memory folders"),
+    ({"id": "x", "collection": "library", "type": "markdown_tree", "path": "library"},
+     "outside this user's memory folders"),
 ])
 def test_a_bad_registry_is_a_clear_error_naming_the_entry(tmp_path, entry, said):
     (tmp_path / "library").mkdir()
+    (tmp_path / "notes" / "bob").mkdir(parents=True)
     embed = tmp_path / "layers" / "ada" / "embed"
     embed.mkdir(parents=True)
     (embed / "sources.json").write_text(json.dumps({"sources": [entry]}))
@@ -181,10 +191,10 @@ def test_a_bad_registry_is_a_clear_error_naming_the_entry(tmp_path, entry, said)
 
 
 def test_a_source_id_used_twice_is_refused(tmp_path):
-    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "ada").mkdir(parents=True)
     embed = tmp_path / "layers" / "ada" / "embed"
     embed.mkdir(parents=True)
-    same = {"id": "x", "collection": "library", "type": "markdown_tree", "path": "library"}
+    same = {"id": "x", "collection": "library", "type": "markdown_tree", "path": "library/ada"}
     (embed / "sources.json").write_text(json.dumps({"sources": [same, same]}))
     with pytest.raises(SourceError, match="'x': the id is used twice"):
         load_sources(tmp_path, "ada", embed)
@@ -255,3 +265,25 @@ def test_the_server_path_keeps_the_same_data_model_and_queries(tmp_path, embedde
     assert again.sync().migrated_from == ["all-minilm-l6-v2-384"]
     assert again.count() == 9
     again.close()
+
+
+def test_a_file_that_links_out_of_its_source_is_not_indexed_or_read(tmp_path):
+    """A symlink inside an allowed folder that points elsewhere (another user's notes,
+    /etc) is left out; the operator's allowed_roots open a folder outside on purpose."""
+    folder = library(tmp_path)
+    secret = tmp_path / "notes" / "bob" / "user" / "bobs--0123456789.md"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("# Bob's\n\nBob's private note.\n")
+    (folder / "linked.md").symlink_to(secret)
+    registry = load_sources(tmp_path, "ada", tmp_path / "layers" / "ada" / "embed")
+    (source,) = registry.sources
+    assert "linked.md" not in dict(source.files()) and dict(source.files())
+    shared = tmp_path.parent / f"{tmp_path.name}-shared-docs"
+    shared.mkdir()
+    (tmp_path / "layers" / "ada" / "embed" / "sources.json").write_text(json.dumps(
+        {"sources": [{"id": "docs", "collection": "library", "type": "markdown_tree",
+                      "path": str(shared)}]}))
+    with pytest.raises(SourceError, match="allowed_roots"):
+        load_sources(tmp_path, "ada", tmp_path / "layers" / "ada" / "embed")
+    allowed = load_sources(tmp_path, "ada", tmp_path / "layers" / "ada" / "embed", (shared,))
+    assert allowed.sources[0].path == shared.resolve()
