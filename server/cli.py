@@ -212,6 +212,11 @@ def _keys(args: argparse.Namespace) -> int:
     store = KeyStore(tandem_home())
     try:
         if args.keys_command == "add":
+            from server.memory import MemorySettings
+
+            if args.label == MemorySettings().user_name:
+                raise KeysError(f"{args.label!r} is the engine's own user (its memory is the "
+                                "server owner's): give the person a name of their own")
             key = store.add(args.label)
             print(key)
             print(f"[tandem] the key for {args.label!r}; it is shown once and stored only as "

@@ -15,7 +15,7 @@ from conductor.background.runner import recent_runs
 from conductor.paths import valid_user
 from server.conductor_routes import check_admin
 from server.errors import APIError
-from server.job_service import JobBusy, JobService
+from server.job_service import JobBusy, JobService, profile_key_envs
 
 MAX_RUNS_PAGE = 200
 
@@ -91,7 +91,8 @@ def job_router(state) -> APIRouter:
                 raise APIError(400, "give base_url and model, or inherit: true",
                                code="invalid_value", param="base_url")
             try:
-                model = endpoint_model(body.base_url, body.model, body.api_key_env)
+                model = endpoint_model(body.base_url, body.model, body.api_key_env,
+                                       profile_key_envs(state.profile))
             except ValueError as exc:
                 raise APIError(400, str(exc), code="invalid_value") from None
         jobs.models.set(job, model)

@@ -15,7 +15,7 @@ from datetime import datetime
 from conductor.background.backend import JobBackend
 from conductor.background.controller import JobController
 from conductor.background.job import Caps
-from conductor.background.job_models import JobModel, JobModels, endpoint_model
+from conductor.background.job_models import JobModel, JobModels, endpoint_model, key_env_allowed
 from conductor.background.jobs import JOBS
 from conductor.background.runner import JobRun, run_job, utc_now
 from engine.engine import Engine
@@ -30,6 +30,14 @@ JOB_MAX_TOKENS = 1536
 CONSOLIDATE = "working_memory.consolidate"
 
 
+
+def profile_key_envs(profile) -> frozenset[str]:
+    """The key variables the profile itself names (its job endpoints, its embedder)."""
+    named = {env for *_, env in profile.memory.job_endpoints if env}
+    if profile.memory.search_embedder is not None and profile.memory.search_embedder[2]:
+        named.add(profile.memory.search_embedder[2])
+    return frozenset(named)
+
 class JobBusy(Exception):
     """The job is running already."""
 
@@ -41,7 +49,7 @@ def profile_job_models(profile: Profile) -> dict[str, JobModel]:
             raise ProfileError(f"{profile.path}: key 'memory.jobs.{job}': no such job "
                                f"(jobs: {', '.join(JOBS)})")
         try:
-            models[job] = endpoint_model(base_url, model, key_env)
+            models[job] = endpoint_model(base_url, model, key_env, profile_key_envs(profile))
         except ValueError as exc:
             raise ProfileError(f"{profile.path}: key 'memory.jobs.{job}.model': {exc}") from None
     return models
@@ -70,6 +78,12 @@ class JobService:
         if model.inherits:
             return EngineJobBackend(self.engine, self.memory.ledger, self._count_tokens,
                                     cache_salt=self.memory.cache_salt(user))
+        if model.api_key_env and not key_env_allowed(model.api_key_env,
+                                                     profile_key_envs(self.profile)):
+            # a choice saved before the rule (or written by hand): no key goes out
+            log.warning("job %s: its endpoint's key variable is not one a job may use; "
+                        "the job runs without a key", job)
+            return EndpointJobBackend(model.base_url, model.model, None)
         return EndpointJobBackend(model.base_url, model.model, model.api_key_env)
 
     def _count_tokens(self, n: int) -> None:

@@ -30,16 +30,20 @@ def test_jobs_list_shows_triggers_dirty_counts_and_models(tmp_path, capsys):
 def test_jobs_model_sets_an_endpoint_or_the_engine_and_refuses_bad_input(tmp_path, capsys):
     home = ["--home", str(tmp_path), "--user", "ada"]
     assert main(["jobs", "model", EXTRACT, "http://127.0.0.1:8001/v1", "--model", "qwen",
-                 "--api-key-env", "JOB_KEY", *home]) == 0
+                 "--api-key-env", "TANDEM_JOB_KEY", *home]) == 0
     assert "qwen at http://127.0.0.1:8001/v1" in capsys.readouterr().out
     saved = json.loads((tmp_path / "memory/jobs/models.json").read_text())
     assert saved[EXTRACT] == {"base_url": "http://127.0.0.1:8001/v1", "model": "qwen",
-                              "api_key_env": "JOB_KEY"}
+                              "api_key_env": "TANDEM_JOB_KEY"}
     assert main(["jobs", "model", EXTRACT, "--inherit", *home]) == 0
     assert "engine" in capsys.readouterr().out
     assert main(["jobs", "model", EXTRACT, "not-a-url", "--model", "m", *home]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
     assert main(["jobs", "model", EXTRACT, *home]) == 2
+    # a key from any variable would send that secret, and the memory, to the endpoint
+    assert main(["jobs", "model", EXTRACT, "http://127.0.0.1:8001/v1", "--model", "qwen",
+                 "--api-key-env", "AWS_SECRET_ACCESS_KEY", *home]) == 2
+    assert "TANDEM_JOB_" in capsys.readouterr().err
 
 
 def test_jobs_run_asks_the_running_server(served, capsys):

@@ -32,10 +32,20 @@ class JobModel:
 
 
 INHERIT = JobModel()
+# The variables a job endpoint may take its key from: this prefix, or a name the profile
+# gives. Any other (AWS_SECRET_ACCESS_KEY, a cloud token) would go, with the user's
+# memory, to whatever URL the caller of the admin route chose.
+KEY_ENV_PREFIX = "TANDEM_JOB_"
 
 
-def endpoint_model(base_url: str, model: str, api_key_env: str | None = None) -> JobModel:
-    """An endpoint choice, checked: ValueError with a message a person can act on."""
+def key_env_allowed(name: str, named: frozenset[str] = frozenset()) -> bool:
+    return name.startswith(KEY_ENV_PREFIX) or name in named
+
+
+def endpoint_model(base_url: str, model: str, api_key_env: str | None = None,
+                   named_env: frozenset[str] = frozenset()) -> JobModel:
+    """An endpoint choice, checked: ValueError with a message a person can act on.
+    `named_env`: the key variables the profile names (they are allowed too)."""
     parsed = urlparse(base_url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -43,6 +53,9 @@ def endpoint_model(base_url: str, model: str, api_key_env: str | None = None) ->
         raise ValueError("an endpoint needs a model name")
     if api_key_env is not None and not api_key_env.replace("_", "").isalnum():
         raise ValueError(f"not an environment variable name: {api_key_env!r}")
+    if api_key_env is not None and not key_env_allowed(api_key_env, named_env):
+        raise ValueError(f"api_key_env {api_key_env!r}: a job's key comes from a variable "
+                         f"named {KEY_ENV_PREFIX}... or one the profile names")
     return JobModel(base_url.rstrip("/"), model.strip(), api_key_env)
 
 
