@@ -19,6 +19,8 @@ from server.metrics import HTTPCounters
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes"
+# FastAPI's own pages: the schema lists every route; behind the key like the routes.
+API_DOCS = frozenset({"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 
 
 class KeyCheckAndCount:
@@ -44,7 +46,8 @@ class KeyCheckAndCount:
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
         state["key_user"] = None
-        if path.startswith("/v1") or (path == "/metrics" and not is_loopback(peer)):
+        if path.startswith("/v1") or path in API_DOCS or (
+                path == "/metrics" and not is_loopback(peer)):
             try:
                 state["key_user"] = await self.auth.user_for(_header(scope, b"authorization"))
             except APIError as exc:

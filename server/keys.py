@@ -62,6 +62,7 @@ class KeyStore:
         self._entries: dict[str, KeyEntry] = {}  # key id -> entry
         self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
         self._failures: dict[str, list[float]] = {}  # key id -> recent failure times
+        self.clock = time.monotonic  # for the failure window (tests move it)
 
     # -- the command's side -------------------------------------------------------------
     def add(self, label: str) -> str:
@@ -114,7 +115,7 @@ class KeyStore:
                                     entry.hash)
         with self._lock:
             if not valid:
-                self._failures.setdefault(entry.key_id, []).append(time.monotonic())
+                self._failures.setdefault(entry.key_id, []).append(self.clock())
                 return None
             if self._stamp == stamp:  # not revoked while it was checked
                 self._verified[digest] = entry.label
@@ -125,7 +126,7 @@ class KeyStore:
 
     def _locked_out(self, key_id: str) -> bool:
         """Too many recent failures for this key id (called under the lock)."""
-        now = time.monotonic()
+        now = self.clock()
         recent = [t for t in self._failures.get(key_id, ()) if now - t < FAILURE_WINDOW_S]
         if recent:
             self._failures[key_id] = recent

@@ -117,7 +117,9 @@ def layer_router(state, answer) -> APIRouter:
             raise APIError(404, f"no layer {layer!r}; layers: {', '.join(LAYER_NAMES)}",
                            code="not_found")
         if layer == "history":
-            turn = found.history.read(int(name)) if name.isdigit() else None
+            # isdigit() is true of "²" and other digits int() refuses: ASCII digits only
+            turn = found.history.read(int(name)) if name.isascii() and name.isdigit() \
+                else None
             if turn is None:
                 raise APIError(404, f"no history turn {name!r}", code="not_found")
             return turn.to_json()

@@ -26,8 +26,10 @@ class EngineWriterBackend:
 
     def turn_ids(self, record: Record, text: str) -> list[int]:
         closing = [] if record.ended_cleanly else [self._engine.tokens.end_of_turn]
-        turn = (f"\n<|im_start|>user\n{text}<|im_end|>\n"
-                "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        # Thinking off, as a model with think tokens is told so (Qwen3's empty block); a
+        # model without them (Qwen2.5) is not shown one.
+        empty_think = "<think>\n\n</think>\n\n" if self._engine.tokens.think is not None else ""
+        turn = f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n{empty_think}"
         return [*record.ids, *closing, *self._encode(turn)]
 
     def _script(self, script: str | None) -> tuple[int, ...] | None:

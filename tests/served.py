@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -13,6 +13,23 @@ import uvicorn
 from fastapi import FastAPI
 
 from bench.plain_vllm import free_port
+
+
+def wait_ready(base_url: str, timeout: float, check: Callable[[], None]) -> None:
+    """Poll /readyz until it answers 200; `check` raises when the server has stopped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        check()
+        try:
+            response = httpx.get(f"{base_url}/readyz", timeout=2)
+            if response.status_code == 200:
+                return
+            if response.json().get("status") == "failed":
+                raise RuntimeError(f"engine failed: {response.json()}")
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{base_url} did not become ready")
 
 
 class ServedApp:
@@ -35,18 +52,7 @@ class ServedApp:
 
     def start(self, ready_timeout: float = 600.0) -> None:
         self._thread.start()
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            try:
-                response = httpx.get(f"{self.base_url}/readyz", timeout=2)
-                if response.status_code == 200:
-                    return
-                if response.json().get("status") == "failed":
-                    raise RuntimeError(f"engine failed: {response.json()}")
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError("the engine did not become ready")
+        wait_ready(self.base_url, ready_timeout, lambda: None)
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -77,18 +83,13 @@ class AppOnLoop:
 
     def start(self, ready_timeout: float = 60.0) -> None:
         self._serving = asyncio.run_coroutine_threadsafe(self._server.serve(), self._host.loop)
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
+
+        def stopped() -> None:
             if self._serving.done():
                 self._serving.result()  # raises what stopped it
                 raise RuntimeError("the second app stopped before it was ready")
-            try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError("the second app did not become ready")
+
+        wait_ready(self.base_url, ready_timeout, stopped)
 
     def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
         return self._host.run(coro, timeout)
