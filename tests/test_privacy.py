@@ -211,3 +211,104 @@ def test_special_token_text_in_a_note_never_opens_a_turn(served, tmp_path):
     tool = next(s for s in record.spans if s.kind == "tool")
     exchange = list(record.ids[tool.start:tool.end])
     assert exchange.count(IM_START) == 2  # the tool message and the next answer's header
+
+
+def test_a_job_endpoint_takes_its_key_only_from_a_variable_meant_for_it(served, tmp_path):
+    """`PUT /v1/conductor/jobs/{job}/model` with api_key_env AWS_SECRET_ACCESS_KEY and any
+    URL would send that secret, and the user's memory, there."""
+    from conductor.background.jobs import JOBS
+
+    app = InProcessApp(served, tmp_path)
+    job = next(iter(JOBS))
+    for env in ("AWS_SECRET_ACCESS_KEY", "HOME", "TANDEM_API_KEY"):
+        refused = app.request("PUT", f"/v1/conductor/jobs/{job}/model", json={
+            "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": env})
+        assert refused.status_code == 400 and "TANDEM_JOB_" in refused.text, env
+    ok = app.request("PUT", f"/v1/conductor/jobs/{job}/model", json={
+        "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "TANDEM_JOB_KEY"})
+    assert ok.status_code == 200, ok.text
+    app.request("PUT", f"/v1/conductor/jobs/{job}/model", json={"inherit": True})
+
+
+def test_no_named_key_is_made_for_the_engines_own_user(tmp_path, monkeypatch, capsys):
+    from server.cli import main
+    from server.memory import MemorySettings
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    assert main(["keys", "add", MemorySettings().user_name]) == 2
+    assert "the engine's own user" in capsys.readouterr().err
+    assert not (tmp_path / "keys.json").exists()
+
+
+def test_every_read_path_follows_one_visibility_rule(served, tmp_path):
+    """The routes (`GET /v1/memory/{id}`, search, update, archive) and the model's tools
+    (memory_search, memory_read) reach what the hidden context reaches: the user's notes,
+    the current project's, the session's own; not another project's or session's, not an
+    archived note."""
+    app = InProcessApp(served, tmp_path)
+    store = app.memory.store("tester")
+
+    def note(title: str, **where) -> str:
+        scope = "project" if "project" in where else "session" if "session" in where \
+            else "user"
+        result = store.add(title=title, body=f"The walrus fact about {title}.",
+                           kind="reference", scope=scope, source="cli",
+                           has_user_message=True, **where)
+        assert result.ok, result.reason
+        return result.note.id
+
+    mine = {"user": note("walrus user"), "project": note("walrus alpha", project="/w/alpha"),
+            "session": note("walrus own", session="s-own")}
+    theirs = {"project": note("walrus beta", project="/w/beta"),
+              "session": note("walrus other", session="s-other"),
+              "archived": note("walrus gone")}
+    assert store.archive(theirs["archived"], "old", source="cli", has_user_message=True).ok
+    headers = {"X-Tandem-Session": "s-own", "X-Tandem-Project": "/w/alpha"}
+    _, _, response = app.chat([{"role": "user", "content": "hi"}], "Hi.", headers=headers)
+    routes = {**headers, "X-Tandem-Memory-Token": response.headers["x-tandem-memory-token"]}
+
+    for note_id in mine.values():
+        assert app.request("GET", f"/v1/memory/{note_id}", headers=routes).status_code == 200
+    for note_id in theirs.values():
+        assert app.request("GET", f"/v1/memory/{note_id}", headers=routes).status_code == 404
+        for op in ("update", "archive"):
+            body = {"op": op, "id": note_id, "body": "overwritten by another session",
+                    "reason": "mine now"}
+            response = app.request("POST", "/v1/memory", headers=routes, json=body)
+            assert response.status_code == 404, (op, response.text)
+    found = app.request("GET", "/v1/memory/search", headers=routes,
+                        params={"q": "walrus fact"}).json()["data"]
+    assert {n["id"] for n in found} == set(mine.values())
+    app.app.state.tandem.search.index("tester").sync()
+    hybrid = app.request("GET", "/v1/memory/search", headers=routes,
+                         params={"q": "walrus fact", "mode": "hybrid"}).json()["data"]
+    paths = " ".join(h["path"] for h in hybrid if h["collection"] == "notes")
+    assert all(i not in paths for i in theirs.values()) and mine["user"] in paths
+
+    reads = [f'<tool_call>\n{{"name": "memory_read", "arguments": {{"ref": "{i}"}}}}'
+             "\n</tool_call>" for i in (theirs["project"], mine["project"])]
+    search = ('<tool_call>\n{"name": "memory_search", "arguments": {"query": "walrus fact"}}'
+              "\n</tool_call>")
+    app.chat([{"role": "user", "content": "the walrus?"}], [*reads, search, "Done."],
+             headers=headers)
+    record = app.memory.ledger.latest("tester", "s-own")
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    responses = [tokenizer.decode(list(record.ids[s.start:s.end])) for s in record.spans
+                 if s.kind == "tool"]
+    assert len(responses) == 3
+    assert f"no note {theirs['project']}" in responses[0] and "walrus beta" not in responses[0]
+    assert "walrus alpha" in responses[1]
+    assert all(i not in responses[2] for i in theirs.values())
+
+
+def test_the_api_docs_are_behind_the_key_and_a_unicode_digit_is_a_404(served, tmp_path):
+    keys = KeyStore(tmp_path)
+    alice = keys.add("alice")
+    app = InProcessApp(served, tmp_path, auth=Auth(keys=keys))
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        assert app.request("GET", path).status_code == 401, path
+        assert app.request("GET", path, headers={
+            "Authorization": f"Bearer {alice}"}).status_code == 200, path
+    local = InProcessApp(served, tmp_path / "other")
+    response = local.request("GET", "/v1/conductor/memory/layers/history/²")
+    assert response.status_code == 404, response.text
