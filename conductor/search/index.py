@@ -158,6 +158,8 @@ class SearchIndex:
         with self._lock:
             store = self.store()
             manifest = self._manifest()
+            if isinstance(store, ServerStore) and store.created:
+                manifest, store.created = {}, False  # a new collection: every file again
             if (self.dir / SYNC_MARK).exists():  # a sync died half-way: start afresh
                 store, manifest = self._clear(), {}
                 report.rebuilt_after_crash = True

@@ -8,6 +8,7 @@ under "bm25" (with the IDF modifier), and its chunk's payload.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,15 @@ class EdgeStore:
 
 
 def collection_name(user: str, version: str) -> str:
-    return "tandem-" + re.sub(r"[^A-Za-z0-9_-]+", "-", f"{user}-{version}")
+    """One user's collection for one vector version on a Qdrant server. The user is a
+    fixed-length hash (names a collection may hold would fold `alice.b` and `alice-b`
+    into one), so `user_prefix` names this user's collections and no one else's."""
+    return user_prefix(user) + re.sub(r"[^A-Za-z0-9_-]+", "-", version)
+
+
+def user_prefix(user: str) -> str:
+    digest = hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"tandem-u{digest}-"
 
 
 class ServerStore:
@@ -192,7 +201,9 @@ class ServerStore:
         else:
             self._client = QdrantClient(url=url, api_key=api_key)
         self._dimensions = dimensions
-        if not self._client.collection_exists(collection):
+        # Made here: whatever a local manifest says, the collection holds no point yet.
+        self.created = not self._client.collection_exists(collection)
+        if self.created:
             self._create()
 
     def _create(self) -> None:
@@ -259,7 +270,7 @@ class ServerStore:
 
     def drop_other_versions(self, user: str) -> list[str]:
         """Collections of this user's earlier vector versions (a migration's leftovers)."""
-        prefix = collection_name(user, "")
+        prefix = user_prefix(user)
         stale = [c.name for c in self._client.get_collections().collections
                  if c.name.startswith(prefix) and c.name != self.collection]
         for name in stale:

@@ -287,3 +287,22 @@ def test_a_file_that_links_out_of_its_source_is_not_indexed_or_read(tmp_path):
         load_sources(tmp_path, "ada", tmp_path / "layers" / "ada" / "embed")
     allowed = load_sources(tmp_path, "ada", tmp_path / "layers" / "ada" / "embed", (shared,))
     assert allowed.sources[0].path == shared.resolve()
+
+
+def test_qdrant_collection_names_keep_users_apart_and_drops_are_exact(tmp_path):
+    """`alice.b` and `alice-b` were one collection, and one user's sync dropped another's
+    by prefix."""
+    from conductor.search.stores import ServerStore, collection_name
+
+    names = {collection_name(u, "minilm-v1") for u in ("alice.b", "alice-b", "alice+b",
+                                                       "alice@b", "alice")}
+    assert len(names) == 5
+    store = ServerStore(str(tmp_path / "qdrant"), collection_name("alice", "minilm-v2"), None)
+    for user in ("alice", "alice-b", "alice.b", "alicex"):
+        store._client.create_collection(collection_name(user, "minilm-v1"),
+                                        vectors_config={})
+    assert store.drop_other_versions("alice") == [collection_name("alice", "minilm-v1")]
+    left = {c.name for c in store._client.get_collections().collections}
+    assert left == {collection_name(u, "minilm-v1") for u in ("alice-b", "alice.b", "alicex")
+                    } | {collection_name("alice", "minilm-v2")}
+    store.close()
