@@ -16,30 +16,37 @@ from dataclasses import dataclass, field
 MAX_ANSWERS = 4096
 
 
-def _key(text: str) -> bytes:
-    return hashlib.blake2b(text.strip().encode("utf-8", "surrogatepass"),
-                           digest_size=16).digest()
+def _key(user: str | None, text: str) -> bytes:
+    """One user's answer: another user sending the same text is not rewritten by it."""
+    digest = hashlib.blake2b(f"{user}\0".encode("utf-8", "surrogatepass"), digest_size=16)
+    digest.update(text.strip().encode("utf-8", "surrogatepass"))
+    return digest.digest()
 
 
 @dataclass
 class ShownAnswers:
-    """answer as shown (with status lines) -> the answer as the model wrote it (LRU)."""
+    """(user, answer as shown with status lines) -> the answer as the model wrote it (LRU)."""
 
     max_answers: int = MAX_ANSWERS
     _answers: OrderedDict[bytes, str] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def remember(self, shown: str, written: str) -> None:
+    def remember(self, user: str | None, shown: str, written: str) -> None:
         if shown.strip() == written.strip():
             return
         with self._lock:
-            key = _key(shown)
+            key = _key(user, shown)
             self._answers[key] = written
             self._answers.move_to_end(key)
             while len(self._answers) > self.max_answers:
                 self._answers.popitem(last=False)
 
-    def as_written(self, content: str) -> str:
-        """The answer without the status lines the server added; unchanged otherwise."""
+    def as_written(self, user: str | None, content: str) -> str:
+        """The answer without the status lines the server added to `user`'s answer;
+        unchanged otherwise."""
         with self._lock:
-            return self._answers.get(_key(content), content)
+            return self._answers.get(_key(user, content), content)
+
+    def for_user(self, user: str | None):
+        """`as_written` for one user's messages (what render_chat takes)."""
+        return lambda content: self.as_written(user, content)

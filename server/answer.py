@@ -230,7 +230,7 @@ class Answer:
         calls = [(c.name, c.arguments) for c in self.client_calls]
         written = self.memory_filter.visible_text
         shown = self.shown_text
-        self.services.shown.remember(shown, written)
+        self.services.shown.remember(chat.memory.user, shown, written)
         answer = VisibleMessage.of("assistant", shown, calls)
         offset = len(chat.prompt_ids)
         blocks = [Span(offset + h.start, offset + h.end, "block", h.note_ids)

@@ -114,7 +114,7 @@ def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServi
     for turn in window:
         for message in turn.messages:
             if message.role == "assistant":
-                services.shown.remember(message.shown(), message.text())
+                services.shown.remember(layers.user, message.shown(), message.text())
     return conversation_messages(layers.core(), layers.working_memory(), window), window
 
 
@@ -130,7 +130,8 @@ def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemorySe
                            mode=profile.memory.mode, header=None, has_user_message=True)
     request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),
                                    memory, profile.tool_call_format == "qwen")
-    rendered = render_chat(engine.tokenizer, request, profile.thinking, services.shown.as_written)
+    rendered = render_chat(engine.tokenizer, request, profile.thinking,
+                           services.shown.for_user(user))
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)
     head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None

@@ -73,7 +73,8 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and offered.tools and tools_for_template(offered):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    rendered = render_chat(tokenizer, offered, enable_thinking, services.shown.as_written)
+    as_written = services.shown.for_user(memory.user)
+    rendered = render_chat(tokenizer, offered, enable_thinking, as_written)
     cut = replay_cut(tokenizer, rendered, match)
     replayed = match.record.spans if cut is not None and match is not None else None
     hidden = choose_hidden(services, memory, replayed, offered, engine.count_tokens)
@@ -94,7 +95,7 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
                       built=assemble(tokenizer, rendered, None, None, None,
                                      list(leading_tails)))
     if engine_tools:
-        plain = render_chat(tokenizer, request, enable_thinking, services.shown.as_written)
+        plain = render_chat(tokenizer, request, enable_thinking, as_written)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
                      assemble(tokenizer, plain, None, None, None, list(leading_tails)))
 

@@ -75,18 +75,18 @@ def test_any_sequence_of_calls_on_any_text_matches_the_contract_and_never_raises
     for operation in operations:
         if operation[0] == "answer":
             shown, written = shown_by_the_server(operation[1], operation[2]), operation[1]
-            answers.remember(shown, written)
+            answers.remember("u", shown, written)
             model.remember(shown, written)
             # Just recorded: sent back as shown, it comes back as the model wrote it.
-            assert answers.as_written(shown) == written
+            assert answers.as_written("u", shown) == written
         elif operation[0] == "remember":
-            answers.remember(operation[1], operation[2])
+            answers.remember("u", operation[1], operation[2])
             model.remember(operation[1], operation[2])
         else:
-            assert answers.as_written(operation[1]) == model.as_written(operation[1])
+            assert answers.as_written("u", operation[1]) == model.as_written(operation[1])
         assert len(answers._answers) <= bound
     for shown in model.answers:  # everything still held maps as recorded
-        assert answers.as_written(shown) == model.answers[shown]
+        assert answers.as_written("u", shown) == model.answers[shown]
 
 
 @settings(max_examples=500, deadline=None)
@@ -99,15 +99,15 @@ def test_an_answer_sent_back_as_shown_comes_back_exactly_as_the_model_wrote_it(
         written, status_lines, others, padding):
     answers = ShownAnswers()
     shown = shown_by_the_server(written, status_lines)
-    answers.remember(shown, written)
+    answers.remember("u", shown, written)
     for other_written, other_lines in others:  # later answers, each a different text
         other_shown = shown_by_the_server(other_written, other_lines)
         if other_shown.strip() != shown.strip():
-            answers.remember(other_shown, other_written)
+            answers.remember("u", other_shown, other_written)
     # Clients may trim or pad the text they send back; the model's text comes back whole,
     # status-like lines it wrote itself included.
-    assert answers.as_written(padding + shown + padding) == written
-    assert answers.as_written(shown.strip()) == written
+    assert answers.as_written("u", padding + shown + padding) == written
+    assert answers.as_written("u", shown.strip()) == written
 
 
 @settings(max_examples=500, deadline=None)
@@ -120,10 +120,10 @@ def test_text_never_recorded_as_shown_comes_back_unchanged(recorded, content):
     shown_texts = set()
     for written, lines in recorded:
         shown = shown_by_the_server(written, lines)
-        answers.remember(shown, written)
+        answers.remember("u", shown, written)
         shown_texts.add(shown.strip())
     if content.strip() not in shown_texts:
-        assert answers.as_written(content) == content  # the very object's text, untouched
+        assert answers.as_written("u", content) == content  # the very object's text, untouched
 
 
 @settings(max_examples=500, deadline=None)
@@ -132,8 +132,8 @@ def test_a_status_line_the_model_wrote_itself_stays_when_nothing_was_added(
         before, own_lines, after):
     answers = ShownAnswers()
     written = before + "\n" + "\n".join(own_lines) + after  # the model's own look-alikes
-    answers.remember(written, written)  # the server added nothing: shown == written
-    assert answers.as_written(written) == written
+    answers.remember("u", written, written)  # the server added nothing: shown == written
+    assert answers.as_written("u", written) == written
     assert len(answers._answers) == 0
 
 
@@ -149,10 +149,10 @@ def test_a_model_written_status_line_stays_even_when_an_earlier_answer_was_shown
         earlier, lines):
     answers = ShownAnswers()
     shown = shown_by_the_server(earlier, lines)
-    answers.remember(shown, earlier)  # answer 1: the server added status lines
+    answers.remember("u", shown, earlier)  # answer 1: the server added status lines
     later = shown  # answer 2: the model wrote that very text itself; nothing added
-    answers.remember(later, later)
-    assert answers.as_written(later) == later
+    answers.remember("u", later, later)
+    assert answers.as_written("u", later) == later
 
 
 
@@ -161,14 +161,22 @@ def test_a_model_written_status_line_stays_even_when_an_earlier_answer_was_shown
 @given(content=WITH_SURROGATE)
 @example(content="hi \ud800")
 def test_text_with_a_lone_surrogate_comes_back_unchanged(content):
-    assert ShownAnswers().as_written(content) == content
+    assert ShownAnswers().as_written("u", content) == content
 
 
 def test_the_default_store_holds_at_most_max_answers():
     answers = ShownAnswers()
     for n in range(MAX_ANSWERS + 100):
-        answers.remember(f"answer {n}\n\n› remembered: {n}", f"answer {n}")
+        answers.remember("u", f"answer {n}\n\n› remembered: {n}", f"answer {n}")
     assert len(answers._answers) == MAX_ANSWERS
-    assert answers.as_written("answer 0\n\n› remembered: 0") == "answer 0\n\n› remembered: 0"
+    assert answers.as_written("u", "answer 0\n\n› remembered: 0") == "answer 0\n\n› remembered: 0"
     last = MAX_ANSWERS + 99
-    assert answers.as_written(f"answer {last}\n\n› remembered: {last}") == f"answer {last}"
+    assert answers.as_written("u", f"answer {last}\n\n› remembered: {last}") == f"answer {last}"
+
+
+def test_another_users_identical_text_is_not_rewritten():
+    answers = ShownAnswers()
+    shown = "The plan.\n\n› remembered: alice's plan"
+    answers.remember("alice", shown, "The plan.")
+    assert answers.as_written("alice", shown) == "The plan."
+    assert answers.as_written("bob", shown) == shown
