@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 
 SESSION_IDLE_S = 180.0
 MIN_NEW_TOKENS = 1500
+# Bounds on the bookkeeping (a server sees new sessions without end): the sessions
+# watched, least recently seen dropped first (never one with a pending trigger), and the
+# compacted histories remembered so each is handed over once.
+MAX_SESSIONS = 4096
+MAX_COMPACTED = 4096
 
 SessionKey = tuple[str, str]  # (user, session)
 
@@ -29,15 +34,19 @@ class WriterTriggers:
     _sessions: dict[SessionKey, _SessionState] = field(default_factory=dict)
     _pending: dict[SessionKey, str] = field(default_factory=dict)  # explicit triggers
     _dropped: dict[SessionKey, object] = field(default_factory=dict)  # what a compaction dropped
-    _compacted: set[bytes] = field(default_factory=set)  # histories already handed over
+    # histories already handed over (oldest first, bounded)
+    _compacted: dict[bytes, None] = field(default_factory=dict)
+    max_sessions: int = MAX_SESSIONS
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def turn_done(self, user: str, session: str, new_tokens: int) -> None:
         """A client turn of the session finished; it read or wrote `new_tokens` new ids."""
         with self._lock:
-            state = self._sessions.setdefault((user, session), _SessionState(self.clock()))
+            state = self._sessions.pop((user, session), None) or _SessionState(self.clock())
             state.last_seen = self.clock()
             state.new_tokens += new_tokens
+            self._sessions[(user, session)] = state  # most recently seen last
+            self._bound()
 
     def give_up(self, user: str, session: str) -> None:
         """The client disconnected mid-answer."""
@@ -50,10 +59,20 @@ class WriterTriggers:
         with self._lock:
             if key in self._compacted:
                 return False
-            self._compacted.add(key)
+            self._compacted[key] = None
+            while len(self._compacted) > MAX_COMPACTED:
+                del self._compacted[next(iter(self._compacted))]
             self._pending[(user, session)] = "compaction"
             self._dropped[(user, session)] = dropped
             return True
+
+    def _bound(self) -> None:
+        """Drop the least recently seen sessions past the bound (under the lock)."""
+        excess = len(self._sessions) - self.max_sessions
+        if excess <= 0:
+            return
+        for key in [k for k in self._sessions if k not in self._pending][:excess]:
+            del self._sessions[key]
 
     def dropped(self, user: str, session: str) -> object | None:
         """The history a pending compaction dropped, for the writer to read."""

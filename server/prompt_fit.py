@@ -73,6 +73,9 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
     if match is not None and offered.tools and tools_for_template(offered):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
+    if match is not None and memory.user is not None and _holds_a_deleted_note(
+            services, memory.user, match.record.spans):
+        match = None  # its ids hold a deleted note's text: rendered afresh, without it
     as_written = services.shown.for_user(memory.user)
     rendered = render_chat(tokenizer, offered, enable_thinking, as_written)
     cut = replay_cut(tokenizer, rendered, match)
@@ -98,6 +101,16 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
         plain = render_chat(tokenizer, request, enable_thinking, as_written)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
                      assemble(tokenizer, plain, None, None, None, list(leading_tails)))
+
+
+def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
+    """A record whose hidden spans hold a note that is gone (deleted, not archived): its
+    text must not be replayed into another prompt."""
+    note_ids = {i for span in spans for i in span.note_ids}
+    if not note_ids:
+        return False
+    store = services.store(user)
+    return any(store.get(note_id) is None for note_id in note_ids)
 
 
 def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool]) -> Layout:

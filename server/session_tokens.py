@@ -24,13 +24,18 @@ import threading
 from contextlib import suppress
 from pathlib import Path
 
-from conductor.atomic import FILE_MODE, append_line, ensure_dir
+from conductor.atomic import FILE_MODE, append_line, atomic_write, ensure_dir
 
 log = logging.getLogger("tandem.memory")
 
 KEY_FILE = "session-token.key"
 SESSIONS_FILE = "session-tokens.jsonl"
 KEY_BYTES = 32
+# Sessions a user keeps a resolvable token for (a client that sends no session id makes a
+# new one each conversation): the least recently given one goes first, and resolves again
+# from its next chat turn on. The list on disk is rewritten once it holds twice as many
+# lines as there are sessions listed.
+MAX_SESSIONS_PER_USER = 1024
 
 
 def _load_or_make_key(path: Path) -> bytes:
@@ -58,7 +63,8 @@ class SessionTokens:
         self._list_path = memory_root / SESSIONS_FILE
         self._key: bytes | None = None  # made on the first token: a server never asked
         self._by_token: dict[str, tuple[str, str]] = {}  # has no key file
-        self._known: set[tuple[str, str]] = set()
+        self._known: dict[str, dict[str, None]] = {}  # user -> sessions, oldest first
+        self._lines_on_disk = 0
         self._lock = threading.Lock()
         self._loaded = False
         self._unsaved: list[tuple[str, str]] = []
@@ -67,10 +73,16 @@ class SessionTokens:
         with self._lock:
             self._load()
             token = self._derive(user, session)
-            if (user, session) not in self._known:
-                self._known.add((user, session))
+            sessions = self._known.setdefault(user, {})
+            if session not in sessions:
                 self._by_token[token] = (user, session)
                 self._unsaved.append((user, session))
+            sessions.pop(session, None)
+            sessions[session] = None  # most recently given last
+            while len(sessions) > MAX_SESSIONS_PER_USER:
+                oldest = next(iter(sessions))
+                del sessions[oldest]
+                self._by_token.pop(self._derive(user, oldest), None)
             return token
 
     def save(self) -> None:
@@ -82,9 +94,19 @@ class SessionTokens:
             unsaved, self._unsaved = self._unsaved, []
         if not unsaved:
             return
+        with self._lock:
+            listed = sum(len(s) for s in self._known.values())
+            rewrite = self._lines_on_disk + len(unsaved) > 2 * max(listed, 64)
+            if rewrite:  # the whole list, as it is now: the dropped sessions go
+                unsaved = [(u, s) for u, sessions in self._known.items() for s in sessions]
         lines = "\n".join(json.dumps({"user": u, "session": s}) for u, s in unsaved)
         try:
-            append_line(self._list_path, lines, kind="session_tokens")
+            if rewrite:
+                atomic_write(self._list_path, lines + "\n", kind="session_tokens")
+                self._lines_on_disk = len(unsaved)
+            else:
+                append_line(self._list_path, lines, kind="session_tokens")
+                self._lines_on_disk += len(unsaved)
         except OSError as exc:  # disk full, read-only: valid until a restart
             log.warning("%d session tokens not listed on disk (%s): they resolve until the "
                         "server restarts", len(unsaved), exc.strerror or exc)
@@ -132,5 +154,12 @@ class SessionTokens:
                 key = (str(entry["user"]), str(entry["session"]))
             except (ValueError, KeyError, TypeError):  # a torn last line: skipped
                 continue
-            self._known.add(key)
+            self._lines_on_disk += 1
+            sessions = self._known.setdefault(key[0], {})
+            sessions.pop(key[1], None)
+            sessions[key[1]] = None
             self._by_token[self._derive(*key)] = key
+            while len(sessions) > MAX_SESSIONS_PER_USER:
+                oldest = next(iter(sessions))
+                del sessions[oldest]
+                self._by_token.pop(self._derive(key[0], oldest), None)

@@ -312,3 +312,47 @@ def test_the_api_docs_are_behind_the_key_and_a_unicode_digit_is_a_404(served, tm
     local = InProcessApp(served, tmp_path / "other")
     response = local.request("GET", "/v1/conductor/memory/layers/history/²")
     assert response.status_code == 404, response.text
+
+
+def test_a_deleted_notes_text_is_not_replayed_into_the_next_turn(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    store = app.memory.store("tester")
+    note = store.add(title="quokka vault code", body="The quokka vault opens with 4471.",
+                     kind="reference", scope="user", source="cli", has_user_message=True)
+    assert note.ok
+    session = {"X-Tandem-Session": f"deleted-{uuid.uuid4().hex[:6]}"}
+    first = [{"role": "user", "content": "How does the quokka vault open?"}]
+    answer, _, _ = app.chat(first, "With a code.", headers=session)
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    ledger = app.memory.ledger
+    assert "4471" in tokenizer.decode(list(ledger.latest("tester", session[
+        "X-Tandem-Session"]).ids))  # injected as a matching note
+    assert store.delete(note.note.id, via="cli").ok  # `tandem notes delete`, for good
+    app.chat([*first, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "Thanks."}], "Welcome.", headers=session)
+    latest = ledger.latest("tester", session["X-Tandem-Session"])
+    assert "4471" not in tokenizer.decode(list(latest.ids))
+
+
+def test_session_tokens_stay_bounded_per_user_and_on_disk(tmp_path, monkeypatch):
+    """A client that sends no session id makes a new session each conversation: the
+    tokens kept, and the list on disk, stay bounded; a dropped session's token resolves
+    again from its next turn, and a restart keeps what was listed."""
+    from server import session_tokens
+    from server.session_tokens import SessionTokens
+
+    monkeypatch.setattr(session_tokens, "MAX_SESSIONS_PER_USER", 16)
+    tokens = SessionTokens(tmp_path)
+    first = tokens.token_for("u", "s0")
+    for n in range(1, 200):
+        tokens.token_for("u", f"s{n}")
+        tokens.save()
+    assert tokens.resolve(first) is None  # dropped, the oldest
+    assert tokens.resolve(tokens.token_for("u", "s199")) == ("u", "s199")
+    lines = (tmp_path / "session-tokens.jsonl").read_text().splitlines()
+    assert len(lines) <= 2 * 64 + 1
+    assert tokens.token_for("u", "s0") == first and tokens.resolve(first) == ("u", "s0")
+    tokens.save()
+    again = SessionTokens(tmp_path)  # a restart
+    assert again.resolve(first) == ("u", "s0")
+    assert again.resolve(tokens.token_for("u", "s198")) == ("u", "s198")

@@ -84,3 +84,15 @@ def test_tandem_writer_idle_s_moves_the_session_end(monkeypatch, tmp_path):
     assert t.due() == []
     clock.now = 1007.5
     assert t.due() == [("u", "s", "session_end")]
+
+
+def test_the_bookkeeping_stays_bounded_and_keeps_what_is_pending():
+    triggers = WriterTriggers(max_sessions=8)
+    triggers.give_up("u", "pending")
+    triggers.turn_done("u", "pending", 10)
+    for n in range(100):
+        triggers.turn_done("u", f"s{n}", 10)
+    assert len(triggers._sessions) == 8
+    assert ("u", "pending") in triggers._sessions  # a pending one is never dropped
+    assert ("u", "s99") in triggers._sessions and ("u", "s0") not in triggers._sessions
+    assert ("u", "pending", "give_up") in triggers.due()
