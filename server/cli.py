@@ -49,7 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ProfileError(f"--user {args.user!r}: use letters, digits and . _ @ - only")
     settings = MemorySettings()
     settings = MemorySettings(
-        user_name=args.user or settings.user_name,
+        user_name=(args.user or settings.user_name).lower(),
         trusted_proxies=frozenset(args.trusted_proxy) or settings.trusted_proxies,
         nightly_hour=settings.nightly_hour if args.nightly_hour is None else args.nightly_hour,
     )

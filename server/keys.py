@@ -71,8 +71,9 @@ class KeyStore:
             raise KeysError(f"label {label!r}: use letters, digits and . _ @ - only (it is "
                             "the user's name)")
         entries = self._read()
-        if any(e.label == label for e in entries.values()):
-            raise KeysError(f"a key labelled {label!r} exists; revoke it first")
+        if any(e.label.lower() == label.lower() for e in entries.values()):
+            raise KeysError(f"a key labelled {label!r} exists (user names are one user "
+                            "whatever their case); revoke it first")
         key_id, secret, salt = secrets.token_hex(4), secrets.token_urlsafe(24), os.urandom(16)
         entries[key_id] = KeyEntry(label, key_id, salt.hex(), _hash(secret, salt).hex(),
                                    datetime.now(UTC).isoformat(timespec="seconds"))

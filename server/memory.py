@@ -143,7 +143,9 @@ def request_user(headers, peer: str | None, settings: MemorySettings,
     user = (headers.get(USER_HEADER) or None) if relayed else key_user or settings.user_name
     if user is not None and not valid_user(user):
         return None  # not a name the store can file under
-    return user
+    # One user whatever the case: `Alice` and `alice` name one folder on a case-insensitive
+    # filesystem, so they are one user everywhere.
+    return user.lower() if user is not None else None
 
 
 def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,

@@ -19,7 +19,7 @@ from server.app import create_app
 from server.auth import Auth
 from server.browser_guard import BrowserPolicy
 from server.cli import server_config
-from server.keys import KeyStore
+from server.keys import KeysError, KeyStore
 from server.memory import MemorySettings
 from tests.inprocess import InProcessApp
 from tests.served import AppOnLoop
@@ -356,3 +356,17 @@ def test_session_tokens_stay_bounded_per_user_and_on_disk(tmp_path, monkeypatch)
     again = SessionTokens(tmp_path)  # a restart
     assert again.resolve(first) == ("u", "s0")
     assert again.resolve(tokens.token_for("u", "s198")) == ("u", "s198")
+
+
+def test_user_names_that_differ_only_in_case_are_one_user(tmp_path):
+    """`Alice` and `alice` share one folder on a case-insensitive filesystem: they are one
+    user everywhere, and no second key can be made for the other spelling."""
+    from server.memory import request_user
+
+    settings = MemorySettings(user_name="owner", trusted_proxies=frozenset({"10.0.0.5"}))
+    assert request_user({"x-tandem-user": "Alice"}, "10.0.0.5", settings) == "alice"
+    assert request_user({}, "127.0.0.1", settings, key_user="ALICE") == "alice"
+    keys = KeyStore(tmp_path)
+    keys.add("alice")
+    with pytest.raises(KeysError, match="whatever their case"):
+        keys.add("Alice")
