@@ -92,14 +92,15 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
             request: ChatCompletionRequest, headers, peer: str | None,
             key_user: str | None = None, session: str | None = None,
             leading_tails: Sequence[Tail] = (), answer_room: int = 1,
-            hidden_gives_way: bool = True) -> PreparedChat:
+            hidden_gives_way: bool = True, data: Sequence[str] = ()) -> PreparedChat:
     """Validate against the served profile and build the prompt; APIError when bad.
     `session` overrides the header and the derived id (the continuous conversation's);
     `leading_tails` go right after the new messages, before memory's own tails;
     `answer_room`: the fewest tokens the prompt must leave for the answer;
     `hidden_gives_way`: memory's hidden parts are left out before the request is refused
     as too long (`server/prompt_fit.py`); the ContextOverflow then counts the prompt
-    without them."""
+    without them. `data`: message contents that are data (the continuous conversation's
+    layer files): their special-token text is encoded as text."""
     if request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
@@ -128,7 +129,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     max_tokens = request.requested_max_tokens()
     need = max(answer_room, max_tokens or 0)
     layout = fitting(layouts(engine, profile, services, memory, request, enable_thinking,
-                             leading_tails, hidden_gives_way),
+                             leading_tails, hidden_gives_way, data),
                      lambda laid: profile.max_model_len - laid.tokens >= need)
     request, built, hidden = layout.request, layout.built, layout.hidden
     replayed, visible, engine_tools = layout.replayed, layout.visible, layout.engine_tools

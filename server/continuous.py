@@ -85,7 +85,8 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
             prepared = chat.prepare(engine, profile, services, assembled, headers, peer,
                                     key_user, session=CONTINUOUS_SESSION,
                                     leading_tails=[time_tail], answer_room=room,
-                                    hidden_gives_way=False)  # the window gives way
+                                    hidden_gives_way=False,  # the window gives way
+                                    data=layer_texts(prefix))
             break
         except chat.ContextOverflow as overflow:
             # The layers, the shared context and the notes grew with the user's memory;
@@ -118,6 +119,12 @@ def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServi
     return conversation_messages(layers.core(), layers.working_memory(), window), window
 
 
+def layer_texts(prefix: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The layer files' messages (policy and core, working memory): files the jobs and the
+    user write, so data, never prompt structure."""
+    return tuple(m["content"] for m in prefix if m["role"] == "system")
+
+
 def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
                             user: str) -> list[int]:
     """The ids the user's next message will start with, as the server would render them
@@ -131,7 +138,7 @@ def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemorySe
     request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),
                                    memory, profile.tool_call_format == "qwen")
     rendered = render_chat(engine.tokenizer, request, profile.thinking,
-                           services.shown.for_user(user))
+                           services.shown.for_user(user), layer_texts(so_far))
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)
     head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None

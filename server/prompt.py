@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,9 @@ class RenderedChat:
     messages: list[dict[str, Any]]  # as the template was given them
     tools: list[dict[str, Any]] | None
     enable_thinking: bool
+    # Message contents that are data, not structure, and hold special-token text (the
+    # continuous conversation's layer files): encoded as text where they stand.
+    data: tuple[str, ...] = ()
 
 
 def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: bool,
@@ -130,8 +133,10 @@ def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: b
 
 
 def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool,
-                as_written: AsWritten = lambda text: text) -> RenderedChat:
-    """`as_written` takes the status lines the server added off an answer."""
+                as_written: AsWritten = lambda text: text,
+                data: Sequence[str] = ()) -> RenderedChat:
+    """`as_written` takes the status lines the server added off an answer; `data`: message
+    contents that are data (see RenderedChat.data)."""
     messages = [_message_dict(m, as_written) for m in request.messages]
     tools = tools_for_template(request)
     history = _render(tokenizer, messages, tools, enable_thinking, generation=False)
@@ -139,7 +144,33 @@ def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool
     generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
     if generation_prompt is None:
         history = with_prompt
-    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking)
+    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking,
+                        tuple(d for d in data if _holds_special_text(tokenizer, d)))
+
+
+@functools.lru_cache(maxsize=8)
+def _special_texts(tokenizer) -> tuple[str, ...]:
+    """The texts this tokenizer reads as one added token (`<|im_start|>`, `<think>`...)."""
+    return tuple(tokenizer.get_added_vocab())
+
+
+def _holds_special_text(tokenizer, text: str) -> bool:
+    return any(special in text for special in _special_texts(tokenizer))
+
+
+def encode_with_data(tokenizer, text: str, data: Sequence[str]) -> list[int]:
+    """`text` encoded, each occurrence of a `data` string in it as data (data_ids)."""
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    ids: list[int] = []
+    at = 0
+    while True:
+        found = [(text.find(d, at), d) for d in data if d and text.find(d, at) >= 0]
+        if not found:
+            break
+        start, piece = min(found)
+        ids += [*(encode(text[at:start]) if start > at else []), *data_ids(tokenizer, piece)]
+        at = start + len(piece)
+    return ids + (encode(text[at:]) if at < len(text) else [])
 
 
 def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
@@ -220,6 +251,8 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
     context after it, then the new messages, the tails and the generation prompt."""
 
     def encode(text: str) -> list[int]:
+        if rendered.data:
+            return encode_with_data(tokenizer, text, rendered.data)
         return tokenizer.encode(text, add_special_tokens=False) if text else []
 
     history = rendered.history
@@ -232,7 +265,8 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
         split = head_end(history)
         if head is None and split == len(history):
             split = 0  # no message after it: nothing to share, nothing to memoise
-        ids, new_text = list(_head_ids(tokenizer, history[:split])), history[split:]
+        head_text, new_text = history[:split], history[split:]
+        ids = encode(head_text) if rendered.data else list(_head_ids(tokenizer, head_text))
         if head is not None:
             start = len(ids)
             ids += shared_context_ids(tokenizer, head.text)

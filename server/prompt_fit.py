@@ -62,7 +62,8 @@ class Layout:
 
 def layouts(engine: Engine, profile: Profile, services: MemoryServices,
             memory: MemoryContext, request: ChatCompletionRequest, enable_thinking: bool,
-            leading_tails: Sequence[Tail], gives_way: bool = True) -> Iterator[Layout]:
+            leading_tails: Sequence[Tail], gives_way: bool = True,
+            data: Sequence[str] = ()) -> Iterator[Layout]:
     """The whole layout first, then (with `gives_way`) each one with less of memory's
     parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
     first that fits."""
@@ -77,7 +78,7 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
             services, memory.user, match.record.spans):
         match = None  # its ids hold a deleted note's text: rendered afresh, without it
     as_written = services.shown.for_user(memory.user)
-    rendered = render_chat(tokenizer, offered, enable_thinking, as_written)
+    rendered = render_chat(tokenizer, offered, enable_thinking, as_written, data)
     cut = replay_cut(tokenizer, rendered, match)
     replayed = match.record.spans if cut is not None and match is not None else None
     hidden = choose_hidden(services, memory, replayed, offered, engine.count_tokens)
@@ -98,7 +99,7 @@ def layouts(engine: Engine, profile: Profile, services: MemoryServices,
                       built=assemble(tokenizer, rendered, None, None, None,
                                      list(leading_tails)))
     if engine_tools:
-        plain = render_chat(tokenizer, request, enable_thinking, as_written)
+        plain = render_chat(tokenizer, request, enable_thinking, as_written, data)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
                      assemble(tokenizer, plain, None, None, None, list(leading_tails)))
 
