@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.errors import APIError, error_response
+from server.http_middleware import scope_header
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -78,18 +79,11 @@ class BrowserPolicy:
         return host_header is not None and origin == f"{scheme}://{host_header.lower()}"
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
 def _has_body(scope: Scope) -> bool:
-    length = _header(scope, b"content-length")
+    length = scope_header(scope, b"content-length")
     if length is not None:
         return length.strip() not in ("", "0")
-    return _header(scope, b"transfer-encoding") is not None
+    return scope_header(scope, b"transfer-encoding") is not None
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -116,19 +110,19 @@ class BrowserGuard:
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> APIError | None:
-        host = _header(scope, b"host")
+        host = scope_header(scope, b"host")
         if not self.policy.host_allowed(host):
             return APIError(421, "this server does not answer as that host name; start it "
                             "with --allowed-host NAME to answer as one",
                             code="host_not_allowed")
-        origin = _header(scope, b"origin")
+        origin = scope_header(scope, b"origin")
         if origin is not None and not self.policy.origin_allowed(
                 origin, host, scope.get("scheme", "http")):
             return APIError(403, "requests from web pages of another origin are refused; "
                             "start the server with --allowed-origin ORIGIN to allow one",
                             code="origin_not_allowed")
         if scope["method"] in BODY_METHODS and _has_body(scope) and not _is_json(
-                _header(scope, b"content-type")):
+                scope_header(scope, b"content-type")):
             return APIError(415, "the request body must be JSON, sent as Content-Type: "
                             "application/json", code="unsupported_media_type")
         return None

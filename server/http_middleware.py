@@ -49,7 +49,7 @@ class KeyCheckAndCount:
         if path.startswith("/v1") or path in API_DOCS or (
                 path == "/metrics" and not is_loopback(peer)):
             try:
-                state["key_user"] = await self.auth.user_for(_header(scope, b"authorization"))
+                state["key_user"] = await self.auth.user_for(scope_header(scope, b"authorization"))
             except APIError as exc:
                 self.counters.record("unauthorized", exc.status)
                 await error_response(exc)(scope, receive, send)
@@ -86,13 +86,14 @@ def _oversize(scope: Scope) -> APIError | None:
     if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
         return APIError(431, f"the request headers are over {MAX_HEADER_BYTES} bytes",
                         code="headers_too_large")
-    length = _header(scope, b"content-length")
+    length = scope_header(scope, b"content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         return APIError(413, BODY_TOO_LARGE, code="body_too_large")
     return None
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def scope_header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value from the ASGI scope (latin-1, as HTTP has it)."""
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")
