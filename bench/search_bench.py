@@ -35,16 +35,18 @@ def say(message: str) -> None:
     print(f"[search bench] {message}", flush=True)
 
 
-def _registry(root: Path, user: str, folder: str) -> None:
+def _registry(root: Path, user: str) -> None:
+    """The user's library folder (library/<user>: a source stays in the user's folders)."""
     embed = root / "layers" / user / "embed"
     embed.mkdir(parents=True, exist_ok=True)
     (embed / "sources.json").write_text(json.dumps({"sources": [
-        {"id": "lib", "collection": "library", "type": "markdown_tree", "path": folder}]}))
+        {"id": "lib", "collection": "library", "type": "markdown_tree",
+         "path": "library/{user}"}]}))
 
 
 def quality(root: Path, embedder) -> dict[str, Any]:
-    shutil.copytree(DATA / "corpus", root / "corpus")
-    _registry(root, "quality", "corpus")
+    shutil.copytree(DATA / "corpus", root / "library" / "quality")
+    _registry(root, "quality")
     index = SearchIndex(root, "quality", embedder)
     index.sync()
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").read_text().splitlines()]
@@ -74,12 +76,12 @@ def quality(root: Path, embedder) -> dict[str, Any]:
 def sync_speed(root: Path, embedder, files: int) -> dict[str, Any]:
     """`files` files made from the corpus, each with a line of its own (no two alike)."""
     docs = sorted((DATA / "corpus").glob("*.md"))
-    folder = root / "many"
-    folder.mkdir()
+    folder = root / "library" / "speed"
+    folder.mkdir(parents=True)
     for n in range(files):
         text = docs[n % len(docs)].read_text()
         (folder / f"doc-{n:05d}.md").write_text(text.replace("\n\n", f"\n\nFile {n}.\n\n", 1))
-    _registry(root, "speed", "many")
+    _registry(root, "speed")
     index = SearchIndex(root, "speed", embedder)
     progress_at = [0.0]
 

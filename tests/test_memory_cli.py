@@ -64,7 +64,7 @@ def test_memory_sources_sync_and_search_from_the_command_line(tmp_path, capsys):
     from pathlib import Path
 
     corpus = Path(__file__).resolve().parent / "data" / "search"
-    shutil.copytree(corpus, tmp_path / "memory" / "library")
+    shutil.copytree(corpus, tmp_path / "memory" / "library" / "ada")
     home = ["--home", str(tmp_path), "--user", "ada"]
     assert main(["memory", "sources", *home, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -74,7 +74,8 @@ def test_memory_sources_sync_and_search_from_the_command_line(tmp_path, capsys):
     assert listed["registry"] == str(registry)
     registry.parent.mkdir(parents=True)
     registry.write_text(json.dumps({"sources": [{"id": "lib", "collection": "library",
-                                                 "type": "markdown_tree", "path": "library"}]}))
+                                                 "type": "markdown_tree",
+                                                 "path": "library/{user}"}]}))
     assert main(["memory", "sync", *home]) == 0
     assert "synced 4 files (4 changed, 0 removed): 9 chunks embedded" in capsys.readouterr().out
     assert main(["memory", "search", "E4012", "--mode", "sparse", "--json", *home]) == 0
