@@ -71,8 +71,8 @@ def conductor_router(state) -> APIRouter:
             raise APIError(409, "the writer is off; PUT /v1/conductor/writer to turn it on",
                            code="writer_off")
         user = body.user or state.memory.settings.user_name
-        run = await service.writer.run(user, body.session, "admin", script=body.script,
-                                       gate_script=body.gate_script)
+        run = await service.run(user, body.session, "admin", script=body.script,
+                                gate_script=body.gate_script)
         state.memory.triggers.visited(user, body.session, preempted=run.outcome == "preempted")
         return asdict(run)
 

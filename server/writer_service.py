@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 
@@ -73,6 +74,14 @@ class WriterService:
         self.memory = memory
         self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
                              memory.root / "cognition" / "runs", mode=mode)
+        self._one_at_a_time = asyncio.Lock()  # the salt is the running session's user's
+
+    async def run(self, user: str, session: str, trigger: str, **options) -> WriterRun:
+        """One writer run, under the session's user's prefix-cache salt (the writer's
+        prompt opens with their record, cached under it)."""
+        async with self._one_at_a_time:
+            self.writer.backend.cache_salt = self.memory.cache_salt(user)
+            return await self.writer.run(user, session, trigger, **options)
 
     async def tick(self) -> list[WriterRun]:
         """Visit every due session, one at a time, while no client request is in flight."""
@@ -83,10 +92,8 @@ class WriterService:
             if self.writer.backend.client_busy():
                 break
             dropped = self.memory.triggers.dropped(user, session)
-            # The session's user's salt: the writer's prompt opens with their record.
-            self.writer.backend.cache_salt = self.memory.cache_salt(user)
-            run = await self.writer.run(user, session, trigger,
-                                        record=dropped if isinstance(dropped, Record) else None)
+            run = await self.run(user, session, trigger,
+                                 record=dropped if isinstance(dropped, Record) else None)
             self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
             if self.memory.metrics is not None:
                 self.memory.metrics.background_run("writer", run.outcome)

@@ -282,7 +282,9 @@ def test_a_preempted_jobs_prompt_stays_in_the_prefix_cache(app, served, tiny_pro
 
     async def cached_tokens(ids: list[int]) -> int:
         engine = app.app.state.tandem.engine
-        async for delta in engine.generate(ids, GenerationParams(max_tokens=1)):
+        # under the user's prefix-cache salt, as the job ran
+        params = GenerationParams(max_tokens=1, cache_salt=app.memory.cache_salt("tester"))
+        async for delta in engine.generate(ids, params):
             if delta.finished:
                 return delta.cached_tokens
         raise AssertionError("no final delta")

@@ -132,8 +132,8 @@ def test_a_client_request_preempts_the_writer_and_keeps_the_prefix_cache(app, se
     long_script = BLOCK.replace("{title}", "long") + " more detail" * 600
 
     async def scenario():
-        task = asyncio.create_task(writer.run("tester", "preempt", "admin", script=long_script,
-                                              gate_script="yes"))
+        task = asyncio.create_task(app.app.state.tandem.writer.run(
+            "tester", "preempt", "admin", script=long_script, gate_script="yes"))
         while writer.live_tokens < 5:
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
@@ -170,8 +170,9 @@ def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, s
     long_script = BLOCK.replace("{title}", "long") + " more detail" * 600
 
     async def scenario():
-        task = asyncio.create_task(writer.run("tester", "task-cache", "admin",
-                                              script=long_script, gate_script="yes"))
+        service = app.app.state.tandem.writer  # as the idle loop runs it: under the salt
+        task = asyncio.create_task(service.run("tester", "task-cache", "admin",
+                                               script=long_script, gate_script="yes"))
         while writer.live_tokens < 5:
             await asyncio.sleep(0.005)
         transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
@@ -190,7 +191,9 @@ def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, s
 
     async def cached_tokens(ids: list[int]) -> int:
         engine = app.app.state.tandem.engine
-        async for delta in engine.generate(ids, GenerationParams(max_tokens=1)):
+        # under the user's prefix-cache salt, as the writer ran
+        params = GenerationParams(max_tokens=1, cache_salt=app.memory.cache_salt("tester"))
+        async for delta in engine.generate(ids, params):
             if delta.finished:
                 return delta.cached_tokens
         raise AssertionError("no final delta")
