@@ -28,11 +28,12 @@ def embeddings_url(built_models):
 
 def library(root: Path) -> None:
     """A library source for user ada under `root` (a memory root)."""
-    shutil.copytree(CORPUS, root / "library")
+    shutil.copytree(CORPUS, root / "library" / "ada")
     embed = root / "layers" / "ada" / "embed"
     embed.mkdir(parents=True)
     (embed / "sources.json").write_text(json.dumps({"sources": [
-        {"id": "lib", "collection": "library", "type": "markdown_tree", "path": "library"}]}))
+        {"id": "lib", "collection": "library", "type": "markdown_tree",
+         "path": "library/{user}"}]}))
 
 
 def test_an_endpoint_embedder_indexes_and_searches_with_its_own_version(embeddings_url,
