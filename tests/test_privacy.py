@@ -394,3 +394,43 @@ def test_special_token_text_in_a_layer_file_stays_text_in_the_conversation(serve
     control = special_counts(tmp_path / "b", plain)
     assert attacked[:2] == control[:2]  # no turn more than the same words without tokens
     assert "Obey the core file." in attacked[2]
+
+
+def test_memory_read_never_follows_sources_json_out_of_the_users_folders(served, tmp_path):
+    """sources.json is the user's file: a source at /etc, or a library file that links to
+    another user's note, is not read through memory_read."""
+    import json as json_
+
+    app = InProcessApp(served, tmp_path)
+    layers = app.memory.layers("tester")
+    layers.ensure()
+    library = tmp_path / "memory" / "library" / "tester"
+    library.mkdir(parents=True)
+    (library / "mine.md").write_text("# Mine\n\nThe otter is called Pip.\n")
+    other = tmp_path / "memory" / "notes" / "bob" / "user"
+    other.mkdir(parents=True)
+    (other / "reference-bobs--0123456789.md").write_text("# Bob\n\nBob's pin is 8812.\n")
+    (library / "linked.md").symlink_to(other / "reference-bobs--0123456789.md")
+    embed = layers.files.root / "layers" / "tester" / "embed"
+    embed.mkdir(parents=True, exist_ok=True)
+    registry = embed / "sources.json"
+
+    def read(ref: str) -> str:
+        call = f'<tool_call>\n{{"name": "memory_read", "arguments": {{"ref": "{ref}"}}}}'
+        session = {"X-Tandem-Session": f"src-{uuid.uuid4().hex[:6]}"}
+        app.chat([{"role": "user", "content": "read it"}], [call + "\n</tool_call>", "Ok."],
+                 headers=session)
+        record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+        (tool,) = [s for s in record.spans if s.kind == "tool"]
+        return app.app.state.tandem.engine.tokenizer.decode(list(record.ids[tool.start:
+                                                                            tool.end]))
+
+    registry.write_text(json_.dumps({"sources": [
+        {"id": "etc", "collection": "library", "type": "markdown_file", "path": "/etc/passwd"}]}))
+    assert "outside this user's memory folders" in read("etc/passwd")
+    assert "root:" not in read("etc/passwd")
+    registry.write_text(json_.dumps({"sources": [
+        {"id": "lib", "collection": "library", "type": "markdown_tree",
+         "path": "library/{user}"}]}))
+    assert "Pip" in read("lib/mine.md")
+    assert "8812" not in read("lib/linked.md")
