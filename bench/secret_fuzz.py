@@ -87,12 +87,35 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict, path: Path) -> None:
+    """ms/KB at 8 and 64 KB for each seed: flat bars are linear time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(results["seeds"], key=lambda r: -r["ms_per_kb_64"])
+    labels = [repr(r["seed"])[:16] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 4), dpi=100)
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["ms_per_kb_8"] for r in rows], 0.4, label="8 KB")
+    ax.bar([i + 0.2 for i in x], [r["ms_per_kb_64"] for r in rows], 0.4, label="64 KB")
+    ax.set_xticks(list(x), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("ms per KB")
+    ax.set_title("Secret check: time per KB (the same at 8 and 64 KB: linear)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main() -> None:
     results = run()
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     text = markdown(results)
     (OUT / "summary.md").write_text(text)
+    plot(results, OUT / "secret_time.png")
     print(text)
 
 
