@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,11 +91,28 @@ def visible_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
 
 def data_ids(tokenizer, text: str) -> list[int]:
     """Ids of text that is data, not the prompt's structure: a note, an index line, a
-    search result, a tool's response. Special-token text in it stays text (`<|im_start|>`
-    written into a note is seven ordinary tokens), so no note, document or result can
-    open a turn of its own in every prompt it goes into."""
-    return tokenizer.encode(text, add_special_tokens=False,
-                            split_special_tokens=True) if text else []
+    search result, a tool's response. The text of every added token in it stays text
+    (`<|im_start|>`, and `</tool_response>` or `<think>`, which Qwen does not mark
+    special), so no note, document or result can open a turn, close a tool response or
+    start a think block of its own in every prompt it goes into."""
+    if not text:
+        return []
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    ids: list[int] = []
+    at = 0
+    for found in _added_token_texts(tokenizer).finditer(text):
+        token = found.group()
+        # split after its first character: neither part is an added token
+        ids += [*encode(text[at:found.start()]), *encode(token[:1]), *encode(token[1:])]
+        at = found.end()
+    return ids + (encode(text[at:]) if at < len(text) else [])
+
+
+@functools.lru_cache(maxsize=8)
+def _added_token_texts(tokenizer) -> re.Pattern[str]:
+    """Every added token's text, longest first (one alternation, found in one pass)."""
+    texts = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in texts) or r"(?!)")
 
 
 def hidden_message_ids(tokenizer, text: str) -> list[int]:
