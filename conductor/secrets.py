@@ -95,8 +95,9 @@ _PATTERNS: list[tuple[str, str]] = [
         # (DB_PASSWORD, SecretAccessKey, JWT_SECRET, signing_key...).
         "password_assignment",
         # A name is tried from its first character only (not after another name
-        # character): a run of name characters costs one try, not one a position.
-        r"(?i)(?<![\w.-])(?:[^\W\d][\w.-]{0,40}?)?" + _SECRET_WORD
+        # character) and runs at most 64 characters before the word: a run of name
+        # characters costs one bounded try, not one a position.
+        r"(?i)(?<![\w.-])(?:\w[\w.-]{0,63}?)?" + _SECRET_WORD
         + r"[\w.-]{0,40}[\"']?\s{0,8}"
         r"[:=]\s{0,8}" + _NOT_A_VALUE
         + r"(?P<value>\"[^\"\s]{4,512}\"|'[^'\s]{4,512}'|[^\s\"',;]{4,512})",
@@ -124,6 +125,20 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [(f, re.compile(p)) for f, p in _P
 
 _NOT_A_TOKEN = re.compile(r"(?i)\b(?:commit|sha(?:1|256|512)?|revision|rev|hash|checksum|digest"
                           r"|merge|cherry-pick|object|blob|tree)\b[^\n]{0,24}$")
+
+
+_VALUE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+                         "_-+/=~.")
+
+
+def _whole_value(text: str, end: int) -> int:
+    """A value the patterns' bounds cut short (over 512 characters) is hidden whole: the
+    run of value characters it was cut in goes on to its end (linear, once a finding)."""
+    if end == 0 or text[end - 1] not in _VALUE_CHARS:
+        return end
+    while end < len(text) and text[end] in _VALUE_CHARS:
+        end += 1
+    return end
 
 
 def _luhn(digits: str) -> bool:
@@ -182,6 +197,7 @@ def find_secrets(text: str) -> list[Finding]:
                 continue
             if not _is_secret(family, text, start, end):
                 continue
+            end = _whole_value(text, end)
             taken.append(Finding(family, start, end))
     return sorted(taken, key=lambda f: f.start)
 

@@ -53,6 +53,9 @@ EXTRA: list[tuple[str, str]] = [
     ("github", "github_pat_" + A20 + "_" + A20),
     ("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA"),
     ("password_phrase", "my password " + "hunter2"),
+    ("password_assignment", "2FA_SECRET=" + "abcd1234xyz"),
+    ("password_assignment", "MY_VERY_LONG_APPLICATION_SERVICE_NAME_PRODUCTION_DB_PASSWORD="
+     + "hunter22abc"),
     ("tandem", "use the key tdm-" + "9f8e7d6c-" + A20 + "QRSTuvwx09 for the bot"),
     ("card", "card number 5555-" + "5555-5555-4444, expires 12/29"),
     ("hex_token", "the deploy token is now " + "9f8e7d6c5b4a3f2e" * 3),
@@ -184,3 +187,8 @@ def test_redacted_text_has_no_secret_left() -> None:
     assert once.total == len(SAMPLES)
     assert find_secrets(once.text) == []
     assert redact(once.text).total == 0
+
+
+def test_a_value_past_the_patterns_bounds_is_hidden_whole() -> None:
+    text = "API_KEY=" + "a1" * 400 + " and the rest"
+    assert redact(text).text == "API_KEY=[redacted:password_assignment] and the rest"
