@@ -44,7 +44,8 @@ class Auth:
     def enabled(self) -> bool:
         return self.required or self.has_a_key()
 
-    async def user_for(self, authorization: str | None) -> str | None:
+    async def user_for(self, authorization: str | None,
+                       peer: str | None = None) -> str | None:
         """The user the request's key names; None when auth is off. 401 when the key is
         missing or not a valid one."""
         if not self.enabled():
@@ -61,7 +62,7 @@ class Auth:
             raise _unauthorized("no API key: send 'Authorization: Bearer KEY'")
         if self.api_key is not None and hmac.compare_digest(key.encode(), self.api_key.encode()):
             return self.engine_user
-        label = await asyncio.to_thread(self.keys.label_for, key) if self.keys else None
+        label = await asyncio.to_thread(self.keys.label_for, key, peer) if self.keys else None
         if label is None:
             raise _unauthorized("invalid API key")
         return label

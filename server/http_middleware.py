@@ -49,7 +49,8 @@ class KeyCheckAndCount:
         if path.startswith("/v1") or path in API_DOCS or (
                 path == "/metrics" and not is_loopback(peer)):
             try:
-                state["key_user"] = await self.auth.user_for(scope_header(scope, b"authorization"))
+                state["key_user"] = await self.auth.user_for(
+                    scope_header(scope, b"authorization"), peer)
             except APIError as exc:
                 self.counters.record("unauthorized", exc.status)
                 await error_response(exc)(scope, receive, send)

@@ -9,8 +9,9 @@ file whenever it changes, so a revoked key stops working at its next request, wi
 restart. A verified key is remembered in memory (scrypt costs tens of milliseconds: once
 a key, not once a request), and forgotten when the file changes. scrypt runs outside the
 store's lock, so a guess never holds up a key already verified, and a key id that failed
-`MAX_FAILURES` times in `FAILURE_WINDOW_S` is refused without scrypt until the window
-passes (a verified key of that id keeps working).
+`MAX_FAILURES` times in `FAILURE_WINDOW_S` from one address is refused from that address
+without scrypt until the window passes (a verified key keeps working, and a guesser
+elsewhere cannot lock its owner out).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import secrets
 import threading
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +37,7 @@ PREFIX = "tdm"
 SCRYPT = {"n": 2**15, "r": 8, "p": 1, "maxmem": 64 * 1024 * 1024}
 MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0
+MAX_TRACKED = 4096  # (key id, address) pairs with recent failures kept at most
 
 
 class KeysError(ValueError):
@@ -61,7 +64,8 @@ class KeyStore:
         self._stamp: tuple[int, int] | None = None
         self._entries: dict[str, KeyEntry] = {}  # key id -> entry
         self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
-        self._failures: dict[str, list[float]] = {}  # key id -> recent failure times
+        # (key id, peer) -> recent failures (and checks in flight), bounded by the window
+        self._failures: dict[tuple[str, str | None], list[float]] = {}
         self.clock = time.monotonic  # for the failure window (tests move it)
 
     # -- the command's side -------------------------------------------------------------
@@ -96,8 +100,9 @@ class KeyStore:
             self._refresh()
             return bool(self._entries)
 
-    def label_for(self, key: str) -> str | None:
-        """The label of a valid key, or None."""
+    def label_for(self, key: str, peer: str | None = None) -> str | None:
+        """The label of a valid key, or None. `peer`: the address asking (failures are
+        counted per key id and address)."""
         digest = hashlib.sha256(key.encode()).digest()
         parts = key.split("-", 2)
         with self._lock:
@@ -107,8 +112,11 @@ class KeyStore:
             if len(parts) != 3 or parts[0] != PREFIX:
                 return None
             entry = self._entries.get(parts[1])
-            if entry is None or self._locked_out(entry.key_id):
+            if entry is None or self._locked_out((parts[1], peer)):
                 return None
+            # counted before scrypt runs, so guesses sent at once cannot all run it
+            attempt = self.clock()
+            self._failures.setdefault((parts[1], peer), []).append(attempt)
             stamp = self._stamp
         # scrypt (tens of milliseconds) with the lock released: a wrong guess never makes
         # a verified key wait behind it.
@@ -116,8 +124,9 @@ class KeyStore:
                                     entry.hash)
         with self._lock:
             if not valid:
-                self._failures.setdefault(entry.key_id, []).append(self.clock())
-                return None
+                return None  # its failure is counted already
+            with suppress(ValueError):
+                self._failures.get((entry.key_id, peer), []).remove(attempt)
             if self._stamp == stamp:  # not revoked while it was checked
                 self._verified[digest] = entry.label
                 return entry.label
@@ -125,14 +134,17 @@ class KeyStore:
             still = self._entries.get(entry.key_id)
             return entry.label if still is not None and still.hash == entry.hash else None
 
-    def _locked_out(self, key_id: str) -> bool:
-        """Too many recent failures for this key id (called under the lock)."""
+    def _locked_out(self, who: tuple[str, str | None]) -> bool:
+        """Too many recent failures for this key id from this address (under the lock)."""
         now = self.clock()
-        recent = [t for t in self._failures.get(key_id, ()) if now - t < FAILURE_WINDOW_S]
+        recent = [t for t in self._failures.get(who, ()) if now - t < FAILURE_WINDOW_S]
         if recent:
-            self._failures[key_id] = recent
+            self._failures[who] = recent
         else:
-            self._failures.pop(key_id, None)
+            self._failures.pop(who, None)
+        if len(self._failures) > MAX_TRACKED:  # many addresses: forget the quiet ones
+            self._failures = {k: v for k, v in self._failures.items()
+                              if v and now - v[-1] < FAILURE_WINDOW_S}
         return len(recent) >= MAX_FAILURES
 
     def _refresh(self) -> None:

@@ -215,9 +215,16 @@ def test_repeated_wrong_secrets_for_a_key_id_are_refused_without_scrypt(tmp_path
                         lambda secret, salt: calls.append(1) or real_hash(secret, salt))
     wrong = bob[:-4] + "zzzz"
     for _ in range(keys_module.MAX_FAILURES + 3):
-        assert store.label_for(wrong) is None
+        assert store.label_for(wrong, "10.0.0.66") is None
     assert len(calls) == keys_module.MAX_FAILURES  # the rest refused at once
     assert store.label_for(bob) == "bob"  # the verified key keeps working
+    # a guesser elsewhere locks out nobody else: bob's key, not yet verified after a
+    # change of the file, checks from his own address
+    store.add("carol")
+    before = len(calls)
+    assert store.label_for(bob, "10.0.0.7") == "bob" and len(calls) == before + 1
+    assert store.label_for(wrong, "10.0.0.66") is None and len(calls) == before + 1
     now = store.clock()
     store.clock = lambda: now + keys_module.FAILURE_WINDOW_S + 1  # the window has passed
-    assert store.label_for(wrong) is None and len(calls) == keys_module.MAX_FAILURES + 1
+    assert store.label_for(wrong, "10.0.0.66") is None
+    assert len(calls) == before + 2  # checked again once the window has passed
