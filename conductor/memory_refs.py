@@ -39,7 +39,7 @@ def read_ref(ref: str, store: NoteStore, layers: UserLayers, registry: Registry,
     path_part, _, section = ref.partition("#")
     head, _, rel = path_part.strip("/").partition("/")
     file = _source_file(registry, head, rel) or _layer_file(layers, head, rel)
-    note_id = note_id_of_file(rel) if file is not None and head == "notes" else None
+    note_id = note_id_of_file(rel) if file is not None else None
     if note_id is not None and visible is not None and note_id not in visible:
         file = None
     if file is None:

@@ -68,9 +68,9 @@ def visible_note_ids(store: NoteStore, project: str | None, session: str | None)
 
 
 def visible_hits(hits: list, visible: set[str], limit: int) -> list:
-    """Search hits a request may see: a hit on a note file only when the note is visible
-    (see visible_note_ids); other collections are the user's own layers."""
-    kept = [h for h in hits if h.collection != "notes" or note_id_of_file(h.path) in visible]
+    """Search hits a request may see: a hit on a note's file (by its name, whatever source
+    indexed it) only when the note is visible (see visible_note_ids)."""
+    kept = [h for h in hits if note_id_of_file(h.path) in visible | {None}]
     return kept[:limit]
 
 

@@ -285,7 +285,12 @@ async def _load_engine(state: ServerState, progress: Callable[[str], None],
     progress(f"loading engine: profile {state.profile.name}, model {state.profile.model}")
     ticker = asyncio.create_task(_tick_while_loading(progress, started))
     try:
-        state.engine_ready(await Engine.start(state.profile, state.home, progress))
+        engine = await Engine.start(state.profile, state.home, progress)
+        try:
+            state.engine_ready(engine)
+        except Exception:  # refused (a template that cannot hold a tool exchange)
+            engine.shutdown()
+            raise
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # shown on /readyz and in the log, never as a traceback to clients

@@ -34,7 +34,7 @@ def check_admin(request: Request, settings) -> None:
         raise APIError(403, "conductor routes answer local clients only",
                        code="admin_only", kind="permission_error")
     key_user = getattr(request.state, "key_user", None)
-    if key_user is not None and key_user != settings.user_name:
+    if key_user is not None and key_user.lower() != settings.user_name.lower():
         raise APIError(403, "conductor routes answer the engine's own user only",
                        code="admin_only", kind="permission_error")
 
@@ -70,7 +70,7 @@ def conductor_router(state) -> APIRouter:
         if service.writer.mode == "off":
             raise APIError(409, "the writer is off; PUT /v1/conductor/writer to turn it on",
                            code="writer_off")
-        user = body.user or state.memory.settings.user_name
+        user = (body.user or state.memory.settings.user_name).lower()
         run = await service.run(user, body.session, "admin", script=body.script,
                                 gate_script=body.gate_script)
         state.memory.triggers.visited(user, body.session, preempted=run.outcome == "preempted")

@@ -48,7 +48,7 @@ def job_router(state) -> APIRouter:
         user = name or state.memory.settings.user_name
         if not valid_user(user):
             raise APIError(400, "not a user name", code="invalid_value", param="user")
-        return user
+        return user.lower()  # one user whatever the case, as requests resolve it
 
     def known(job: str) -> str:
         if job not in JOBS:

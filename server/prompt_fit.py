@@ -111,7 +111,8 @@ def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
     if not note_ids:
         return False
     store = services.store(user)
-    return any(store.get(note_id) is None for note_id in note_ids)
+    with store.one_scan():  # one look at the files, not one a note
+        return any(store.get(note_id) is None for note_id in note_ids)
 
 
 def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool]) -> Layout:

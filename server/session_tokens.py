@@ -125,7 +125,8 @@ class SessionTokens:
     def cache_salt(self, user: str) -> str:
         """The user's prefix-cache salt: derived under the same key, never from anything
         a client sends, the same after a restart (the cache itself is not)."""
-        return self._derive(user, "\0prefix-cache")
+        with self._lock:  # the key may be made here: one thread makes it
+            return self._derive(user, "\0prefix-cache")
 
     def _derive(self, user: str, session: str) -> str:
         if self._key is None:
