@@ -74,6 +74,9 @@ class Profile:
     tool_call_format: str = "qwen"
     scripted: bool = False
     memory: MemorySettings = MemorySettings()
+    # More names requests may give as `model` (vLLM's --served-model-name); /v1/models
+    # lists them after the profile's name.
+    served_names: tuple[str, ...] = ()
 
     @property
     def builtin_model(self) -> str | None:
@@ -291,8 +294,10 @@ def default_profile_name() -> str:
 
 
 def with_overrides(profile: Profile, memory_mode: str | None = None,
-                   writer_mode: str | None = None) -> Profile:
-    """A copy with the memory switches replaced (the CLI's --memory and --writer)."""
+                   writer_mode: str | None = None,
+                   served_names: tuple[str, ...] = ()) -> Profile:
+    """A copy with the memory switches replaced (the CLI's --memory and --writer) and
+    `served_names` added (--served-model-name)."""
     memory = dataclasses.replace(
         profile.memory,
         mode=_mode(profile.path, "memory.mode", memory_mode or profile.memory.mode),
@@ -301,4 +306,5 @@ def with_overrides(profile: Profile, memory_mode: str | None = None,
     )
     values = {f.name: getattr(profile, f.name) for f in fields(profile)}
     values["memory"] = memory
+    values["served_names"] = tuple(dict.fromkeys(profile.served_names + served_names))
     return Profile(**values)

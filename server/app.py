@@ -213,10 +213,10 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{
-            "id": profile.name, "object": "model", "created": int(state.started_at),
+            "id": name, "object": "model", "created": int(state.started_at),
             "owned_by": "tandem", "root": profile.model,
             "max_model_len": profile.max_model_len,
-        }]}
+        } for name in (profile.name, *profile.served_names)]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -76,8 +76,10 @@ class PreparedChat:
 
 
 def model_names(profile: Profile) -> set[str]:
-    """Names a request may use for this server's model: the profile name and the model."""
-    return {profile.name, profile.model, profile.model.removeprefix("builtin:")}
+    """Names a request may use for this server's model: the profile name, the model and
+    the served names."""
+    return {profile.name, profile.model, profile.model.removeprefix("builtin:"),
+            *profile.served_names}
 
 
 class ContextOverflow(APIError):

@@ -35,7 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from server.app import create_app
 
-    profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer)
+    profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
+                             tuple(args.served_model_name))
     started = time.monotonic()
 
     def ready() -> None:
@@ -242,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "GPU, chat with one)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                       help="another name requests may give as 'model' (repeatable; as "
+                       "vLLM's flag of that name)")
     serve.add_argument("--memory", choices=MEMORY_MODES, help="override the profile's memory mode")
     serve.add_argument("--writer", choices=MEMORY_MODES,
                        help="override the profile's background writer mode")
