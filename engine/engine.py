@@ -47,6 +47,11 @@ class GenerationParams:
     ban_tool_call: bool | None = None  # default: on for background, off for client
     choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
     json_schema: dict | None = None  # or to JSON under this schema (xgrammar)
+    regex: str | None = None  # or to match this regular expression
+    grammar: str | None = None  # or to this EBNF grammar
+    any_json: bool = False  # or to any JSON object
+    min_tokens: int = 0  # end of turn and stop strings wait until this many are generated
+    prompt_logprobs: int | None = None  # each prompt token's log-probability and the N likeliest
     logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
     top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
     # vLLM's per-request prefix-cache salt: requests share cached blocks only with requests
@@ -83,6 +88,9 @@ class Delta:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     # GenerationParams.top_logprobs: one a new token.
     token_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # GenerationParams.prompt_logprobs, on the first delta: per prompt token (None for the
+    # first), {token id: (log-probability, rank, text)} for the token and the N likeliest.
+    prompt_logprobs: list[dict[int, tuple[float, int | None, str | None]] | None] | None = None
 
 
 @dataclass
@@ -124,7 +132,19 @@ def _structured(params: GenerationParams):
         return StructuredOutputsParams(choice=list(params.choices))
     if params.json_schema is not None:
         return StructuredOutputsParams(json=params.json_schema)
+    if params.regex is not None:
+        return StructuredOutputsParams(regex=params.regex)
+    if params.grammar is not None:
+        return StructuredOutputsParams(grammar=params.grammar)
+    if params.any_json:
+        return StructuredOutputsParams(json_object=True)
     return None
+
+
+def _prompt_logprobs(steps) -> list[dict[int, tuple[float, int | None, str | None]] | None]:
+    return [None if step is None else
+            {t: (lp.logprob, lp.rank, lp.decoded_token) for t, lp in step.items()}
+            for step in steps]
 
 
 def _token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[TokenLogprob]:
@@ -302,6 +322,8 @@ class Engine:
             logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
             else None,
             logprobs=params.top_logprobs,
+            min_tokens=params.min_tokens,
+            prompt_logprobs=params.prompt_logprobs,
         )
         if self.dead:
             raise EngineDead()
@@ -334,6 +356,8 @@ class Engine:
                               for step in completion.logprobs or ()],
                     token_logprobs=_token_logprobs(new_ids, completion.logprobs, params)
                     if params.top_logprobs is not None else [],
+                    prompt_logprobs=_prompt_logprobs(out.prompt_logprobs)
+                    if out.prompt_logprobs is not None else None,
                 )
                 if out.finished:
                     timings.cached_tokens = delta.cached_tokens

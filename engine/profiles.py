@@ -73,6 +73,9 @@ class Profile:
     thinking: bool = False
     tool_call_format: str = "qwen"
     scripted: bool = False
+    # An answer's length when the request sets none (vLLM's --override-generation-config
+    # '{"max_new_tokens": N}'); None: all the room the context leaves, as vLLM's default.
+    default_max_tokens: int | None = None
     memory: MemorySettings = MemorySettings()
     # More names requests may give as `model` (vLLM's --served-model-name); /v1/models
     # lists them after the profile's name.
@@ -103,6 +106,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "thinking": (bool,),
     "tool_call_format": (str,),
     "scripted": (bool,),
+    "default_max_tokens": (int, type(None)),
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
@@ -249,8 +253,9 @@ def load_profile_file(path: Path) -> Profile:
             raise ProfileError(f"{path}: missing required key '{key}'")
     _choice(path, "device", raw["device"], DEVICES)
     _choice(path, "tool_call_format", raw.get("tool_call_format", "qwen"), TOOL_CALL_FORMATS)
-    for key in ("max_model_len", "block_size", "tensor_parallel_size", "max_num_seqs"):
-        if key in raw and raw[key] < 1:
+    for key in ("max_model_len", "block_size", "tensor_parallel_size", "max_num_seqs",
+                "default_max_tokens"):
+        if raw.get(key) is not None and raw[key] < 1:
             raise ProfileError(f"{path}: key '{key}' must be at least 1, got {raw[key]}")
     if raw.get("cpu_reserved_cores") is not None and raw["cpu_reserved_cores"] < 0:
         raise ProfileError(f"{path}: key 'cpu_reserved_cores' must be at least 0, "

@@ -25,11 +25,16 @@ from server.prompt import Tail, assistant_calls_text, ids_for_text
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
 
 
-def _logprob_json(lp: TokenLogprob) -> dict[str, Any]:
-    def one(text: str, logprob: float) -> dict[str, Any]:
-        return {"token": text, "logprob": max(logprob, -9999.0), "bytes": list(text.encode())}
+def _logprob_json(lp: TokenLogprob, as_ids: bool = False) -> dict[str, Any]:
+    """vLLM's chat log-probability; `as_ids`: each token named `token_id:<id>`, as
+    vLLM's return_tokens_as_token_ids."""
+    def one(token_id: int, text: str, logprob: float) -> dict[str, Any]:
+        token = f"token_id:{token_id}" if as_ids else text
+        return {"token": token, "logprob": max(logprob, -9999.0),
+                "bytes": list(text.encode())}
 
-    return {**one(lp.text, lp.logprob), "top_logprobs": [one(t, v) for _, t, v in lp.top]}
+    return {**one(lp.token_id, lp.text, lp.logprob),
+            "top_logprobs": [one(i, t, v) for i, t, v in lp.top]}
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class Answer:
     end_of_turn: int = -1  # the model's end-of-turn id: a record ending with it ended cleanly
     # (output offset, log-probability) of generated tokens not yet given to the client
     pending_logprobs: list[tuple[int, TokenLogprob]] = field(default_factory=list)
+    prompt_logprobs: list | None = None  # Delta.prompt_logprobs of the first generation
 
     @classmethod
     def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
@@ -95,6 +101,8 @@ class Answer:
         self.pending_logprobs += [(first + i, lp) for i, lp in enumerate(delta.token_logprobs)]
         self.engine_text += delta.text
         self.last = delta
+        if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = delta.prompt_logprobs
         if delta.finished:
             self.prefills.append((delta.prompt_tokens, delta.cached_tokens))
         if self.chat.forced is not None:  # JSON for a forced call: shown whole at the end
@@ -170,7 +178,7 @@ class Answer:
             held = len(self.engine_text)
         if self.output_ids:
             self._record(self.engine_text[: len(self.engine_text) - held], interrupted=True)
-        elif self.chat.on_recorded is not None:  # what the user said is kept all the same
+        elif self.chat.on_recorded is not None and self.chat.records:  # the user's words stay
             self._hand_over(interrupted=True)
         self.gave_up()
 
@@ -205,7 +213,7 @@ class Answer:
         shown = [lp for at, lp in self.pending_logprobs
                  if not any(start <= at < end for start, end in hidden)]
         self.pending_logprobs = []
-        return [_logprob_json(lp) for lp in shown]
+        return [_logprob_json(lp, self.chat.tokens_as_ids) for lp in shown]
 
     # -- what the client was shown ------------------------------------------------------------
     @property
@@ -222,6 +230,8 @@ class Answer:
         client's text ends when `shown_text` (the running generation's engine text it
         saw) is given."""
         chat = self.chat
+        if not chat.records:  # a second choice of n: the first is the turn's record
+            return
         output = self.output_ids
         if shown_text is not None:
             generation = output[self.generation_start:]
@@ -280,7 +290,7 @@ class Answer:
 
     def gave_up(self) -> None:
         """The client left mid-answer: the writer should look at what it had said."""
-        if self.chat.memory.writes:
+        if self.chat.memory.writes and self.chat.records:
             self.services.triggers.give_up(self.chat.memory.user, self.chat.memory.session)
 
     # -- the response's fields ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ ledger, so the next turn's prompt starts with this one's exact ids.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -19,6 +20,7 @@ from conductor.ledger import Span, VisibleMessage
 from engine.engine import Engine, EngineDead, GenerationParams
 from engine.profiles import Profile
 from server.answer import Answer, RecordedTurn
+from server.choices import choice_copies, combined_usage, merged
 from server.engine_tools import NAMES as engine_tool_names
 from server.engine_tools import EngineToolbox
 from server.errors import APIError
@@ -30,6 +32,7 @@ from server.prompt_fit import fitting, layouts
 from server.response_format import answer_schema
 from server.schema import SYSTEM_FINGERPRINT, ChatCompletionRequest
 from server.sse import prepended
+from server.structured import check_structured, structured_params
 from server.tool_choice import ForcedChoice, forced_choice
 from server.turns import answer_deltas
 
@@ -63,6 +66,22 @@ class PreparedChat:
     # Called once the turn is recorded, on the event loop: the continuous conversation
     # numbers it in its history at once and writes the file in a worker thread.
     on_recorded: Callable[[RecordedTurn], None] | None = None
+    # vLLM's extras: n choices (this is choice `choice`; only choice 0 is recorded), the
+    # ids of the prompt and of each answer, reasoning shown or not, tokens named by id.
+    choices: int = 1
+    choice: int = 0
+    return_token_ids: bool = False
+    include_reasoning: bool = True
+    tokens_as_ids: bool = False
+
+    @property
+    def records(self) -> bool:
+        return self.choice == 0
+
+    @property
+    def request_id(self) -> str:
+        """The engine request's id: the completion's, with the choice for n > 1."""
+        return self.completion_id if self.choice == 0 else f"{self.completion_id}-{self.choice}"
 
     @property
     def ledger_user(self) -> str:
@@ -116,12 +135,19 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
+    if request.shows_prompt() and memory.header is None:
+        # The prompt's ids and log-probabilities are the client's to see, hidden parts
+        # are not: a request that asks for them runs as with X-Tandem-Memory: off.
+        memory = dataclasses.replace(memory, header="off")
     vocabulary = len(engine.tokenizer)
     if any(int(token) >= vocabulary for token in request.logit_bias or {}):
         raise APIError(400, f"logit_bias: token ids are below {vocabulary}",
                        code="invalid_value", param="logit_bias")
     forced = forced_choice(request)
     answer_json = answer_schema(request)
+    structured = request.structured_outputs
+    if structured is not None:
+        check_structured(structured)
     if answer_json is not None and forced is not None:
         raise APIError(400, "response_format and a tool_choice that forces a call cannot both "
                        "hold: the answer is either the call or the JSON",
@@ -154,7 +180,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
                    for s in scripts]
     script_ids = scripts_ids[0] if scripts_ids else None
     params = GenerationParams(
-        max_tokens=max_tokens or room,
+        max_tokens=max_tokens or min(room, profile.default_max_tokens or room),
         temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1 if request.top_k is None else request.top_k,
@@ -166,21 +192,27 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
         min_p=request.min_p or 0.0,
         logit_bias=tuple((int(t), b) for t, b in (request.logit_bias or {}).items()),
         script_ids=script_ids,
-        json_schema=forced.schema if forced is not None else answer_json,
         top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
         cache_salt=services.cache_salt(memory.user),
+        min_tokens=request.min_tokens,
+        prompt_logprobs=request.prompt_logprobs,
+        **(structured_params(structured) if structured is not None else
+           {"json_schema": forced.schema if forced is not None else answer_json}),
     )
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())
     return PreparedChat(
         completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
-        parse_tools=(calls_tools and answer_json is None
+        parse_tools=(calls_tools and answer_json is None and structured is None
                      and tools_for_template(request) is not None),
         memory=memory, visible=visible,
         spans=inherited + built.spans, token=hidden.token, enable_thinking=enable_thinking,
         engine_tools=engine_tools, scripts=tuple(scripts_ids), forced=forced,
-        json_answer=answer_json is not None,
+        json_answer=answer_json is not None or structured is not None,
         replayed_tokens=built.replayed_tokens, hidden=hidden,
+        choices=request.n, return_token_ids=bool(request.return_token_ids),
+        include_reasoning=request.include_reasoning,
+        tokens_as_ids=bool(request.return_tokens_as_token_ids),
     )
 
 
@@ -193,7 +225,27 @@ def _start(engine: Engine, services: MemoryServices, chat: PreparedChat,
 
 async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
                    toolbox: EngineToolbox | None = None) -> dict:
-    """The whole answer as one chat.completion object."""
+    """The whole answer (n choices of it) as one chat.completion object."""
+    done = await asyncio.gather(*(_complete_choice(engine, services, c, toolbox)
+                                  for c in choice_copies(chat)))
+    body = {
+        "id": chat.completion_id,
+        "object": "chat.completion",
+        "created": chat.created,
+        "model": chat.model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": [choice for choice, _ in done],
+        "usage": combined_usage([answer.usage() for _, answer in done]),
+        # vLLM's own fields, null unless asked for (its clients read them as attributes)
+        "prompt_logprobs": prompt_logprobs_json(done[0][1].prompt_logprobs)
+        if chat.params.prompt_logprobs is not None else None,
+        "prompt_token_ids": list(chat.prompt_ids) if chat.return_token_ids else None,
+    }
+    return body
+
+
+async def _complete_choice(engine: Engine, services: MemoryServices, chat: PreparedChat,
+                           toolbox: EngineToolbox | None) -> tuple[dict, Answer]:
     answer, toolbox = _start(engine, services, chat, toolbox)
     parts: list[ParsedDelta] = []
     try:
@@ -205,23 +257,32 @@ async def complete(engine: Engine, services: MemoryServices, chat: PreparedChat,
     parts.append(answer.finish())
     reasoning = "".join(p.reasoning for p in parts)
     message: dict = {"role": "assistant", "content": "".join(p.content for p in parts) or None}
-    if reasoning:
+    if reasoning and chat.include_reasoning:
         message.update(reasoning_fields(reasoning))
     if answer.client_calls:
         message["tool_calls"] = [c.as_openai() for c in answer.client_calls]
     logprobs = answer.shown_logprobs(final=True) if chat.params.top_logprobs is not None \
         else None
-    return {
-        "id": chat.completion_id,
-        "object": "chat.completion",
-        "created": chat.created,
-        "model": chat.model,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [{"index": 0, "message": message,
-                     "logprobs": None if logprobs is None else {"content": logprobs},
-                     "finish_reason": answer.finish_reason}],
-        "usage": answer.usage(),
-    }
+    choice = {"index": chat.choice, "message": message,
+              "logprobs": None if logprobs is None else {"content": logprobs},
+              "finish_reason": answer.finish_reason,
+              # a stop string, as vLLM's; the end of turn is the model's end: None
+              "stop_reason": answer.last.stop_reason
+              if answer.last and isinstance(answer.last.stop_reason, str) else None,
+              "token_ids": list(answer.output_ids) if chat.return_token_ids else None}
+    return choice, answer
+
+
+def prompt_logprobs_json(steps: list | None) -> list | None:
+    """vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id:
+    {logprob, rank, decoded_token}} for the token and the likeliest ones."""
+    if steps is None:
+        return None
+    return [None if step is None else
+            {str(token): {"logprob": max(logprob, -9999.0), "rank": rank,
+                          "decoded_token": text}
+             for token, (logprob, rank, text) in step.items()}
+            for step in steps]
 
 
 def reasoning_fields(reasoning: str) -> dict[str, str]:
@@ -232,10 +293,13 @@ def reasoning_fields(reasoning: str) -> dict[str, str]:
 
 
 def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
-           logprobs: list[dict] | None = None) -> str:
-    choice: dict = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+           logprobs: list[dict] | None = None, token_ids: list[int] | None = None,
+           usage: dict | None = None) -> str:
+    choice: dict = {"index": chat.choice, "delta": delta, "finish_reason": finish_reason}
     if logprobs:
         choice["logprobs"] = {"content": logprobs}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
     body = {
         "id": chat.completion_id,
         "object": "chat.completion.chunk",
@@ -243,12 +307,14 @@ def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
         "model": chat.model,
         "choices": [choice],
     }
+    if usage is not None:
+        body["usage"] = usage
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-def _delta_fields(parsed: ParsedDelta, first_call_index: int) -> dict:
+def _delta_fields(chat: PreparedChat, parsed: ParsedDelta, first_call_index: int) -> dict:
     out: dict = {}
-    if parsed.reasoning:
+    if parsed.reasoning and chat.include_reasoning:
         out.update(reasoning_fields(parsed.reasoning))
     if parsed.content:
         out["content"] = parsed.content
@@ -258,13 +324,52 @@ def _delta_fields(parsed: ParsedDelta, first_call_index: int) -> dict:
     return out
 
 
+def _joined(first: ParsedDelta, then: ParsedDelta) -> ParsedDelta:
+    return ParsedDelta(reasoning=first.reasoning + then.reasoning,
+                       content=first.content + then.content,
+                       tool_calls=[*first.tool_calls, *then.tool_calls])
+
+
 async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
-                 include_usage: bool, toolbox: EngineToolbox | None = None
-                 ) -> AsyncIterator[str]:
-    """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`."""
+                 include_usage: bool, toolbox: EngineToolbox | None = None,
+                 continuous_usage: bool = False) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format (the n choices' chunks as they come),
+    ending with `data: [DONE]`. `continuous_usage`: vLLM's continuous_usage_stats."""
+    answers: list[Answer] = []
+    async for event in merged([_choice_events(engine, services, c, toolbox, answers,
+                                              continuous_usage)
+                               for c in choice_copies(chat)]):
+        yield event
+    if include_usage:
+        usage_body = {"id": chat.completion_id, "object": "chat.completion.chunk",
+                      "created": chat.created, "model": chat.model,
+                      "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
+                      "usage": combined_usage([a.usage() for a in
+                                               sorted(answers, key=lambda a: a.chat.choice)])}
+        yield f"data: {json.dumps(usage_body)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _choice_events(engine: Engine, services: MemoryServices, chat: PreparedChat,
+                         toolbox: EngineToolbox | None, answers: list[Answer],
+                         continuous_usage: bool = False) -> AsyncIterator[str]:
+    """One choice's chunks, from its role to its finish reason; as vLLM's, the last
+    text comes in the chunk with the finish reason."""
     answer, toolbox = _start(engine, services, chat, toolbox)
-    calls_sent = 0
+    answers.append(answer)
+    calls_sent = ids_sent = 0
     wants_logprobs = chat.params.top_logprobs is not None
+
+    def new_ids() -> list[int] | None:
+        nonlocal ids_sent
+        if not chat.return_token_ids:
+            return None
+        ids, ids_sent = answer.output_ids[ids_sent:], len(answer.output_ids)
+        return ids
+
+    def usage() -> dict | None:
+        return answer.usage() if continuous_usage else None
+
     deltas = answer_deltas(engine, answer, toolbox)
     try:
         # The first event waits for the engine's first delta (see server.sse.started).
@@ -272,28 +377,25 @@ async def stream(engine: Engine, services: MemoryServices, chat: PreparedChat,
     except (GeneratorExit, asyncio.CancelledError, EngineDead):
         answer.stopped()
         raise
-    yield _chunk(chat, {"role": "assistant", "content": ""})
+    yield _chunk(chat, {"role": "assistant", "content": ""}, usage=usage())
+    last = ParsedDelta()  # the final generation's last text, sent with the finish reason
     try:
         async for parsed in prepended(first, deltas):
+            if answer.last is not None and answer.last.finished and answer.held is None:
+                last = _joined(last, parsed)
+                continue
             logprobs = answer.shown_logprobs() if wants_logprobs else None
             if parsed or logprobs:
-                yield _chunk(chat, _delta_fields(parsed, calls_sent), logprobs=logprobs)
+                yield _chunk(chat, _delta_fields(chat, parsed, calls_sent), logprobs=logprobs,
+                             token_ids=new_ids(), usage=usage())
                 calls_sent += len(parsed.tool_calls)
     except (GeneratorExit, asyncio.CancelledError, EngineDead):
         answer.stopped()  # the record ends where the client's text did
         raise
-    rest = answer.finish()
+    rest = _joined(last, answer.finish())
     logprobs = answer.shown_logprobs(final=True) if wants_logprobs else None
-    if rest or logprobs:
-        yield _chunk(chat, _delta_fields(rest, calls_sent), logprobs=logprobs)
-    yield _chunk(chat, {}, finish_reason=answer.finish_reason)
-    if include_usage:
-        usage_body = {"id": chat.completion_id, "object": "chat.completion.chunk",
-                      "created": chat.created, "model": chat.model,
-                      "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
-                      "usage": answer.usage()}
-        yield f"data: {json.dumps(usage_body)}\n\n"
-    yield "data: [DONE]\n\n"
+    yield _chunk(chat, _delta_fields(chat, rest, calls_sent), finish_reason=answer.finish_reason,
+                 logprobs=logprobs, token_ids=new_ids(), usage=usage())
 
 
 def response_headers(chat: PreparedChat) -> dict[str, str]:

@@ -87,7 +87,12 @@ def validation_error(exc) -> APIError:
         return APIError(400, f"{param}: not a request field this server takes (the README "
                         "lists them)", code="unknown_parameter", param=param)
     message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    if first.get("type") in BOUND_ERRORS:  # vLLM's clients match on pydantic's type name
+        message += f" ({first['type']})"
     return APIError(400, message, code="invalid_value", param=param)
+
+
+BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
 async def json_body(request: Request) -> dict:

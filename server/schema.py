@@ -82,6 +82,7 @@ class ToolDefinition(BaseModel):
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: every chunk carries the usage so far
 
 
 def _fingerprint() -> str:
@@ -105,6 +106,35 @@ REFUSED = {
     "function_call": "the deprecated functions API is not supported: send tool_choice",
     "verbosity": "verbosity is not supported",
 }
+# n: the most choices one request may ask for (vLLM leaves it to the scheduler; each
+# choice is one more sequence in the engine's batch).
+MAX_CHOICES = 16
+
+
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: the answer constrained to one of `choice`, to match
+    `regex`, to JSON under `json` (a schema) or any JSON (`json_object`), or to `grammar`
+    (EBNF); one of them, through vLLM's own structured-output backend."""
+
+    model_config = ConfigDict(extra="forbid")
+    choice: list[str] | None = None
+    regex: str | None = None
+    json_: dict[str, Any] | StrictBool | str | None = Field(default=None, alias="json")
+    json_object: StrictBool | None = None
+    grammar: str | None = None
+    disable_any_whitespace: StrictBool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutputs:
+        given = [n for n in ("choice", "regex", "json_", "json_object", "grammar")
+                 if getattr(self, n) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of choice, regex, json, json_object, grammar")
+        if self.choice is not None and not self.choice:
+            raise ValueError("choice: give at least one")
+        return self
+
+
 THINKING_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 
 
@@ -119,8 +149,8 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
-    n: int = Field(default=1, ge=1, le=1)
-    seed: int | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # vLLM's: an int64
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -148,6 +178,13 @@ class ChatCompletionRequest(BaseModel):
     function_call: Any = None
     verbosity: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's request extras, with vLLM's meaning (the README's table says "as vLLM").
+    min_tokens: int = Field(default=0, ge=0)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    return_token_ids: StrictBool | None = None
+    include_reasoning: StrictBool = True
+    structured_outputs: StructuredOutputs | None = None
+    return_tokens_as_token_ids: StrictBool | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
     # generation when the model calls engine tools (the first ends with the call; null:
     # that generation is the model's own).
@@ -174,6 +211,14 @@ class ChatCompletionRequest(BaseModel):
             if self.service_tier not in (None, "auto", "default") else None,
             "modalities": "the only modality is 'text'"
             if self.modalities not in (None, ["text"]) else None,
+            "stream_options": "only with stream: true"
+            if self.stream_options is not None and not self.stream else None,
+            "min_tokens": "must not exceed max_tokens"
+            if (self.requested_max_tokens() or self.min_tokens) < self.min_tokens else None,
+            "structured_outputs": "and response_format or a forced tool call cannot both "
+            "constrain the answer" if self.structured_outputs is not None
+            and (self.response_format not in (None, {"type": "text"})
+                 or self.tool_choice not in (None, "none", "auto")) else None,
         }
         for name, why in unsupported.items():
             if why is not None:
@@ -184,9 +229,11 @@ class ChatCompletionRequest(BaseModel):
     @field_validator("logit_bias")
     @classmethod
     def _bias_by_token_id(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        bad = [repr(token) for token in value or {} if not token.isdigit()]
+        if bad:  # every bad key named, as vLLM does
+            raise ValueError(f"keys are token ids; {', '.join(bad)} "
+                             f"{'is not one' if len(bad) == 1 else 'are not'}")
         for token, bias in (value or {}).items():
-            if not token.isdigit():
-                raise ValueError(f"keys are token ids; {token!r} is not one")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"biases are between -100 and 100; {token}: {bias}")
         return value
@@ -197,6 +244,10 @@ class ChatCompletionRequest(BaseModel):
         if value == 0:
             raise ValueError("top_k must be -1 (off) or at least 1")
         return value
+
+    def shows_prompt(self) -> bool:
+        """The response carries the prompt's ids or log-probabilities."""
+        return bool(self.return_token_ids) or self.prompt_logprobs is not None
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:

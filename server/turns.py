@@ -31,7 +31,7 @@ async def answer_deltas(engine: Engine, answer: Answer,
     params, n = chat.params, 0
     first = True
     while True:
-        request_id = chat.completion_id if n == 0 else f"{chat.completion_id}-{n}"
+        request_id = chat.request_id if n == 0 else f"{chat.request_id}-{n}"
         prompt = [*chat.prompt_ids, *answer.output_ids]
         async with aclosing(engine.generate(prompt, params, request_id=request_id)) as deltas:
             async for delta in deltas:

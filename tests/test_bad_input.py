@@ -55,7 +55,7 @@ def test_unknown_model_is_404(client):
 
 @pytest.mark.parametrize("field, value", [
     ("temperature", -0.1), ("temperature", 2.5), ("top_p", 0), ("top_p", 1.5),
-    ("max_tokens", 0), ("n", 2), ("presence_penalty", 3), ("top_k", 0),
+    ("max_tokens", 0), ("n", 17), ("seed", 2**63), ("presence_penalty", 3), ("top_k", 0),
     ("stop", ["a", "b", "c", "d", "e"]),
 ])
 def test_out_of_range_sampling_values_are_400(client, field, value):
