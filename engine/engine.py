@@ -161,14 +161,26 @@ def _token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[Tok
 
 
 async def _alive(stream):
-    """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM)."""
+    """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM),
+    and a request vLLM refuses before its first output (a grammar its backend cannot
+    compile, say) as RequestRejected."""
     from vllm.v1.engine.exceptions import EngineDeadError
 
+    started = False
     try:
         async for out in stream:
+            started = True
             yield out
     except EngineDeadError:
         raise EngineDead() from None
+    except (ValueError, RuntimeError) as error:
+        if started or isinstance(error, EngineDead):
+            raise
+        raise RequestRejected(str(error)) from None
+
+
+class RequestRejected(ValueError):
+    """vLLM refused the request when it was added: the caller's input, not the server."""
 
 
 class EngineDead(RuntimeError):
@@ -356,8 +368,9 @@ class Engine:
                               for step in completion.logprobs or ()],
                     token_logprobs=_token_logprobs(new_ids, completion.logprobs, params)
                     if params.top_logprobs is not None else [],
+                    # vLLM's delta outputs carry them once, then empty lists
                     prompt_logprobs=_prompt_logprobs(out.prompt_logprobs)
-                    if out.prompt_logprobs is not None else None,
+                    if out.prompt_logprobs else None,
                 )
                 if out.finished:
                     timings.cached_tokens = delta.cached_tokens

@@ -377,7 +377,10 @@ async def _choice_events(engine: Engine, services: MemoryServices, chat: Prepare
     except (GeneratorExit, asyncio.CancelledError, EngineDead):
         answer.stopped()
         raise
-    yield _chunk(chat, {"role": "assistant", "content": ""}, usage=usage())
+    opening = usage()
+    if opening is not None:  # the role comes before any token
+        opening = {**opening, "completion_tokens": 0, "total_tokens": opening["prompt_tokens"]}
+    yield _chunk(chat, {"role": "assistant", "content": ""}, usage=opening)
     last = ParsedDelta()  # the final generation's last text, sent with the finish reason
     try:
         async for parsed in prepended(first, deltas):

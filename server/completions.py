@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
 from server.chat import model_names
+from server.choices import merged
 from server.errors import APIError, json_body, validation_error
 from server.memory import request_user
-from server.schema import SYSTEM_FINGERPRINT, StreamOptions
+from server.schema import MAX_CHOICES, SYSTEM_FINGERPRINT, StreamOptions
 from server.sse import started
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -39,12 +40,19 @@ class CompletionRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     echo: StrictBool = False
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    # vLLM's extras, as vLLM
+    min_tokens: int = Field(default=0, ge=0)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    return_token_ids: StrictBool | None = None
+    return_tokens_as_token_ids: StrictBool | None = None
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1)
+    truncation_side: Literal["left", "right"] = "left"
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logprobs: int | None = Field(default=None, ge=0, le=20)  # the N likeliest a token
@@ -75,19 +83,34 @@ class CompletionRequest(BaseModel):
             top_k=-1 if self.top_k is None else self.top_k, seed=self.seed, stop=stop,
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0, ban_tool_call=False,
-            top_logprobs=self.logprobs)
+            top_logprobs=self.logprobs, min_tokens=self.min_tokens,
+            # echo with logprobs: the prompt's own, as vLLM gives them
+            prompt_logprobs=self.logprobs if self.echo and self.logprobs is not None
+            else self.prompt_logprobs)
+
+    def choice_params(self, params: GenerationParams, choice: int) -> GenerationParams:
+        """Choice `choice` of n samples with seed + choice, as vLLM's child requests."""
+        if choice == 0 or params.seed is None:
+            return params
+        return dataclasses.replace(params, seed=params.seed + choice)
 
 
-def _prompt_ids(engine: Engine, prompt: str | list[int]) -> list[int]:
+def _prompt_ids(engine: Engine, request: CompletionRequest, prompt: str | list[int]
+                ) -> list[int]:
     if isinstance(prompt, str):
         ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
     else:
         ids = list(prompt)
-        if any(not 0 <= t < len(engine.tokenizer) for t in ids):
-            raise APIError(400, "prompt: token ids must be in the vocabulary",
+        bad = [t for t in ids if not 0 <= t < len(engine.tokenizer)]
+        if bad:
+            raise APIError(400, f"prompt: token id {bad[0]} is out of vocabulary (the "
+                           f"vocabulary has {len(engine.tokenizer)} tokens)",
                            code="invalid_value", param="prompt")
     if not ids:
         raise APIError(400, "prompt must not be empty", code="invalid_value", param="prompt")
+    keep = request.truncate_prompt_tokens
+    if keep is not None and len(ids) > keep:  # vLLM's truncation: left keeps the end
+        ids = ids[-keep:] if request.truncation_side == "left" else ids[:keep]
     return ids
 
 
@@ -97,22 +120,70 @@ def _choice(index: int, text: str, finish_reason: str | None, stop_reason,
             "stop_reason": stop_reason, **extra}
 
 
-def _logprobs(tokens: list[TokenLogprob], offset: int) -> dict[str, list]:
+def _token_name(token_id: int, text: str, as_ids: bool) -> str:
+    return f"token_id:{token_id}" if as_ids else text
+
+
+def _logprobs(tokens: list[TokenLogprob], offset: int, as_ids: bool = False
+              ) -> dict[str, list]:
     """The completions API's logprobs: tokens, their log-probabilities, where each starts in
-    the text (from `offset`) and the likeliest tokens at each step."""
+    the text (from `offset`) and, at each step, the token and the likeliest ones."""
     starts, at = [], offset
     for lp in tokens:
         starts.append(at)
         at += len(lp.text)
     return {"text_offset": starts, "token_logprobs": [max(lp.logprob, -9999.0) for lp in tokens],
-            "tokens": [lp.text for lp in tokens],
-            "top_logprobs": [{t: max(v, -9999.0) for _, t, v in lp.top} for lp in tokens]}
+            "tokens": [_token_name(lp.token_id, lp.text, as_ids) for lp in tokens],
+            "top_logprobs": [{_token_name(i, t, as_ids): max(v, -9999.0)
+                              for i, t, v in ((lp.token_id, lp.text, lp.logprob), *lp.top)}
+                             for lp in tokens]}
+
+
+def _echo_logprobs(engine: Engine, ids: list[int], steps: list | None, as_ids: bool
+                   ) -> dict[str, list]:
+    """The echoed prompt's part of `logprobs` (vLLM's: the first token has none)."""
+    texts = [engine.tokenizer.decode([t]) for t in ids]
+    starts, at = [], 0
+    for text in texts:
+        starts.append(at)
+        at += len(text)
+    steps = steps or [None] * len(ids)
+    token_logprobs, top = [], []
+    for token, step in zip(ids, steps, strict=False):
+        if step is None:
+            token_logprobs.append(None)
+            top.append(None)
+            continue
+        token_logprobs.append(max(step[token][0], -9999.0) if token in step else None)
+        top.append({_token_name(t, text or "", as_ids): max(lp, -9999.0)
+                    for t, (lp, _rank, text) in step.items()})
+    return {"text_offset": starts, "token_logprobs": token_logprobs,
+            "tokens": [_token_name(t, x, as_ids) for t, x in zip(ids, texts, strict=False)],
+            "top_logprobs": top}
+
+
+def _joined_logprobs(first: dict, then: dict) -> dict:
+    return {key: first[key] + then[key] for key in first}
+
+
+def _prompt_logprobs_json(steps: list | None) -> list | None:
+    from server.chat import prompt_logprobs_json
+    return prompt_logprobs_json(steps)
+
+
+@dataclasses.dataclass
+class _Generated:
+    text: str = ""
+    last: Delta | None = None
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    tokens: list[TokenLogprob] = dataclasses.field(default_factory=list)
+    prompt_logprobs: list | None = None
 
 
 def completions_router(state) -> APIRouter:
     router = APIRouter()
 
-    def prepare(body: dict) -> tuple[Engine, CompletionRequest, list[list[int]], list[str]]:
+    def prepare(body: dict) -> tuple[Engine, CompletionRequest, list[list[int]]]:
         try:
             request = CompletionRequest.model_validate(body)
         except ValidationError as exc:
@@ -122,30 +193,31 @@ def completions_router(state) -> APIRouter:
         if request.model not in model_names(profile):
             raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                            f"{profile.name!r}", code="model_not_found", param="model")
+        if request.stream_options is not None and not request.stream:
+            raise APIError(400, "stream_options: only with stream: true",
+                           code="invalid_value", param="stream_options")
         prompts = request.prompts()
         if not 1 <= len(prompts) <= MAX_PROMPTS:
             raise APIError(400, f"prompt: 1 to {MAX_PROMPTS} prompts a request",
                            code="invalid_value", param="prompt")
-        if request.echo and request.logprobs is not None:
-            raise APIError(400, "logprobs: with echo the prompt's log-probabilities would be "
-                           "needed; they are not computed here", code="invalid_value",
-                           param="logprobs")
-        if request.stream and len(prompts) > 1:
-            raise APIError(400, "prompt: a streamed completion takes one prompt",
-                           code="invalid_value", param="prompt")
-        ids = [_prompt_ids(engine, p) for p in prompts]
+        if len(prompts) * request.n > MAX_PROMPTS:
+            raise APIError(400, f"n: prompts times n is at most {MAX_PROMPTS}",
+                           code="invalid_value", param="n")
+        if request.max_tokens is not None and request.min_tokens > request.max_tokens:
+            raise APIError(400, "min_tokens: must not exceed max_tokens",
+                           code="invalid_value", param="min_tokens")
+        ids = [_prompt_ids(engine, request, p) for p in prompts]
         for one in ids:
             if len(one) + (request.max_tokens or 0) > profile.max_model_len:
                 raise APIError(400, f"the prompt's {len(one)} tokens plus max_tokens "
                                f"{request.max_tokens} exceed this model's context of "
                                f"{profile.max_model_len} tokens",
                                code="context_length_exceeded", param="max_tokens")
-        echoes = [engine.tokenizer.decode(one) if request.echo else "" for one in ids]
-        return engine, request, ids, echoes
+        return engine, request, ids
 
     @router.post("/v1/completions")
     async def completions(http: Request):
-        engine, request, ids, echoes = prepare(await json_body(http))
+        engine, request, ids = prepare(await json_body(http))
         completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created,
                 "model": request.model}
@@ -155,62 +227,116 @@ def completions_router(state) -> APIRouter:
         user = request_user(http.headers, peer, state.memory.settings,
                             getattr(http.state, "key_user", None))
         params = dataclasses.replace(params, cache_salt=state.memory.cache_salt(user))
+        # (index, prompt ids, params): vLLM numbers choice j of prompt i as i * n + j
+        runs = [(i * request.n + j, one, request.choice_params(params, j))
+                for i, one in enumerate(ids) for j in range(request.n)]
         if request.stream:
-            include_usage = bool(request.stream_options and request.stream_options.include_usage)
+            options = request.stream_options
+            include_usage = bool(options and options.include_usage)
+            continuous = include_usage and options.continuous_usage_stats
             return StreamingResponse(
-                await started(_stream(engine, head, ids[0], echoes[0], params,
-                                      include_usage)),
+                await started(_stream(engine, head, request, runs, include_usage, continuous)),
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        finished = await asyncio.gather(*(
-            _complete(engine, f"{completion_id}-{n}", one, params) for n, one in enumerate(ids)))
-        choices, prompt_tokens, completion_tokens = [], 0, 0
-        for n, (text, last, generated, tokens) in enumerate(finished):
-            logprobs = _logprobs(tokens, 0) if request.logprobs is not None else None
-            choices.append(_choice(n, echoes[n] + text, last.finish_reason if last else "stop",
-                                   last.stop_reason if last else None, logprobs,
-                                   prompt_logprobs=None))
-            prompt_tokens += len(ids[n])
-            completion_tokens += generated
+        done = await asyncio.gather(*(
+            _complete(engine, f"{completion_id}-{index}", one, run_params)
+            for index, one, run_params in runs))
+        choices, completion_tokens = [], 0
+        for (index, one, _), out in zip(runs, done, strict=True):
+            choices.append(_full_choice(engine, request, index, one, out))
+            completion_tokens += len(out.token_ids)
+        prompt_tokens = sum(len(one) for one in ids)  # n choices read a prompt once
+        cached = min((out.last.cached_tokens for out in done if out.last), default=0)
         return JSONResponse({**head, "system_fingerprint": SYSTEM_FINGERPRINT,
                              "choices": choices, "usage": {
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": None}})
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached}}})
 
     return router
 
 
+def _full_choice(engine: Engine, request: CompletionRequest, index: int, ids: list[int],
+                 out: _Generated) -> dict[str, Any]:
+    as_ids = bool(request.return_tokens_as_token_ids)
+    echo = engine.tokenizer.decode(ids) if request.echo else ""
+    logprobs = None
+    if request.logprobs is not None:
+        logprobs = _logprobs(out.tokens, len(echo), as_ids)
+        if request.echo:
+            logprobs = _joined_logprobs(
+                _echo_logprobs(engine, ids, out.prompt_logprobs, as_ids), logprobs)
+    last = out.last
+    return _choice(index, echo + out.text, last.finish_reason if last else "stop",
+                   last.stop_reason if last else None, logprobs,
+                   prompt_logprobs=_prompt_logprobs_json(out.prompt_logprobs)
+                   if request.prompt_logprobs is not None else None,
+                   prompt_token_ids=ids if request.return_token_ids else None,
+                   token_ids=out.token_ids if request.return_token_ids else None)
+
+
 async def _complete(engine: Engine, request_id: str, ids: list[int], params: GenerationParams
-                    ) -> tuple[str, Delta | None, int, list[TokenLogprob]]:
-    text, last, generated, tokens = "", None, 0, []
+                    ) -> _Generated:
+    out = _Generated()
     async for delta in engine.generate(ids, params, request_id=request_id):
-        text += delta.text
-        generated += len(delta.token_ids)
-        tokens += delta.token_logprobs
-        last = delta
-    return text, last, generated, tokens
+        out.text += delta.text
+        out.token_ids += delta.token_ids
+        out.tokens += delta.token_logprobs
+        if delta.prompt_logprobs is not None:
+            out.prompt_logprobs = delta.prompt_logprobs
+        out.last = delta
+    return out
 
 
-async def _stream(engine: Engine, head: dict, ids: list[int], echo: str,
-                  params: GenerationParams, include_usage: bool) -> AsyncIterator[str]:
+async def _stream(engine: Engine, head: dict, request: CompletionRequest,
+                  runs: list[tuple[int, list[int], GenerationParams]], include_usage: bool,
+                  continuous: bool) -> AsyncIterator[str]:
+    """The runs' chunks as they come; the usage (the prompts once, every answer) last."""
+    generated = [0] * len(runs)
+    prompt_tokens = sum(len(one) for index, one, _ in runs if index % request.n == 0)
+
+    def usage() -> dict:
+        total = sum(generated)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": total,
+                "total_tokens": prompt_tokens + total}
+
     def event(body: dict) -> str:
+        if continuous and body["choices"]:
+            body = {**body, "usage": usage()}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    generated, offset, echo_due = 0, len(echo), bool(echo)
-    async for delta in engine.generate(ids, params, request_id=head["id"]):
-        if echo_due:  # once the engine has the request (server.sse.started); vLLM sends
-            echo_due = False  # the prompt's ids with the echoed prompt
-            yield event({**head, "choices": [_choice(0, echo, None, None,
-                                                     prompt_token_ids=ids)]})
-        generated += len(delta.token_ids)
-        if delta.text or delta.finished:
-            logprobs = (_logprobs(delta.token_logprobs, offset)
-                        if params.top_logprobs is not None else None)
-            yield event({**head, "choices": [_choice(
-                0, delta.text, delta.finish_reason if delta.finished else None,
-                delta.stop_reason if delta.finished else None, logprobs)]})
-            offset += len(delta.text)
+    async def one_run(at: int, index: int, ids: list[int], params: GenerationParams
+                      ) -> AsyncIterator[str]:
+        as_ids = bool(request.return_tokens_as_token_ids)
+        echo = engine.tokenizer.decode(ids) if request.echo else ""
+        offset, echo_due = len(echo), request.echo
+        async for delta in engine.generate(ids, params, request_id=f"{head['id']}-{index}"):
+            generated[at] += len(delta.token_ids)
+            text, logprobs = delta.text, None
+            if params.top_logprobs is not None:
+                logprobs = _logprobs(delta.token_logprobs, offset, as_ids)
+            extra: dict[str, Any] = {}
+            if echo_due:  # vLLM sends the echoed prompt with the first tokens
+                echo_due = False
+                text = echo + text
+                if logprobs is not None:
+                    logprobs = _joined_logprobs(
+                        _echo_logprobs(engine, ids, delta.prompt_logprobs, as_ids), logprobs)
+            if request.return_token_ids:
+                extra["token_ids"] = delta.token_ids
+                if delta.prompt_logprobs is not None or generated[at] == len(delta.token_ids):
+                    extra["prompt_token_ids"] = ids
+            if request.prompt_logprobs is not None and delta.prompt_logprobs is not None:
+                extra["prompt_logprobs"] = _prompt_logprobs_json(delta.prompt_logprobs)
+            if text or delta.finished or extra:
+                yield event({**head, "choices": [_choice(
+                    index, text, delta.finish_reason if delta.finished else None,
+                    delta.stop_reason if delta.finished else None, logprobs, **extra)]})
+                offset += len(delta.text)
+
+    streams = [one_run(at, index, ids, params) for at, (index, ids, params) in enumerate(runs)]
+    async for chunk in merged(streams):
+        yield chunk
     if include_usage:
-        yield event({**head, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [], "usage": {
-            "prompt_tokens": len(ids), "completion_tokens": generated,
-            "total_tokens": len(ids) + generated}})
+        yield event({**head, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
+                     "usage": usage()})
     yield "data: [DONE]\n\n"

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.engine import EngineDead
+from engine.engine import EngineDead, RequestRejected
 
 
 class APIError(Exception):
@@ -51,6 +51,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineDead)
     async def _engine_dead(_request: Request, _exc: EngineDead) -> JSONResponse:
         return error_response(engine_dead_error())
+
+    @app.exception_handler(RequestRejected)
+    async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:
+        return error_response(APIError(400, f"the engine refused the request: {exc}",
+                                       code="invalid_value"))
 
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:

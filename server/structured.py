@@ -32,6 +32,7 @@ def check_structured(structured: StructuredOutputs) -> None:
     """A 400 for a constraint the backend cannot compile (a bad regex, grammar or
     schema), found by vLLM's own xgrammar validation before the engine sees it."""
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
     from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
@@ -48,6 +49,6 @@ def check_structured(structured: StructuredOutputs) -> None:
         json=params.get("json_schema"), json_object=params.get("any_json"))
     try:
         validate_xgrammar_grammar(SamplingParams(structured_outputs=constraint))
-    except (ValueError, RuntimeError) as error:
+    except (VLLMValidationError, ValueError, RuntimeError) as error:
         raise APIError(400, f"structured_outputs: {error}", code="invalid_value",
                        param="structured_outputs") from None

@@ -44,6 +44,27 @@ def _parameters(tool) -> dict[str, Any]:
     return tool.function.parameters or ANY_OBJECT
 
 
+DEFINITIONS = ("$defs", "definitions")  # where a JSON schema keeps what `$ref`s point at
+
+
+def _rooted(schema: dict[str, Any], parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    """`schema`, which nests the tools' parameter schemas, with their definitions moved
+    to its root: their `$ref`s (`#/$defs/Name`) point at the root of the whole schema.
+    Two tools that define one name differently are a 400 (as vLLM's)."""
+    for parameter in parameters:
+        for key in DEFINITIONS:
+            for name, definition in (parameter.get(key) or {}).items():
+                kept = schema.setdefault(key, {}).setdefault(name, definition)
+                if kept != definition:
+                    raise APIError(400, f"tools: two tools define {key}/{name} differently",
+                                   code="invalid_value", param="tools")
+    return schema
+
+
+def _without_definitions(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in parameters.items() if k not in DEFINITIONS}
+
+
 def forced_choice(request: ChatCompletionRequest) -> ForcedChoice | None:
     """The schema a forcing `tool_choice` puts on the answer; None for auto and none."""
     choice = request.tool_choice
@@ -55,12 +76,13 @@ def forced_choice(request: ChatCompletionRequest) -> ForcedChoice | None:
     if choice == "required":
         items = [{"type": "object", "properties": {
             "name": {"type": "string", "enum": [t.function.name]},
-            "parameters": _parameters(t)}, "required": ["name", "parameters"]}
+            "parameters": _without_definitions(_parameters(t))},
+            "required": ["name", "parameters"]}
             for t in request.tools]
         schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": items}}
         if request.parallel_tool_calls is False:
             schema["maxItems"] = 1
-        return ForcedChoice(schema, None)
+        return ForcedChoice(_rooted(schema, [_parameters(t) for t in request.tools]), None)
     name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" \
         else None
     if not isinstance(name, str):

@@ -59,7 +59,9 @@ def test_a_completion_leaves_no_memory_behind(app):
     ({"prompt": ""}, 400, "prompt"),
     ({"prompt": [999999999]}, 400, "prompt"),
     ({"prompt": "x", "suffix": "y"}, 400, "suffix"),
-    ({"prompt": ["a", "b"], "stream": True}, 400, "prompt"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"prompt": "x", "n": 17}, 400, "n"),
+    ({"prompt": ["a"] * 17, "n": 2}, 400, "n"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
 ])
 def test_bad_completion_requests_get_a_clear_error(app, body, status, param):
@@ -74,9 +76,39 @@ def test_logprobs_cover_each_token_of_the_text(sdk, app):
     choice = answer.choices[0]
     assert "".join(choice.logprobs.tokens) == choice.text
     assert len(choice.logprobs.token_logprobs) == 5
-    assert all(len(top) == 2 for top in choice.logprobs.top_logprobs)
+    # as vLLM's: the likeliest two and the chosen token itself
+    for token, top in zip(choice.logprobs.tokens, choice.logprobs.top_logprobs, strict=True):
+        assert token in top and 2 <= len(top) <= 3
     offsets = choice.logprobs.text_offset
     assert offsets[0] == 0 and offsets == sorted(offsets)
-    refused = app.request("POST", "/v1/completions", json={
-        "model": "tiny", "prompt": "x", "echo": True, "logprobs": 1})
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "logprobs"
+
+
+def test_echo_with_logprobs_covers_the_prompt_then_the_answer(sdk, tokenizer):
+    prompt_ids = tokenizer.encode("The cat sat", add_special_tokens=False)
+    answer = sdk.completions.create(model="tiny", prompt="The cat sat", max_tokens=3,
+                                    temperature=0, echo=True, logprobs=1)
+    logprobs = answer.choices[0].logprobs
+    assert "".join(logprobs.tokens) == answer.choices[0].text
+    assert len(logprobs.tokens) == len(prompt_ids) + 3
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(isinstance(v, float) for v in logprobs.token_logprobs[1:])
+
+
+def test_n_choices_and_a_batch_are_numbered_prompt_by_prompt(sdk):
+    answer = sdk.completions.create(model="tiny", prompt=["one", "two"], n=2, max_tokens=2,
+                                    seed=3)
+    assert [c.index for c in answer.choices] == [0, 1, 2, 3]
+    assert answer.usage.completion_tokens == 8
+    streamed = sdk.completions.create(model="tiny", prompt=["one", "two"], n=2, max_tokens=2,
+                                      seed=3, stream=True)
+    finished = sorted(c.choices[0].index for c in streamed
+                      if c.choices and c.choices[0].finish_reason)
+    assert finished == [0, 1, 2, 3]
+
+
+def test_truncation_keeps_the_side_asked_for(sdk):
+    ids = list(range(100, 108))
+    for side, kept in (("left", ids[-4:]), ("right", ids[:4])):
+        answer = sdk.completions.create(model="tiny", prompt=ids, max_tokens=1, extra_body={
+            "truncate_prompt_tokens": 4, "truncation_side": side, "return_token_ids": True})
+        assert answer.choices[0].prompt_token_ids == kept
