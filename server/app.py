@@ -38,14 +38,17 @@ from server.job_routes import job_router
 from server.job_service import JobService
 from server.keys import KeyStore
 from server.layer_routes import layer_router
+from server.load_tracking import ServerLoad, TrackServerLoad
 from server.memory import MemoryServices, MemorySettings
 from server.memory_routes import memory_router
 from server.metrics import HTTPCounters, TandemMetrics, render_metrics
+from server.orca import OrcaLoadReport
 from server.prewarm_service import PrewarmService
 from server.prompt import TemplateCannotExchange, check_tool_exchange
 from server.schema import ChatCompletionRequest
 from server.search_service import SearchService
 from server.sse import started
+from server.vllm_routes import vllm_router
 from server.writer_service import WriterService
 
 log = logging.getLogger("tandem.server")
@@ -119,10 +122,11 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                memory_settings: MemorySettings | None = None,
                auth: Auth | None = None,
                on_engine_dead: Callable[[], None] | None = None,
-               browser: BrowserPolicy | None = None) -> FastAPI:
+               browser: BrowserPolicy | None = None, root_path: str = "") -> FastAPI:
     """The app; without an engine it starts one from the profile in the background.
     `auth` defaults to the named keys under `home` (none: auth off). `on_engine_dead` is
     called once if the engine core process dies (`tandem serve` then exits non-zero).
+    `root_path`: a proxy's path prefix, as vLLM's --root-path (both paths answer).
     `browser`: the host names the server answers as and the web origins it lets in
     (default: loopback names and addresses, no web origin)."""
     browser = browser or BrowserPolicy()
@@ -159,13 +163,15 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             saver.cancel()
             memory.ledger_saver.save_now()  # the last records
 
-    app = FastAPI(title="Tandem", lifespan=lifespan)
+    app = FastAPI(title="Tandem", lifespan=lifespan, root_path=root_path)
     app.state.tandem = state
     install_error_handlers(app)
     app.include_router(memory_router(memory, lambda: state.search))
     app.include_router(conductor_router(state))
     app.include_router(job_router(state))
     app.include_router(completions_router(state))
+    load = ServerLoad()  # vLLM's /load: generation requests in flight
+    app.include_router(vllm_router(state, load))
 
     async def answer(engine_: Engine, prepared: chat.PreparedChat,
                      parsed: ChatCompletionRequest):
@@ -183,6 +189,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(layer_router(state, answer))
 
     app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
+    # inside the key check: a refused request is neither counted nor reported on
+    app.add_middleware(OrcaLoadReport)
+    app.add_middleware(TrackServerLoad, load=load)
     if browser.allowed_origins:  # CORS for the origins the operator named, and only them
         app.add_middleware(CORSMiddleware, allow_origins=sorted(browser.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"],

@@ -39,8 +39,17 @@ def _serve(args: argparse.Namespace) -> int:
                              tuple(args.served_model_name))
     started = time.monotonic()
 
+    if args.root_path and (not args.root_path.startswith("/") or args.root_path.endswith("/")):
+        raise ProfileError(f"--root-path {args.root_path!r}: a path that starts with / and "
+                           "does not end with one (/llm)")
+    # --uds: the socket alone, --host and --port unused (as vLLM's flag); only this
+    # machine's processes reach it, so it is served as loopback is.
+    host = "localhost" if args.uds else args.host
+    where = (f"unix socket {args.uds}, {args.root_path or ''}/v1" if args.uds
+             else f"http://{args.host}:{args.port}{args.root_path or ''}/v1")
+
     def ready() -> None:
-        _say(f"ready in {time.monotonic() - started:.0f} s: http://{args.host}:{args.port}/v1 "
+        _say(f"ready in {time.monotonic() - started:.0f} s: {where} "
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
     from conductor.paths import valid_user
@@ -60,8 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     auth = Auth(api_key=args.api_key or os.environ.get("TANDEM_API_KEY") or None,
                 keys=KeyStore(tandem_home()), engine_user=settings.user_name,
-                required=not is_loopback(args.host) and not args.insecure_no_auth)
-    problem = exposure_problem(args.host, auth, args.insecure_no_auth)
+                required=not is_loopback(host) and not args.insecure_no_auth)
+    problem = exposure_problem(host, auth, args.insecure_no_auth)
     if problem is not None:
         raise ProfileError(problem)
     engine_died: list[bool] = []
@@ -73,14 +82,14 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().call_later(ENGINE_DEAD_DRAIN_S,
                                               lambda: setattr(server, "should_exit", True))
 
-    browser = BrowserPolicy(listen_host=args.host,
+    browser = BrowserPolicy(listen_host=host,
                             allowed_hosts=frozenset(h.lower() for h in args.allowed_host),
                             allowed_origins=frozenset(o.lower().rstrip("/")
                                                       for o in args.allowed_origin))
     app = create_app(profile, tandem_home(), progress=_say, on_ready=ready,
                      memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
-                     browser=browser)
-    server = uvicorn.Server(server_config(app, args.host, args.port))
+                     browser=browser, root_path=args.root_path or "")
+    server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
     server.run()
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
@@ -95,15 +104,16 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def server_config(app, host: str, port: int):
+def server_config(app, host: str, port: int, uds: str | None = None):
     """uvicorn's settings for `tandem serve`. The peer address is the connection's own:
     uvicorn's `proxy_headers` (on by default, trusting X-Forwarded-For from 127.0.0.1)
     would let any local process name another peer, and would turn a trusted proxy's
     requests into its clients' addresses, which `--trusted-proxy` does not trust. Only a
-    trusted proxy relays anything, and it relays the user (X-Tandem-User), not an address."""
+    trusted proxy relays anything, and it relays the user (X-Tandem-User), not an address.
+    `uds`: listen on that Unix socket instead of host and port."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+    return uvicorn.Config(app, host=host, port=port, uds=uds, log_level="warning",
                           proxy_headers=False, forwarded_allow_ips="",
                           timeout_graceful_shutdown=ENGINE_DEAD_GRACE_S)
 
@@ -243,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "GPU, chat with one)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--uds", metavar="PATH", help="listen on this Unix domain socket "
+                       "instead of --host and --port (as vLLM's flag)")
+    serve.add_argument("--root-path", metavar="PREFIX", help="the path prefix a proxy serves "
+                       "the API under (/llm: /llm/v1/... and /v1/... both answer; as vLLM's "
+                       "flag)")
     serve.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
                        help="another name requests may give as 'model' (repeatable; as "
                        "vLLM's flag of that name)")

@@ -19,14 +19,16 @@ from server.metrics import HTTPCounters
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes"
-# FastAPI's own pages: the schema lists every route; behind the key like the routes.
-API_DOCS = frozenset({"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+# The only routes open without a key: liveness and readiness (a load balancer's probes).
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/health"})
 
 
 class KeyCheckAndCount:
-    """`/v1` routes (and `/metrics` from off this machine) need a valid key when auth is on;
-    the key's user goes in `request.state.key_user`. Every response is counted by route
-    and status."""
+    """Every route but the health and readiness probes (and `/metrics` on this machine)
+    needs a valid key when auth is on: the `/v1` routes, the API docs, vLLM's utility
+    routes (`/tokenize`, `/version`, `/invocations`...), and a path no route answers. The
+    key's user goes in `request.state.key_user`. Every response is counted by route and
+    status."""
 
     def __init__(self, app: ASGIApp, auth: Auth, counters: HTTPCounters) -> None:
         self.app = app
@@ -42,12 +44,11 @@ class KeyCheckAndCount:
             self.counters.record("refused", refusal.status)
             await error_response(refusal)(scope, receive, send)
             return
-        path = scope["path"]
+        path = route_path(scope)
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
         state["key_user"] = None
-        if path.startswith("/v1") or path in API_DOCS or (
-                path == "/metrics" and not is_loopback(peer)):
+        if path not in OPEN_ROUTES and (path != "/metrics" or not is_loopback(peer)):
             try:
                 state["key_user"] = await self.auth.user_for(
                     scope_header(scope, b"authorization"), peer)
@@ -91,6 +92,17 @@ def _oversize(scope: Scope) -> APIError | None:
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         return APIError(413, BODY_TOO_LARGE, code="body_too_large")
     return None
+
+
+def route_path(scope: Scope) -> str:
+    """The path the router matches: without the app's root path when the request came
+    through it (`--root-path /llm`: `/llm/v1/models` is `/v1/models`, and `/v1/models`
+    stays itself), as Starlette's routing has it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
+        return path[len(root):] or "/"
+    return path
 
 
 def scope_header(scope: Scope, name: bytes) -> str | None:

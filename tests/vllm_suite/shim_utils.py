@@ -7,7 +7,9 @@ the memory mode of $TANDEM_VLLM_SUITE_MEMORY (off or on) and `--served-model-nam
 each model name the selected modules use, so their requests name a model it serves.
 The vLLM flags a module passes are checked against what Tandem does by default
 (`FLAGS`): a flag that would change behaviour Tandem does not have fails the module's
-tests loudly rather than letting them pass against a different server.
+tests loudly rather than letting them pass against a different server. A module whose
+flags cannot hold on the shared server (`OWN_SERVER_FLAGS`: a Unix socket, an API key)
+gets a `tandem serve` of its own with Tandem's flags of the same name, for the module.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ FLAGS_THAT_HOLD = {
     **dict.fromkeys(("--enable-lora", "--lora-modules", "--max-lora-rank", "--max-cpu-loras"),
                     "only tests of the adapter use it, and they are excluded (lora)"),
 }
+# vLLM serve flags that take a value and are passed on to a `tandem serve` of the module's
+# own, as Tandem's flag of the same name: the shared server cannot listen on a module's
+# socket, and a root path comes with an API key (VLLM_API_KEY) in the module that uses it.
+OWN_SERVER_FLAGS = ("--uds", "--root-path")
+OWN_SERVER_ENV = {"VLLM_API_KEY": "--api-key"}
 
 
 def unsupported_flags(args: list[str]) -> list[str]:
@@ -67,9 +74,23 @@ def unsupported_flags(args: list[str]) -> list[str]:
             value = value or args[i + 1]
             if int(value) > CONTEXT:
                 bad.append(f"{arg} {value} (the test model's context is {CONTEXT})")
-        elif name not in FLAGS_THAT_HOLD:
+        elif name not in FLAGS_THAT_HOLD and name not in OWN_SERVER_FLAGS:
             bad.append(arg)
     return bad
+
+
+def own_server_args(args: list[str], env: dict[str, str] | None) -> list[str]:
+    """The `tandem serve` flags of a module that needs a server of its own; [] for one
+    the shared server serves."""
+    own: list[str] = []
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if name in OWN_SERVER_FLAGS:
+            own += [name, value or args[i + 1]]
+    for variable, flag in OWN_SERVER_ENV.items():
+        if (env or {}).get(variable):
+            own += [flag, env[variable]]
+    return own
 
 
 def _free_port() -> int:
@@ -87,10 +108,13 @@ def served_model_dir() -> Path:
 
 
 class _Tandem:
-    """The one `tandem serve` process of the session."""
+    """A `tandem serve` process: the session's shared one, or a module's own (`extra`:
+    its --uds, --root-path, --api-key)."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], extra: list[str] | None = None) -> None:
+        extra = extra or []
         self.port = _free_port()
+        self.uds = extra[extra.index("--uds") + 1] if "--uds" in extra else None
         self.home = Path(tempfile.mkdtemp(prefix="tandem-vllm-suite-"))
         (self.home / "models").symlink_to(models_dir(), target_is_directory=True)
         memory = os.environ.get("TANDEM_VLLM_SUITE_MEMORY", "off")
@@ -102,21 +126,23 @@ class _Tandem:
                    "--memory", memory, "--port", str(self.port)]
         for name in names:
             command += ["--served-model-name", name]
+        command += extra
         env = {**os.environ, "TANDEM_HOME": str(self.home)}
         print(f"[shim] starting {' '.join(command)}", flush=True)
         self.proc = subprocess.Popen(command, env=env, stdout=sys.stdout, stderr=sys.stderr,
                                      start_new_session=True)
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"http://localhost:{self.port}/readyz", timeout=2).status_code \
-                        == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        transport = httpx.HTTPTransport(uds=self.uds) if self.uds else None
+        with httpx.Client(transport=transport, timeout=2) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tandem serve exited with {self.proc.returncode}")
+                try:
+                    if client.get(f"http://localhost:{self.port}/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.5)
         self.stop()
         raise RuntimeError("tandem serve was not ready in 600 s")
 
@@ -155,15 +181,18 @@ class RemoteOpenAIServer:
             pytest.fail(f"vLLM flags Tandem has no equivalent for: {flags}", pytrace=False)
         if model not in MODEL_NAMES:
             pytest.fail(f"{model} is not among the served names {MODEL_NAMES}", pytrace=False)
-        server = _shared()
-        self.host, self.port, self.uds = "localhost", server.port, None
+        own = own_server_args(list(vllm_serve_args or []), env_dict)
+        self._own = _Tandem(MODEL_NAMES, own) if own else None
+        server = self._own or _shared()
+        self.host, self.port, self.uds = "localhost", server.port, server.uds
         self.proc = server.proc
 
     def __enter__(self) -> RemoteOpenAIServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass  # the process serves the whole session
+        if self._own is not None:  # the shared process serves the whole session
+            self._own.stop()
 
     @property
     def url_root(self) -> str:
