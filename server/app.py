@@ -188,10 +188,10 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     app.include_router(layer_router(state, answer))
 
-    app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
     # inside the key check: a refused request is neither counted nor reported on
     app.add_middleware(OrcaLoadReport)
     app.add_middleware(TrackServerLoad, load=load)
+    app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
     if browser.allowed_origins:  # CORS for the origins the operator named, and only them
         app.add_middleware(CORSMiddleware, allow_origins=sorted(browser.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"],

@@ -264,6 +264,17 @@ def test_every_new_route_but_health_needs_the_key(served, tmp_path):
     assert app.request("GET", "/health").status_code == 200
 
 
+def test_the_load_count_and_the_orca_report_sit_inside_the_key_check(served, tmp_path):
+    """A refused request is neither counted as load nor reported on."""
+    from server.http_middleware import KeyCheckAndCount
+    from server.load_tracking import TrackServerLoad
+    from server.orca import OrcaLoadReport
+
+    order = [m.cls for m in InProcessApp(served, tmp_path).app.user_middleware]  # outermost first
+    assert order.index(KeyCheckAndCount) < order.index(TrackServerLoad)
+    assert order.index(KeyCheckAndCount) < order.index(OrcaLoadReport)
+
+
 def test_a_root_path_serves_both_paths_behind_the_same_key(served, tmp_path):
     app = InProcessApp(served, tmp_path, auth=Auth(api_key=KEY, keys=KeyStore(tmp_path)))
     app.app.root_path = "/llm"  # what tandem serve --root-path /llm sets
