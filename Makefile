@@ -13,6 +13,8 @@ test:
 	@$(PY) -m pytest -q -m endpoint
 	@$(PY) -m pytest -q -m embed_endpoint
 	@$(PY) -m pytest -q -m smol
+	@$(PY) -m tests.vllm_suite.run off
+	@$(PY) -m tests.vllm_suite.run on
 
 lint:
 	@$(VENV)/bin/ruff check .

@@ -178,8 +178,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         headers = chat.response_headers(prepared)
         if parsed.stream:
             include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+            continuous = include_usage and parsed.stream_options.continuous_usage_stats
             events = await started(chat.stream(engine_, memory, prepared, include_usage,
-                                               state.tools))
+                                               state.tools, continuous))
             return StreamingResponse(events,
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})

@@ -122,7 +122,7 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     as too long (`server/prompt_fit.py`); the ContextOverflow then counts the prompt
     without them. `data`: message contents that are data (the continuous conversation's
     layer files): their special-token text is encoded as text."""
-    if request.model not in model_names(profile):
+    if request.model is not None and request.model not in model_names(profile):
         raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                        f"{profile.name!r}", code="model_not_found", param="model")
     if request.script is not None and not profile.scripted:
@@ -202,7 +202,8 @@ def prepare(engine: Engine, profile: Profile, services: MemoryServices,
     # Replayed ids bring their hidden spans along: they sit where they were.
     inherited = list(replayed or ())
     return PreparedChat(
-        completion_id=completion_id, model=request.model, prompt_ids=built.ids, params=params,
+        completion_id=completion_id, model=request.model or profile.name, prompt_ids=built.ids,
+        params=params,
         parse_tools=(calls_tools and answer_json is None and structured is None
                      and tools_for_template(request) is not None),
         memory=memory, visible=visible,

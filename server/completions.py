@@ -34,7 +34,7 @@ MAX_PROMPTS = 32
 
 class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: str
+    model: str | None = None  # as vLLM: none is the served model
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -190,7 +190,7 @@ def completions_router(state) -> APIRouter:
             raise validation_error(exc) from None
         engine = state.ready_engine()
         profile = engine.profile
-        if request.model not in model_names(profile):
+        if request.model is not None and request.model not in model_names(profile):
             raise APIError(404, f"model {request.model!r} does not exist; this server serves "
                            f"{profile.name!r}", code="model_not_found", param="model")
         if request.stream_options is not None and not request.stream:
@@ -220,7 +220,7 @@ def completions_router(state) -> APIRouter:
         engine, request, ids = prepare(await json_body(http))
         completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created,
-                "model": request.model}
+                "model": request.model or engine.profile.name}
         params = request.params(request.max_tokens or DEFAULT_MAX_TOKENS)
         # A completion has no memory, but its cached blocks are its user's alone too.
         peer = http.client.host if http.client else None
@@ -245,12 +245,10 @@ def completions_router(state) -> APIRouter:
             choices.append(_full_choice(engine, request, index, one, out))
             completion_tokens += len(out.token_ids)
         prompt_tokens = sum(len(one) for one in ids)  # n choices read a prompt once
-        cached = min((out.last.cached_tokens for out in done if out.last), default=0)
         return JSONResponse({**head, "system_fingerprint": SYSTEM_FINGERPRINT,
                              "choices": choices, "usage": {
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached}}})
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": None}})
 
     return router
 

@@ -140,7 +140,7 @@ THINKING_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True,
 
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: str
+    model: str | None = None  # as vLLM: none is the served model
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None

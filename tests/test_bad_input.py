@@ -40,7 +40,6 @@ def test_a_body_that_is_not_an_object_is_400(client):
     ({"model": "tiny", "messages": []}, "messages"),
     ({"model": "tiny", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
     ({"model": 7, "messages": USER}, "model"),
-    ({"messages": USER}, "model"),
     ({"model": "tiny", "messages": USER, "stream": "yes"}, "stream"),
 ])
 def test_wrong_types_are_400_naming_the_field(client, body, param):
@@ -153,3 +152,10 @@ def test_a_tool_message_without_its_tool_call_id_is_400(client):
     error = assert_error(client.post("/v1/chat/completions", json={
         "model": "tiny", "messages": messages}), 400, "invalid_value")
     assert error["param"] == "messages.2.tool_call_id"
+
+
+def test_a_request_without_a_model_is_served_by_the_served_model(client):
+    """As vLLM's: `model` may be left out; the answer names the model that served it."""
+    response = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == "tiny"

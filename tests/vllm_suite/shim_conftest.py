@@ -9,7 +9,9 @@ error, so a new vLLM version's tests cannot be skipped without a word.
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import os
+import re
 import tempfile
 import tomllib
 from pathlib import Path
@@ -63,6 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = _exclusion(selection, _relative(item.path), item.name)
         (kept if reason is None else dropped).append(item)
     names = {getattr(i.module, "MODEL_NAME", None) for i in kept}
+    for item in kept:  # a test that starts its own server names its model in its body
+        names |= set(re.findall(r'model_name = "([^"]+)"', inspect.getsource(item.obj)))
     shim.MODEL_NAMES[:] = sorted(n for n in names if n)
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)

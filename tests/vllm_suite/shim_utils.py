@@ -37,6 +37,7 @@ requires_fp8 = pytest.mark.skip(reason="fp8")
 # vLLM serve flags the selected modules pass, and why each holds on the shared server.
 # The vLLM flags a module passes are checked: one not here fails the module's tests.
 CONTEXT = 8192  # the suite's profile: tiny, with the test model's whole context
+DEFAULT_MAX_TOKENS = 64
 FLAGS_THAT_HOLD = {
     **dict.fromkeys(("--dtype", "--enforce-eager", "--max-num-seqs", "--seed",
                      "--gpu-memory-utilization", "--load-format", "--trust-remote-code",
@@ -120,6 +121,11 @@ class _Tandem:
         memory = os.environ.get("TANDEM_VLLM_SUITE_MEMORY", "off")
         profile = (REPO / "profiles" / "tiny.yaml").read_text()
         profile = profile.replace("max_model_len: 4096", f"max_model_len: {CONTEXT}")
+        # The test model has random weights: it seldom ends its turn, and a request that
+        # sets no max_tokens would run to the end of the context (minutes on this CPU).
+        # vLLM's tests run with a real model on a GPU; the suite gives such answers
+        # vLLM's --override-generation-config max_new_tokens instead.
+        profile += f"default_max_tokens: {DEFAULT_MAX_TOKENS}\n"
         (self.home / "vllm-suite.yaml").write_text(profile)
         command = [str(REPO / ".venv" / "bin" / "tandem"), "serve",
                    "--profile", str(self.home / "vllm-suite.yaml"),
