@@ -64,12 +64,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         reason = _exclusion(selection, _relative(item.path), item.name)
         (kept if reason is None else dropped).append(item)
+        if reason is not None:
+            EXCLUDED[reason] = EXCLUDED.get(reason, 0) + 1
     names = {getattr(i.module, "MODEL_NAME", None) for i in kept}
     for item in kept:  # a test that starts its own server names its model in its body
         names |= set(re.findall(r'model_name = "([^"]+)"', inspect.getsource(item.obj)))
     shim.MODEL_NAMES[:] = sorted(n for n in names if n)
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)
+
+
+EXCLUDED: dict[str, int] = {}  # reason -> tests of the selected files it excludes
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """What the selected files' excluded tests are excluded for (whole files apart)."""
+    if EXCLUDED:
+        terminalreporter.section("excluded from the selected files, by reason")
+        for reason, count in sorted(EXCLUDED.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{count:4d}  {reason}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
