@@ -313,15 +313,15 @@ async def _stream(engine: Engine, head: dict, request: CompletionRequest,
             if params.top_logprobs is not None:
                 logprobs = _logprobs(delta.token_logprobs, offset, as_ids)
             extra: dict[str, Any] = {}
-            if echo_due:  # vLLM sends the echoed prompt with the first tokens
-                echo_due = False
-                text = echo + text
-                if logprobs is not None:
-                    logprobs = _joined_logprobs(
-                        _echo_logprobs(engine, ids, delta.prompt_logprobs, as_ids), logprobs)
+            if echo_due:  # once the engine has the request (server.sse.started), vLLM's
+                echo_due = False  # way: the echoed prompt and its ids in a chunk of their own
+                echoed = (_echo_logprobs(engine, ids, delta.prompt_logprobs, as_ids)
+                          if logprobs is not None else None)
+                yield event({**head, "choices": [_choice(index, echo, None, None, echoed,
+                                                         prompt_token_ids=ids)]})
             if request.return_token_ids:
                 extra["token_ids"] = delta.token_ids
-                if delta.prompt_logprobs is not None or generated[at] == len(delta.token_ids):
+                if not request.echo and generated[at] == len(delta.token_ids):
                     extra["prompt_token_ids"] = ids
             if request.prompt_logprobs is not None and delta.prompt_logprobs is not None:
                 extra["prompt_logprobs"] = _prompt_logprobs_json(delta.prompt_logprobs)

