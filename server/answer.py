@@ -37,6 +37,18 @@ def _logprob_json(lp: TokenLogprob, as_ids: bool = False) -> dict[str, Any]:
             "top_logprobs": [one(i, t, v) for i, t, v in lp.top]}
 
 
+def prompt_logprobs_json(steps: list | None) -> list | None:
+    """vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id:
+    {logprob, rank, decoded_token}} for the token and the likeliest ones."""
+    if steps is None:
+        return None
+    return [None if step is None else
+            {str(token): {"logprob": max(logprob, -9999.0), "rank": rank,
+                          "decoded_token": text}
+             for token, (logprob, rank, text) in step.items()}
+            for step in steps]
+
+
 @dataclass(frozen=True)
 class RecordedTurn:
     """One finished (or abandoned) answer, as the continuous conversation's history

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from conductor.ledger import Span, VisibleMessage
 from engine.engine import Engine, EngineDead, GenerationParams
 from engine.profiles import Profile
-from server.answer import Answer, RecordedTurn
+from server.answer import Answer, RecordedTurn, prompt_logprobs_json
 from server.choices import choice_copies, combined_usage, merged
 from server.engine_tools import NAMES as engine_tool_names
 from server.engine_tools import EngineToolbox
@@ -272,18 +272,6 @@ async def _complete_choice(engine: Engine, services: MemoryServices, chat: Prepa
               if answer.last and isinstance(answer.last.stop_reason, str) else None,
               "token_ids": list(answer.output_ids) if chat.return_token_ids else None}
     return choice, answer
-
-
-def prompt_logprobs_json(steps: list | None) -> list | None:
-    """vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id:
-    {logprob, rank, decoded_token}} for the token and the likeliest ones."""
-    if steps is None:
-        return None
-    return [None if step is None else
-            {str(token): {"logprob": max(logprob, -9999.0), "rank": rank,
-                          "decoded_token": text}
-             for token, (logprob, rank, text) in step.items()}
-            for step in steps]
 
 
 def reasoning_fields(reasoning: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
+from server.answer import prompt_logprobs_json
 from server.chat import model_names
 from server.choices import merged
 from server.errors import APIError, json_body, validation_error
@@ -166,11 +167,6 @@ def _joined_logprobs(first: dict, then: dict) -> dict:
     return {key: first[key] + then[key] for key in first}
 
 
-def _prompt_logprobs_json(steps: list | None) -> list | None:
-    from server.chat import prompt_logprobs_json
-    return prompt_logprobs_json(steps)
-
-
 @dataclasses.dataclass
 class _Generated:
     text: str = ""
@@ -266,7 +262,7 @@ def _full_choice(engine: Engine, request: CompletionRequest, index: int, ids: li
     last = out.last
     return _choice(index, echo + out.text, last.finish_reason if last else "stop",
                    last.stop_reason if last else None, logprobs,
-                   prompt_logprobs=_prompt_logprobs_json(out.prompt_logprobs)
+                   prompt_logprobs=prompt_logprobs_json(out.prompt_logprobs)
                    if request.prompt_logprobs is not None else None,
                    prompt_token_ids=ids if request.return_token_ids else None,
                    token_ids=out.token_ids if request.return_token_ids else None)
@@ -324,7 +320,7 @@ async def _stream(engine: Engine, head: dict, request: CompletionRequest,
                 if not request.echo and generated[at] == len(delta.token_ids):
                     extra["prompt_token_ids"] = ids
             if request.prompt_logprobs is not None and delta.prompt_logprobs is not None:
-                extra["prompt_logprobs"] = _prompt_logprobs_json(delta.prompt_logprobs)
+                extra["prompt_logprobs"] = prompt_logprobs_json(delta.prompt_logprobs)
             if text or delta.finished or extra:
                 yield event({**head, "choices": [_choice(
                     index, text, delta.finish_reason if delta.finished else None,
