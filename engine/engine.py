@@ -14,6 +14,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.generation import (
+    Delta,
+    GenerationParams,
+    prompt_logprobs,
+    structured_outputs,
+    token_logprobs,
+)
+from engine.generation import TokenLogprob as TokenLogprob  # callers import it from here
 from engine.model_builder import ensure_model
 from engine.profiles import Profile
 from engine.request_kind import (
@@ -26,71 +34,6 @@ from engine.special_tokens import SpecialTokens, special_tokens
 from engine.stats import EngineStats, RequestTimings
 
 SCHEDULER_CLS = "engine.scheduler.ConductorScheduler"
-
-
-@dataclass(frozen=True)
-class GenerationParams:
-    """What a caller may ask of one generation; the engine turns it into SamplingParams."""
-
-    max_tokens: int = 256
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = -1
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    min_p: float = 0.0
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias): OpenAI's logit_bias
-    script_ids: tuple[int, ...] | None = None  # scripted profiles only: force these ids
-    ban_tool_call: bool | None = None  # default: on for background, off for client
-    choices: tuple[str, ...] | None = None  # constrain the answer to one of these (xgrammar)
-    json_schema: dict | None = None  # or to JSON under this schema (xgrammar)
-    regex: str | None = None  # or to match this regular expression
-    grammar: str | None = None  # or to this EBNF grammar
-    any_json: bool = False  # or to any JSON object
-    min_tokens: int = 0  # end of turn and stop strings wait until this many are generated
-    prompt_logprobs: int | None = None  # each prompt token's log-probability and the N likeliest
-    logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
-    top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
-    # vLLM's per-request prefix-cache salt: requests share cached blocks only with requests
-    # of the same salt (the server gives each user one, so cached_tokens tells nobody what
-    # another user's prompts held).
-    cache_salt: str | None = None
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """A generated token's log-probability and the likeliest tokens at its step."""
-
-    token_id: int
-    text: str
-    logprob: float
-    top: tuple[tuple[int, str, float], ...]  # (id, text, logprob), likeliest first
-
-
-@dataclass
-class Delta:
-    """One streamed step of a generation: new text and ids, and at the end the totals."""
-
-    request_id: str
-    text: str
-    token_ids: list[int]
-    finished: bool = False
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None  # the stop string (or token id) that ended it
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    timings: RequestTimings | None = None
-    # Per new token: {token id: log-probability} for GenerationParams.logprob_token_ids,
-    # after the logits processors and the grammar (what the sampler chose from).
-    logprobs: list[dict[int, float]] = field(default_factory=list)
-    # GenerationParams.top_logprobs: one a new token.
-    token_logprobs: list[TokenLogprob] = field(default_factory=list)
-    # GenerationParams.prompt_logprobs, on the first delta: per prompt token (None for the
-    # first), {token id: (log-probability, rank, text)} for the token and the N likeliest.
-    prompt_logprobs: list[dict[int, tuple[float, int | None, str | None]] | None] | None = None
 
 
 @dataclass
@@ -123,41 +66,6 @@ def resolve_model_path(profile: Profile, home: Path, progress: Callable[[str], N
     if profile.builtin_model:
         return str(ensure_model(home, profile.builtin_model, progress))
     return profile.model
-
-
-def _structured(params: GenerationParams):
-    from vllm.sampling_params import StructuredOutputsParams
-
-    if params.choices:
-        return StructuredOutputsParams(choice=list(params.choices))
-    if params.json_schema is not None:
-        return StructuredOutputsParams(json=params.json_schema)
-    if params.regex is not None:
-        return StructuredOutputsParams(regex=params.regex)
-    if params.grammar is not None:
-        return StructuredOutputsParams(grammar=params.grammar)
-    if params.any_json:
-        return StructuredOutputsParams(json_object=True)
-    return None
-
-
-def _prompt_logprobs(steps) -> list[dict[int, tuple[float, int | None, str | None]] | None]:
-    return [None if step is None else
-            {t: (lp.logprob, lp.rank, lp.decoded_token) for t, lp in step.items()}
-            for step in steps]
-
-
-def _token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[TokenLogprob]:
-    """vLLM's per-step {id: Logprob} as TokenLogprob, the sampled token first."""
-    out = []
-    for token, step in zip(ids, steps or (), strict=False):
-        ranked = sorted(step.items(), key=lambda item: item[1].rank or 0)
-        top = tuple((t, lp.decoded_token or "", lp.logprob) for t, lp in ranked
-                    if lp.rank is not None and lp.rank <= (params.top_logprobs or 0))
-        mine = step.get(token)
-        out.append(TokenLogprob(token, mine.decoded_token or "" if mine else "",
-                                mine.logprob if mine else float("-inf"), top))
-    return out
 
 
 async def _alive(stream):
@@ -330,7 +238,7 @@ class Engine:
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
             extra_args=extra,
-            structured_outputs=_structured(params),
+            structured_outputs=structured_outputs(params),
             logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
             else None,
             logprobs=params.top_logprobs,
@@ -366,10 +274,10 @@ class Engine:
                     cached_tokens=out.num_cached_tokens or 0,
                     logprobs=[{t: lp.logprob for t, lp in step.items()}
                               for step in completion.logprobs or ()],
-                    token_logprobs=_token_logprobs(new_ids, completion.logprobs, params)
+                    token_logprobs=token_logprobs(new_ids, completion.logprobs, params)
                     if params.top_logprobs is not None else [],
                     # vLLM's delta outputs carry them once, then empty lists
-                    prompt_logprobs=_prompt_logprobs(out.prompt_logprobs)
+                    prompt_logprobs=prompt_logprobs(out.prompt_logprobs)
                     if out.prompt_logprobs else None,
                 )
                 if out.finished:
