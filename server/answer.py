@@ -99,6 +99,8 @@ class Answer:
               engine_tools: frozenset[str] = frozenset()) -> Answer:
         # A JSON answer is JSON only: a block inside one of its strings is text.
         action = "pass" if chat.json_answer else chat.memory.block_action
+        if action == "store" and not chat.records:  # choice 1.. of n: held back, not written
+            action = "drop"
         store = services.store(chat.memory.user) if action == "store" else None
         return cls(chat, services, tokenizer,
                    OutputParser(parse_tools=chat.parse_tools, engine_tools=engine_tools),
