@@ -16,7 +16,7 @@ from bench.probe import EngineProbe
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
-from server.memory import MemorySettings
+from server.turn.memory import MemorySettings
 
 USER = "bench"
 MODES = ("off", "shadow", "on", "naive")  # naive: memory off, every note in the system prompt

@@ -32,7 +32,7 @@ import httpx
 
 from engine.engine import Engine
 from server.app import create_app
-from server.memory import MemorySettings
+from server.turn.memory import MemorySettings
 
 FACTS = Path(__file__).resolve().parent / "quality" / "facts.jsonl"
 LANES = ("off", "on", "naive", "oracle")

@@ -139,6 +139,6 @@ def run_bench(profile_name: str | Profile, quick: bool = False, out_dir: Path | 
 
 
 if __name__ == "__main__":  # python -m bench.run [--profile NAME] [--quick] [--out DIR]
-    from server.cli import main
+    from server.cli.main import main
 
     sys.exit(main(["bench", *sys.argv[1:]]))

@@ -34,7 +34,7 @@ from bench.report import environment
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
 from server.app import create_app
-from server.memory import MemorySettings
+from server.turn.memory import MemorySettings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tools"
 USER = "bench"

@@ -24,7 +24,7 @@ from conductor.ledger import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
 from conductor.writer import Writer
 from engine.engine import Engine, GenerationParams
-from server.writer_service import EngineWriterBackend
+from server.background.writer import EngineWriterBackend
 
 Progress = Callable[[str], None]
 

@@ -19,37 +19,37 @@ from conductor.nightly import nightly_loop
 from conductor.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
-from server import chat
-from server.auth import Auth
-from server.browser_guard import BrowserGuard, BrowserPolicy
-from server.completions import completions_router
-from server.conductor_routes import conductor_router
-from server.continuous import prepare_continuous
-from server.engine_tools import EngineToolbox
-from server.errors import (
+from server.access.auth import Auth
+from server.access.browser_guard import BrowserGuard, BrowserPolicy
+from server.access.keys import KeyStore
+from server.background.jobs import JobService
+from server.background.prewarm import PrewarmService
+from server.background.search import SearchService
+from server.background.writer import WriterService
+from server.http.errors import (
     APIError,
     engine_dead_error,
     install_error_handlers,
     json_body,
     validation_error,
 )
-from server.http_middleware import KeyCheckAndCount
-from server.job_routes import job_router
-from server.job_service import JobService
-from server.keys import KeyStore
-from server.layer_routes import layer_router
-from server.load_tracking import ServerLoad, TrackServerLoad
-from server.memory import MemoryServices, MemorySettings
-from server.memory_routes import memory_router
-from server.metrics import HTTPCounters, TandemMetrics, render_metrics
-from server.orca import OrcaLoadReport
-from server.prewarm_service import PrewarmService
-from server.prompt import TemplateCannotExchange, check_tool_exchange
-from server.schema import ChatCompletionRequest
-from server.search_service import SearchService
-from server.sse import started
-from server.vllm_routes import vllm_router
-from server.writer_service import WriterService
+from server.http.load_tracking import ServerLoad, TrackServerLoad
+from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
+from server.http.middleware import KeyCheckAndCount
+from server.http.orca import OrcaLoadReport
+from server.http.schema import ChatCompletionRequest
+from server.http.sse import started
+from server.routes.completions import completions_router
+from server.routes.conductor import conductor_router
+from server.routes.jobs import job_router
+from server.routes.layers import layer_router
+from server.routes.memory import memory_router
+from server.routes.vllm import vllm_router
+from server.turn import chat_turn as chat
+from server.turn.continuous import prepare_continuous
+from server.turn.engine_tools import EngineToolbox
+from server.turn.memory import MemoryServices, MemorySettings
+from server.turn.prompt import TemplateCannotExchange, check_tool_exchange
 
 log = logging.getLogger("tandem.server")
 

@@ -18,7 +18,7 @@ class InProcessApp:
                  memory_changes: dict | None = None) -> None:
         from engine.profiles import MemorySettings as ProfileMemory
         from server.app import create_app
-        from server.memory import MemorySettings
+        from server.turn.memory import MemorySettings
 
         engine = served.app.state.tandem.engine
         profile = engine.profile

@@ -68,7 +68,7 @@ class AppOnLoop:
 
     def __init__(self, host: ServedApp, app: FastAPI, config=None) -> None:
         """`config(app, host, port)`: uvicorn's settings (default: the test server's);
-        pass `server.cli.server_config` to serve as `tandem serve` does."""
+        pass `server.cli.main.server_config` to serve as `tandem serve` does."""
         self.app, self._host = app, host
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"

@@ -6,9 +6,9 @@ import httpx
 import openai
 import pytest
 
-from server.auth import Auth, exposure_problem
-from server.cli import main
-from server.keys import KeysError, KeyStore
+from server.access.auth import Auth, exposure_problem
+from server.access.keys import KeysError, KeyStore
+from server.cli.main import main
 from tests.inprocess import InProcessApp
 
 BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
@@ -176,7 +176,7 @@ def test_a_wrong_secret_never_holds_up_a_verified_key(tmp_path, monkeypatch):
     does not make a key already verified wait."""
     import threading
 
-    from server import keys as keys_module
+    from server.access import keys as keys_module
 
     store = KeyStore(tmp_path)
     alice = store.add("alice")
@@ -204,7 +204,7 @@ def test_a_wrong_secret_never_holds_up_a_verified_key(tmp_path, monkeypatch):
 
 def test_repeated_wrong_secrets_for_a_key_id_are_refused_without_scrypt(tmp_path,
                                                                        monkeypatch):
-    from server import keys as keys_module
+    from server.access import keys as keys_module
 
     store = KeyStore(tmp_path)
     bob = store.add("bob")

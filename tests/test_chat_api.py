@@ -204,7 +204,7 @@ def test_metrics_count_notes_hidden_tokens_background_runs_and_latency(served, t
 
 
 def test_a_streamed_request_is_in_the_engine_before_its_response_begins(served, engine):
-    """So streamed and plain requests reach the engine in arrival order (server/sse.py):
+    """So streamed and plain requests reach the engine in arrival order (server/http/sse.py):
     at the moment the response starts, on the server's own loop, the engine has it."""
     body = json.dumps({"model": "tiny", "messages": USER, "stream": True,
                        "script": "Short."}).encode()

@@ -11,7 +11,7 @@ import uvicorn
 
 from engine import profiles
 from engine.profiles import load_profile, with_overrides
-from server.cli import build_parser, main
+from server.cli.main import build_parser, main
 
 
 class Started:

@@ -18,7 +18,7 @@ import httpx
 import psutil
 
 from bench.plain_vllm import free_port
-from server.cli import ENGINE_DEAD_EXIT
+from server.cli.main import ENGINE_DEAD_EXIT
 
 READY_TIMEOUT_S = 300
 

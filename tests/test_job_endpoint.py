@@ -16,7 +16,7 @@ from conductor.layers.conversation import WindowBounds
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import SECTIONS
-from server.job_backends import EndpointJobBackend
+from server.background.job_backends import EndpointJobBackend
 
 pytestmark = pytest.mark.endpoint
 VERIFY, CONSOLIDATE, EXTRACT = JOBS

@@ -21,8 +21,8 @@ from conductor.background.runner import run_job
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic
 from conductor.layers.working import SECTIONS, parse_working_memory
 from engine.engine import GenerationParams
-from server.continuous import conversation_prefix_ids, window_bounds
-from server.job_backends import EngineJobBackend
+from server.background.job_backends import EngineJobBackend
+from server.turn.continuous import conversation_prefix_ids, window_bounds
 from tests.inprocess import InProcessApp, eventually
 
 VERIFY, CONSOLIDATE, EXTRACT = JOBS

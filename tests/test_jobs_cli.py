@@ -7,7 +7,7 @@ import json
 from conductor.background.jobs import JOBS
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
-from server.cli import main
+from server.cli.main import main
 
 VERIFY, CONSOLIDATE, EXTRACT = JOBS
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
-from server.cli import main
+from server.cli.main import main
 
 
 def with_turns(home, n: int) -> UserLayers:

@@ -43,7 +43,7 @@ def test_a_missing_model_package_is_a_message_naming_the_package_and_the_command
     import pytest
 
     from engine import gguf_model
-    from server.cli import main
+    from server.cli.main import main
 
     real_find_spec = gguf_model.importlib.util.find_spec
     monkeypatch.setattr(gguf_model.importlib.util, "find_spec",
@@ -127,7 +127,7 @@ def test_a_published_tarball_that_changed_is_refused_and_leaves_nothing(tmp_path
 
 def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch, capsys):
     from engine import published_tokenizers
-    from server.cli import main
+    from server.cli.main import main
 
     monkeypatch.setattr(published_tokenizers, "which", lambda _name: None)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))

@@ -15,12 +15,12 @@ import uuid
 import httpx
 import pytest
 
+from server.access.auth import Auth
+from server.access.browser_guard import BrowserPolicy
+from server.access.keys import KeysError, KeyStore
 from server.app import create_app
-from server.auth import Auth
-from server.browser_guard import BrowserPolicy
-from server.cli import server_config
-from server.keys import KeysError, KeyStore
-from server.memory import MemorySettings
+from server.cli.main import server_config
+from server.turn.memory import MemorySettings
 from tests.inprocess import InProcessApp
 from tests.served import AppOnLoop
 
@@ -233,8 +233,8 @@ def test_a_job_endpoint_takes_its_key_only_from_a_variable_meant_for_it(served, 
 
 
 def test_no_named_key_is_made_for_the_engines_own_user(tmp_path, monkeypatch, capsys):
-    from server.cli import main
-    from server.memory import MemorySettings
+    from server.cli.main import main
+    from server.turn.memory import MemorySettings
 
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     assert main(["keys", "add", MemorySettings().user_name]) == 2
@@ -340,8 +340,8 @@ def test_session_tokens_stay_bounded_per_user_and_on_disk(tmp_path, monkeypatch)
     """A client that sends no session id makes a new session each conversation: the
     tokens kept, and the list on disk, stay bounded; a dropped session's token resolves
     again from its next turn, and a restart keeps what was listed."""
-    from server import session_tokens
-    from server.session_tokens import SessionTokens
+    from server.access import session_tokens
+    from server.access.session_tokens import SessionTokens
 
     monkeypatch.setattr(session_tokens, "MAX_SESSIONS_PER_USER", 16)
     tokens = SessionTokens(tmp_path)
@@ -363,7 +363,7 @@ def test_session_tokens_stay_bounded_per_user_and_on_disk(tmp_path, monkeypatch)
 def test_user_names_that_differ_only_in_case_are_one_user(tmp_path):
     """`Alice` and `alice` share one folder on a case-insensitive filesystem: they are one
     user everywhere, and no second key can be made for the other spelling."""
-    from server.memory import request_user
+    from server.turn.memory import request_user
 
     settings = MemorySettings(user_name="owner", trusted_proxies=frozenset({"10.0.0.5"}))
     assert request_user({"x-tandem-user": "Alice"}, "10.0.0.5", settings) == "alice"

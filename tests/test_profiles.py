@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.profiles import ProfileError, load_profile, load_profile_file, profile_names
-from server.cli import main
+from server.cli.main import main
 
 SHIPPED = {"tiny", "bench-0.6b", "chat", "coding", "hermes", "chat-app", "reasoning"}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.engine_tools import DEFINITIONS
-from server.prompt import _head_ids, assemble, render_chat
-from server.schema import ChatCompletionRequest
+from server.http.schema import ChatCompletionRequest
+from server.turn.engine_tools import DEFINITIONS
+from server.turn.prompt import _head_ids, assemble, render_chat
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
                                          "parameters": {"type": "object", "properties": {

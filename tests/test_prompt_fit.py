@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.chat import ContextOverflow, prepare
-from server.schema import ChatCompletionRequest
+from server.http.schema import ChatCompletionRequest
+from server.turn.chat_turn import ContextOverflow, prepare
 from tests.inprocess import InProcessApp
 
 QUESTION = "Which port does component 3 of the service listen on today?"

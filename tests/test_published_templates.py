@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from conductor.ledger import Match, Record
-from server.prompt import (
+from server.http.schema import ChatCompletionRequest
+from server.turn.prompt import (
     TemplateCannotExchange,
     assemble,
     check_tool_exchange,
@@ -19,7 +20,6 @@ from server.prompt import (
     replay_cut,
     tool_exchange_text,
 )
-from server.schema import ChatCompletionRequest
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
                                          "parameters": {"type": "object", "properties": {

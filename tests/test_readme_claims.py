@@ -103,7 +103,7 @@ def test_enable_thinking_changes_the_prompt(app, thinking):
 
 def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
         monkeypatch, tmp_path):
-    from server.memory import MemoryServices, MemorySettings
+    from server.turn.memory import MemoryServices, MemorySettings
 
     monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")
     monkeypatch.setenv("TANDEM_NIGHTLY_HOUR", "5")
@@ -179,7 +179,7 @@ def serve_without_an_engine(monkeypatch, tmp_path, hour: int):
     loop needs no engine."""
     import server.app
     from engine.profiles import load_profile
-    from server.memory import MemorySettings
+    from server.turn.memory import MemorySettings
 
     async def no_engine(*_args) -> None:
         return None

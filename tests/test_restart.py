@@ -15,7 +15,7 @@ import asyncio
 import uuid
 
 from conductor.ledger_files import LedgerFiles
-from server.memory import TOKEN_HEADER
+from server.turn.memory import TOKEN_HEADER
 from tests.inprocess import InProcessApp
 
 QUESTION = "how do the friday deploys go out after the review"

@@ -80,8 +80,8 @@ def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, ti
 
 
 def derived(messages: list[dict], **extra) -> str:
-    from server.memory import derive_session
-    from server.schema import ChatCompletionRequest
+    from server.http.schema import ChatCompletionRequest
+    from server.turn.memory import derive_session
 
     return derive_session(ChatCompletionRequest.model_validate(
         {"model": "tiny", "messages": messages, **extra}))

@@ -16,10 +16,10 @@ import httpx
 import pytest
 import uvicorn
 
+from server.access.auth import Auth
+from server.access.keys import KeyStore
 from server.app import create_app
-from server.auth import Auth
-from server.cli import build_parser, main, server_config
-from server.keys import KeyStore
+from server.cli.main import build_parser, main, server_config
 from tests.inprocess import InProcessApp, eventually
 
 USER = [{"role": "user", "content": "What does the build need?"}]
@@ -266,9 +266,9 @@ def test_every_new_route_but_health_needs_the_key(served, tmp_path):
 
 def test_the_load_count_and_the_orca_report_sit_inside_the_key_check(served, tmp_path):
     """A refused request is neither counted as load nor reported on."""
-    from server.http_middleware import KeyCheckAndCount
-    from server.load_tracking import TrackServerLoad
-    from server.orca import OrcaLoadReport
+    from server.http.load_tracking import TrackServerLoad
+    from server.http.middleware import KeyCheckAndCount
+    from server.http.orca import OrcaLoadReport
 
     order = [m.cls for m in InProcessApp(served, tmp_path).app.user_middleware]  # outermost first
     assert order.index(KeyCheckAndCount) < order.index(TrackServerLoad)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conductor import notes_cli
 from conductor.notes import NoteStore
+from server.cli import notes as notes_cli
 
 
 def run(argv: list[str]) -> int:

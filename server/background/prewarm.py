@@ -1,0 +1,73 @@
+"""Prewarm: when the shared memory context changes, prefill it in idle time behind the
+heads (system prompt + tools) seen last, so the next new session finds it cached.
+
+Each prewarm is one background request: lowest priority, one token, ended by any client
+request at the next engine step, never started while a client request is in flight, never
+recorded as a turn. A preempted prewarm stays due and runs in a later idle moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from conductor.prewarm import Stale
+from engine.engine import Engine, GenerationParams
+from server.turn.memory import MemoryServices
+from server.turn.prompt import shared_context_ids
+
+log = logging.getLogger("tandem.prewarm")
+PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
+
+
+@dataclass(frozen=True)
+class PrewarmRun:
+    prompt_tokens: int
+    cached_tokens: int  # what the cache already held of it (the head, at least)
+    outcome: str  # "done" or "preempted"
+
+
+class PrewarmService:
+    def __init__(self, memory: MemoryServices, engine: Engine) -> None:
+        self.memory = memory
+        self.engine = engine
+        self.runs: list[PrewarmRun] = []  # this process's prewarms, newest last (bounded)
+
+    def _client_busy(self) -> bool:
+        return bool(self.engine.running("client"))
+
+    async def tick(self) -> list[PrewarmRun]:
+        """Prewarm every stale head, most recent group first, while nobody is waiting."""
+        runs: list[PrewarmRun] = []
+        heads = self.memory.prewarm
+        for group in heads.groups():
+            if self._client_busy():
+                break
+            shared = self.memory.shared_context(group.user, group.project, group.card,
+                                                group.reads, self.engine.count_tokens)
+            if shared is None:
+                continue
+            for stale in heads.stale(group, shared.version):
+                if self._client_busy():
+                    return runs
+                run = await self._prefill(stale, shared.text)
+                if run.outcome == "done":
+                    heads.warmed(stale, shared.version)
+                runs.append(run)
+        self.runs = [*self.runs, *runs][-64:]
+        return runs
+
+    async def _prefill(self, stale: Stale, text: str) -> PrewarmRun:
+        ids = [*stale.head_ids, *shared_context_ids(self.engine.tokenizer, text)]
+        cached, outcome = 0, "preempted"
+        # Under the user's own salt: the blocks it fills are theirs to find.
+        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(stale.group.user))
+        async for delta in self.engine.generate(ids, params, kind="background"):
+            if delta.finished:
+                cached = delta.cached_tokens
+                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        log.info("prewarm %s: %d prompt tokens, %d cached", outcome, len(ids), cached)
+        if self.memory.metrics is not None:
+            self.memory.metrics.background_run("prewarm", outcome)
+        return PrewarmRun(len(ids), cached, outcome)

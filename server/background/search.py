@@ -1,0 +1,100 @@
+"""The hybrid search inside the server: one index a user, kept in sync in idle time.
+
+A note write, a writer run or a job run marks the user's index stale; the idle loop
+syncs it (incremental: unchanged files are skipped on their size and mtime) in a worker
+thread, never while a client request is in flight: embedding is CPU work that would slow
+the client's prefill on a small machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from pathlib import Path
+
+from conductor.search.embedders import (
+    Embedder,
+    EmbedderError,
+    EndpointEmbedder,
+    default_embedder,
+)
+from conductor.search.index import Hit, SearchIndex, SyncReport
+from conductor.search.sources import SourceError
+from engine.engine import Engine
+from server.turn.memory import MemoryServices
+
+log = logging.getLogger("tandem.search")
+
+
+class SearchService:
+    def __init__(self, memory: MemoryServices, engine: Engine,
+                 embedder: Embedder | None = None, load_default: bool = True,
+                 qdrant_url: str | None = None,
+                 endpoint: tuple[str, str, str | None] | None = None,
+                 allowed_roots: tuple[Path, ...] = ()) -> None:
+        """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins);
+        `endpoint`: (base_url, model, api_key_env) of an embeddings endpoint to use
+        rather than the packaged model."""
+        self.memory = memory
+        self.engine = engine
+        self._endpoint = endpoint
+        self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
+        self._embedder = embedder
+        self._load_default = load_default and embedder is None
+        self.allowed_roots = allowed_roots
+        self._indexes: dict[str, SearchIndex] = {}
+        self.stale: set[str] = set()
+        self._lock = threading.Lock()
+
+    def embedder(self) -> Embedder | None:
+        if self._load_default:
+            self._load_default = False
+            if self._endpoint is None:
+                self._embedder = default_embedder()
+            else:
+                try:
+                    self._embedder = EndpointEmbedder(*self._endpoint)
+                except EmbedderError as exc:  # search runs on BM25 alone, and says so
+                    log.warning("no dense vectors: %s", exc)
+        return self._embedder
+
+    def index(self, user: str) -> SearchIndex:
+        with self._lock:
+            if user not in self._indexes:
+                self._indexes[user] = SearchIndex(
+                    self.memory.root, user, self.embedder(), self.qdrant_url,
+                    os.environ.get("TANDEM_QDRANT_API_KEY"), self.allowed_roots)
+            return self._indexes[user]
+
+    def mark_stale(self, user: str | None) -> None:
+        if user is not None:
+            self.stale.add(user)
+
+    async def tick(self) -> list[SyncReport]:
+        """Sync the stale indexes, one at a time, while nobody is waiting."""
+        reports = []
+        for user in sorted(self.stale):
+            if self.engine.running("client"):
+                break
+            self.stale.discard(user)
+            try:
+                reports.append(await asyncio.to_thread(self.index(user).sync))
+            except SourceError as exc:  # the operator's registry: said in the log, kept off
+                log.warning("search sync for a user skipped: %s", exc)
+        return reports
+
+    async def search(self, user: str, query: str, mode: str, collection: str | None,
+                     limit: int) -> tuple[list[Hit], bool]:
+        """(hits, whether dense vectors took part); a first search syncs first."""
+        index = self.index(user)
+
+        def run() -> list[Hit]:
+            if user in self.stale or index.count() == 0:
+                self.stale.discard(user)
+                index.sync()
+            return index.search(query, mode, collection, limit)
+
+        hits = await asyncio.to_thread(run)
+        return hits, index.embedder is not None and mode != "sparse"

@@ -1,0 +1,102 @@
+"""The background writer inside the server: the engine backend, the idle loop, its triggers."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator
+
+from conductor.ledger import Record
+from conductor.writer import GenerationPiece, Writer, WriterRun
+from engine.engine import Engine, GenerationParams
+from server.turn.memory import MemoryServices
+
+
+class EngineWriterBackend:
+    """Runs the writer's turns as background requests of the engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # The user of the session the writer visits now (WriterService sets it per run):
+        # their prefix-cache salt, so the turn finds their record cached.
+        self.cache_salt: str | None = None
+        tokenizer = engine.tokenizer
+        self._encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+        self._yes = self._encode("yes")[0]
+        self._no = self._encode("no")[0]
+
+    def turn_ids(self, record: Record, text: str) -> list[int]:
+        closing = [] if record.ended_cleanly else [self._engine.tokens.end_of_turn]
+        # Thinking off, as a model with think tokens is told so (Qwen3's empty block); a
+        # model without them (Qwen2.5) is not shown one.
+        empty_think = "<think>\n\n</think>\n\n" if self._engine.tokens.think is not None else ""
+        turn = f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n{empty_think}"
+        return [*record.ids, *closing, *self._encode(turn)]
+
+    def _script(self, script: str | None) -> tuple[int, ...] | None:
+        return tuple(self._encode(script)) if script is not None else None
+
+    async def gate(self, prompt_ids: list[int], script: str | None) -> tuple[str, float]:
+        params = GenerationParams(max_tokens=4, temperature=0.0, choices=("yes", "no"),
+                                  logprob_token_ids=(self._yes, self._no),
+                                  script_ids=self._script(script), cache_salt=self.cache_salt)
+        text, first = "", None
+        async for delta in self._engine.generate(prompt_ids, params, kind="background"):
+            text += delta.text
+            if first is None and delta.logprobs:
+                first = delta.logprobs[0]
+            if delta.finish_reason == "abort":
+                return "", 0.0
+        answer = text.strip()
+        if first is None:
+            return answer, 1.0
+        yes, no = first.get(self._yes, -math.inf), first.get(self._no, -math.inf)
+        top = max(yes, no)
+        p_yes = 1.0 if top == -math.inf else math.exp(yes - top) / (
+            math.exp(yes - top) + math.exp(no - top))
+        return answer, p_yes if answer == "yes" else 1.0 - p_yes
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int,
+                       script: str | None) -> AsyncIterator[GenerationPiece]:
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.7,
+                                  script_ids=self._script(script), cache_salt=self.cache_salt)
+        async for delta in self._engine.generate(prompt_ids, params, kind="background"):
+            yield GenerationPiece(delta.text, len(delta.token_ids), delta.finish_reason)
+
+    def client_busy(self) -> bool:
+        return bool(self._engine.running("client"))
+
+
+class WriterService:
+    """The writer plus the loop that runs it on due sessions when nobody is waiting."""
+
+    def __init__(self, memory: MemoryServices, engine: Engine, mode: str) -> None:
+        self.memory = memory
+        self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
+                             memory.root / "cognition" / "runs", mode=mode)
+        self._one_at_a_time = asyncio.Lock()  # the salt is the running session's user's
+
+    async def run(self, user: str, session: str, trigger: str, **options) -> WriterRun:
+        """One writer run, under the session's user's prefix-cache salt (the writer's
+        prompt opens with their record, cached under it)."""
+        async with self._one_at_a_time:
+            self.writer.backend.cache_salt = self.memory.cache_salt(user)
+            return await self.writer.run(user, session, trigger, **options)
+
+    async def tick(self) -> list[WriterRun]:
+        """Visit every due session, one at a time, while no client request is in flight."""
+        runs: list[WriterRun] = []
+        if self.writer.mode == "off":
+            return runs
+        for user, session, trigger in self.memory.triggers.due():
+            if self.writer.backend.client_busy():
+                break
+            dropped = self.memory.triggers.dropped(user, session)
+            run = await self.run(user, session, trigger,
+                                 record=dropped if isinstance(dropped, Record) else None)
+            self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
+            if self.memory.metrics is not None:
+                self.memory.metrics.background_run("writer", run.outcome)
+            runs.append(run)
+            self.memory.on_change(user)
+        return runs

@@ -1,0 +1,45 @@
+"""The server's load as vLLM's `/load` reports it: generation requests in flight on the API.
+
+vLLM counts a request of its generation routes from the moment its handler starts until
+its response (a stream's last event included) has been sent, and `GET /load` answers
+`{"server_load": N}` (`--enable-server-load-tracking`; always on here). Plain ASGI, like
+the server's other middleware, so counting costs a request no task of its own; it sits
+inside the key check, so a refused request is not counted.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from server.http.middleware import route_path
+
+# The routes that run the engine for a client: vLLM's chat and completions, SageMaker's
+# /invocations (either of them), and Tandem's continuous conversation.
+GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/invocations",
+                               "/v1/conductor/converse"})
+
+
+class ServerLoad:
+    """The number of generation requests in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+
+class TrackServerLoad:
+    """Counts POSTs to the generation routes while they run (ASGI middleware)."""
+
+    def __init__(self, app: ASGIApp, load: ServerLoad) -> None:
+        self.app = app
+        self.load = load
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" \
+                or route_path(scope) not in GENERATION_ROUTES:
+            await self.app(scope, receive, send)
+            return
+        self.load.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.load.in_flight -= 1

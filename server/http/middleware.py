@@ -1,0 +1,113 @@
+"""The API-key check and the response count, as plain ASGI middleware.
+
+Not Starlette's `BaseHTTPMiddleware` (`@app.middleware("http")`): that one wraps every
+request's receive channel and runs the app in a task of its own, a cost each request pays
+under load (seen in a profile of the server at 32 clients; vLLM's server avoids it too).
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.access.auth import Auth, is_loopback
+from server.http.errors import APIError, error_response
+from server.http.metrics import HTTPCounters
+
+# A request's limits: a 128k-token context is about half a megabyte of text, so 16 MiB is
+# far past any real request and short of what one request can do to a small machine.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES} bytes"
+# The only routes open without a key: liveness and readiness (a load balancer's probes).
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/health"})
+
+
+class KeyCheckAndCount:
+    """Every route but the health and readiness probes (and `/metrics` on this machine)
+    needs a valid key when auth is on: the `/v1` routes, the API docs, vLLM's utility
+    routes (`/tokenize`, `/version`, `/invocations`...), and a path no route answers. The
+    key's user goes in `request.state.key_user`. Every response is counted by route and
+    status."""
+
+    def __init__(self, app: ASGIApp, auth: Auth, counters: HTTPCounters) -> None:
+        self.app = app
+        self.auth = auth
+        self.counters = counters
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = _oversize(scope)
+        if refusal is not None:
+            self.counters.record("refused", refusal.status)
+            await error_response(refusal)(scope, receive, send)
+            return
+        path = route_path(scope)
+        peer = scope["client"][0] if scope.get("client") else None
+        state = scope.setdefault("state", {})
+        state["key_user"] = None
+        if path not in OPEN_ROUTES and (path != "/metrics" or not is_loopback(peer)):
+            try:
+                state["key_user"] = await self.auth.user_for(
+                    scope_header(scope, b"authorization"), peer)
+            except APIError as exc:
+                self.counters.record("unauthorized", exc.status)
+                await error_response(exc)(scope, receive, send)
+                return
+        status = 500  # what the client gets if the app fails before it answers
+        received = 0
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        async def receive_counted() -> Message:
+            # A body sent without a length (chunked) is counted as it comes. An HTTP
+            # exception, so FastAPI's own body parsing passes it on as it is.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    raise HTTPException(413, BODY_TOO_LARGE)
+            return message
+
+        try:
+            await self.app(scope, receive_counted, send_counted)
+        finally:
+            route = scope.get("route")
+            self.counters.record(getattr(route, "path", "unmatched"), status)
+
+
+def _oversize(scope: Scope) -> APIError | None:
+    """A 413 for a declared body past the limit, a 431 for headers past theirs."""
+    if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+        return APIError(431, f"the request headers are over {MAX_HEADER_BYTES} bytes",
+                        code="headers_too_large")
+    length = scope_header(scope, b"content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        return APIError(413, BODY_TOO_LARGE, code="body_too_large")
+    return None
+
+
+def route_path(scope: Scope) -> str:
+    """The path the router matches: without the app's root path when the request came
+    through it (`--root-path /llm`: `/llm/v1/models` is `/v1/models`, and `/v1/models`
+    stays itself), as Starlette's routing has it."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
+        return path[len(root):] or "/"
+    return path
+
+
+def scope_header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value from the ASGI scope (latin-1, as HTTP has it)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None

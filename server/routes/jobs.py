@@ -1,0 +1,109 @@
+"""Admin routes of the cognition jobs: list them, run one now, choose its model, read the
+run records. Admin rule: loopback, not relayed, the engine's own user."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
+
+from conductor.background.job_models import INHERIT, endpoint_model
+from conductor.background.job_state import read_job_state
+from conductor.background.jobs import JOBS
+from conductor.background.runner import recent_runs
+from conductor.paths import valid_user
+from server.background.jobs import JobBusy, JobService, profile_key_envs
+from server.http.errors import APIError
+from server.routes.conductor import check_admin
+
+MAX_RUNS_PAGE = 200
+
+
+class JobRunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str | None = None
+    script: str | None = None  # scripted profiles only: the job's JSON answer
+
+
+class JobModelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inherit: bool = False
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+
+
+def job_router(state) -> APIRouter:
+    router = APIRouter(prefix="/v1/conductor/jobs")
+
+    def service(request: Request) -> JobService:
+        check_admin(request, state.memory.settings)
+        if state.jobs is None:
+            raise APIError(503, "the engine is still loading", code="engine_not_ready",
+                           kind="server_error")
+        return state.jobs
+
+    def user_of(name: str | None) -> str:
+        user = name or state.memory.settings.user_name
+        if not valid_user(user):
+            raise APIError(400, "not a user name", code="invalid_value", param="user")
+        return user.lower()  # one user whatever the case, as requests resolve it
+
+    def known(job: str) -> str:
+        if job not in JOBS:
+            raise APIError(404, f"no job {job!r}; jobs: {', '.join(JOBS)}", code="not_found")
+        return job
+
+    @router.get("")
+    async def list_jobs(request: Request, user: str | None = None) -> dict:
+        jobs = service(request)
+        who = user_of(user)
+        running = jobs.controller.running()
+        job_state = read_job_state(jobs.memory.layers(who).files)
+        return {"mode": jobs.mode, "user": who, "data": [{
+            "job": name, "schedule_utc_hours": list(spec.hours),
+            "state_threshold": spec.threshold, "dirty": jobs.controller.dirty(who, spec),
+            "last_run": (job_state.last_run.get(name) if job_state else None),
+            "model": jobs.models.get(name).describe(), "running": (who, name) in running,
+        } for name, spec in JOBS.items()]}
+
+    @router.post("/{job}/run")
+    async def run_job(job: str, body: JobRunRequest, request: Request) -> dict:
+        jobs = service(request)
+        if body.script is not None and not state.profile.scripted:
+            raise APIError(400, "scripts are only accepted by scripted profiles",
+                           code="invalid_value", param="script")
+        try:
+            run = await jobs.run(user_of(body.user), known(job), "manual", body.script)
+        except JobBusy:
+            raise APIError(409, f"{job} is running already", code="job_running") from None
+        return asdict(run)
+
+    @router.put("/{job}/model")
+    async def set_model(job: str, body: JobModelRequest, request: Request) -> dict:
+        jobs = service(request)
+        known(job)
+        if body.inherit:
+            model = INHERIT
+        else:
+            if body.base_url is None or body.model is None:
+                raise APIError(400, "give base_url and model, or inherit: true",
+                               code="invalid_value", param="base_url")
+            try:
+                model = endpoint_model(body.base_url, body.model, body.api_key_env,
+                                       profile_key_envs(state.profile))
+            except ValueError as exc:
+                raise APIError(400, str(exc), code="invalid_value") from None
+        jobs.models.set(job, model)
+        return {"job": job, "model": model.describe()}
+
+    @router.get("/runs")
+    async def runs(request: Request, limit: int = 20, user: str | None = None) -> dict:
+        jobs = service(request)
+        if not 1 <= limit <= MAX_RUNS_PAGE:
+            raise APIError(400, f"limit must be between 1 and {MAX_RUNS_PAGE}",
+                           code="invalid_value", param="limit")
+        return {"object": "list", "data": recent_runs(jobs.memory.layers(user_of(user)), limit)}
+
+    return router

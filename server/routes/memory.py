@@ -1,0 +1,152 @@
+"""The memory routes, under the session's token: write, search and read notes.
+
+The token comes with every chat answer (header `X-Tandem-Memory-Token`, and in the memory
+card the model sees); a request without a known token is answered 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from conductor.notes import WriteResult
+from conductor.search.index import MODES
+from conductor.search.sources import COLLECTIONS, SourceError
+from conductor.shared_context import visible_hits, visible_note_ids
+from server.background.search import SearchService
+from server.http.errors import APIError
+from server.turn.memory import TOKEN_HEADER, MemoryServices, request_user
+
+
+class MemoryWrite(BaseModel):
+    op: Literal["add", "update", "archive"] = "add"
+    scope: str | None = None
+    kind: str | None = None
+    title: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    body: str = ""
+    id: str | None = None
+    reason: str | None = None
+
+
+def _note_json(note) -> dict:
+    return {"id": note.id, "title": note.title, "kind": note.kind, "scope": note.scope,
+            "status": note.status, "tags": list(note.tags), "body": note.body,
+            "updated": str(note.updated)}
+
+
+def memory_router(services: MemoryServices,
+                  search_service: Callable[[], SearchService | None]) -> APIRouter:
+    router = APIRouter(prefix="/v1/memory")
+
+    def session_of(request: Request) -> tuple[str, str]:
+        owner = services.resolve_token(request.headers.get(TOKEN_HEADER))
+        if owner is None:
+            raise APIError(403, f"a known {TOKEN_HEADER} header is required",
+                           code="invalid_memory_token", kind="permission_error")
+        peer = request.client.host if request.client else None
+        user = request_user(request.headers, peer, services.settings,
+                            getattr(request.state, "key_user", None))
+        if user != owner[0]:  # a token is good only with the key (the user) it was issued to
+            raise APIError(403, f"this {TOKEN_HEADER} belongs to another user",
+                           code="invalid_memory_token", kind="permission_error")
+        return owner
+
+    @router.post("")
+    async def write(body: MemoryWrite, request: Request) -> dict:
+        user, session = session_of(request)
+        store = services.store(user)
+        project = request.headers.get("x-tandem-project") or None
+        # The store's rules (the secret check among them) and its file writes run in a
+        # worker thread: never on the event loop that streams every client's answer.
+        if body.op == "add":
+            result = await asyncio.to_thread(
+                store.add, title=body.title or "", body=body.body, kind=body.kind or "",
+                scope=body.scope or "", tags=body.tags, project=project, session=session,
+                source="route")
+        elif body.id is None:
+            raise APIError(400, f"{body.op} needs an id", code="invalid_value", param="id")
+        elif body.id not in visible_note_ids(store, project, session):
+            raise APIError(404, f"no note {body.id!r}", code="not_found", param="id")
+        elif body.op == "update":
+            result = await asyncio.to_thread(
+                store.update, body.id, title=body.title, body=body.body or None,
+                tags=body.tags or None, kind=body.kind, source="route")
+        else:
+            result = await asyncio.to_thread(store.archive, body.id, body.reason or "",
+                                             source="route")
+        services.on_change(user)
+        return _result_json(result)
+
+    @router.get("/search")
+    async def search(request: Request, q: str, limit: int = 10, mode: str | None = None,
+                     collection: str | None = None) -> dict:
+        """Notes by BM25 (as before); with `mode` or `collection`, the hybrid search over
+        every layer."""
+        user, session = session_of(request)
+        if not 1 <= limit <= 50:
+            raise APIError(400, "limit must be between 1 and 50", code="invalid_value",
+                           param="limit")
+        store = services.store(user)
+        visible = visible_note_ids(store, request.headers.get("x-tandem-project") or None,
+                                   session)
+        if mode is None and collection is None:
+            hits = store.search(q, limit=limit, include_stale=False)
+            return {"data": [{**_note_json(note), "score": score} for note, score in hits
+                             if note.id in visible]}
+        return await hybrid_search(search_service(), user, q, mode or "hybrid", collection,
+                                   limit, visible)
+
+    @router.get("/{note_id}")
+    async def read(note_id: str, request: Request) -> dict:
+        user, session = session_of(request)
+        store = services.store(user)
+        project = request.headers.get("x-tandem-project") or None
+        note = store.get(note_id) if note_id in visible_note_ids(store, project, session) \
+            else None
+        if note is None:
+            raise APIError(404, f"no note {note_id!r}", code="not_found", param="note_id")
+        return _note_json(note)
+
+    return router
+
+
+async def hybrid_search(service: SearchService | None, user: str, query: str, mode: str,
+                        collection: str | None, limit: int,
+                        visible: set[str] | None = None) -> dict:
+    """The hybrid search's answer, or a clear 4xx/503 for what cannot be searched.
+    `visible`: the note ids the request may read (None: the admin's search, all)."""
+    if service is None:
+        raise APIError(503, "the engine is still loading", code="engine_not_ready",
+                       kind="server_error")
+    if mode not in MODES:
+        raise APIError(400, f"mode must be one of {', '.join(MODES)}", code="invalid_value",
+                       param="mode")
+    if collection is not None and collection not in COLLECTIONS:
+        raise APIError(400, f"collection must be one of {', '.join(COLLECTIONS)}",
+                       code="invalid_value", param="collection")
+    if not query.strip():
+        raise APIError(400, "q must not be empty", code="invalid_value", param="q")
+    try:
+        # More than asked for when some may be hidden, so the answer still holds `limit`.
+        wanted = limit if visible is None else min(3 * limit, 50)
+        hits, dense = await service.search(user, query, mode, collection, wanted)
+    except SourceError as exc:
+        raise APIError(409, f"the search sources cannot be read: {exc}",
+                       code="bad_sources") from None
+    if visible is not None:
+        hits = visible_hits(hits, visible, limit)
+    return {"object": "list", "mode": mode if dense or mode == "sparse" else "sparse",
+            "dense": dense, "data": [vars(h) for h in hits]}
+
+
+def _result_json(result: WriteResult) -> dict:
+    if not result.ok:
+        raise APIError(422, f"refused: {result.reason}", code=result.reason, param=None)
+    return {"ok": True, "op": result.op, "revised_existing": result.revised_existing,
+            "redactions": result.redactions,
+            "note": _note_json(result.note) if result.note is not None else None}

@@ -1,0 +1,335 @@
+"""One answer as the client sees it, and its record in the ledger at the end.
+
+Engine deltas go through the output parser (reasoning, content, tool calls) and the memory
+filter (held-back blocks); what the client is shown is kept in order, the model's text
+apart from the lines the server adds. An answer may span several engine generations: a
+call to an engine tool ends one, and the next starts after the tool's response
+(`server/turn/generate.py`); the call and the response stay in the answer's ids as a hidden span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from conductor.ledger import Record, Span, VisibleMessage
+from conductor.shared_context import SHARED_KIND
+from engine.engine import Delta, TokenLogprob
+from server.turn.hidden import injections_to_record, record_injections
+from server.turn.memblock import MemoryFilter
+from server.turn.memory import MemoryServices
+from server.turn.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
+from server.turn.prompt import Tail, assistant_calls_text, ids_for_text
+
+TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
+
+
+def _logprob_json(lp: TokenLogprob, as_ids: bool = False) -> dict[str, Any]:
+    """vLLM's chat log-probability; `as_ids`: each token named `token_id:<id>`, as
+    vLLM's return_tokens_as_token_ids."""
+    def one(token_id: int, text: str, logprob: float) -> dict[str, Any]:
+        token = f"token_id:{token_id}" if as_ids else text
+        return {"token": token, "logprob": max(logprob, -9999.0),
+                "bytes": list(text.encode())}
+
+    return {**one(lp.token_id, lp.text, lp.logprob),
+            "top_logprobs": [one(i, t, v) for i, t, v in lp.top]}
+
+
+def prompt_logprobs_json(steps: list | None) -> list | None:
+    """vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id:
+    {logprob, rank, decoded_token}} for the token and the likeliest ones."""
+    if steps is None:
+        return None
+    return [None if step is None else
+            {str(token): {"logprob": max(logprob, -9999.0), "rank": rank,
+                          "decoded_token": text}
+             for token, (logprob, rank, text) in step.items()}
+            for step in steps]
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One finished (or abandoned) answer, as the continuous conversation's history
+    keeps it."""
+
+    # What the client was shown, in order: ("text", the model's words, blocks held back)
+    # or ("status", a line the server added).
+    segments: list[tuple[str, str]]
+    reasoning: str
+    tool_calls: list[tuple[str | None, str, str]]  # (id, name, arguments)
+    hidden: list[Tail]  # what this turn hid after its new messages
+    interrupted: bool
+
+    @property
+    def written(self) -> str:
+        return "".join(text for kind, text in self.segments if kind == "text")
+
+
+@dataclass
+class Answer:
+    """Turns engine deltas into what the client sees, and records the turn at the end.
+    `chat` is the server.turn.chat_turn.PreparedChat the answer is for."""
+
+    chat: Any
+    services: MemoryServices
+    tokenizer: Any
+    parser: OutputParser
+    memory_filter: MemoryFilter
+    output_ids: list[int] = field(default_factory=list)  # everything after the prompt
+    generation_start: int = 0  # where the running generation's ids start in output_ids
+    engine_text: str = ""  # the running generation's text as the engine gave it
+    reasoning: str = ""
+    last: Delta | None = None
+    segments: list[tuple[str, str]] = field(default_factory=list)  # ("text"|"status", text)
+    tool_spans: list[Span] = field(default_factory=list)  # offsets into output_ids
+    engine_calls: int = 0
+    generated: int = 0  # ids the model generated (tool responses are not)
+    inserted: int = 0  # ids the server put in (tool exchanges)
+    prefills: list[tuple[int, int]] = field(default_factory=list)  # (prompt, cached) a generation
+    out_of_room: bool = False  # no room was left for the generation after a tool call
+    end_of_turn: int = -1  # the model's end-of-turn id: a record ending with it ended cleanly
+    # (output offset, log-probability) of generated tokens not yet given to the client
+    pending_logprobs: list[tuple[int, TokenLogprob]] = field(default_factory=list)
+    prompt_logprobs: list | None = None  # Delta.prompt_logprobs of the first generation
+
+    @classmethod
+    def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
+              engine_tools: frozenset[str] = frozenset()) -> Answer:
+        # A JSON answer is JSON only: a block inside one of its strings is text.
+        action = "pass" if chat.json_answer else chat.memory.block_action
+        if action == "store" and not chat.records:  # choice 1.. of n: held back, not written
+            action = "drop"
+        store = services.store(chat.memory.user) if action == "store" else None
+        return cls(chat, services, tokenizer,
+                   OutputParser(parse_tools=chat.parse_tools, engine_tools=engine_tools),
+                   MemoryFilter(action, chat.memory, store, chat.completion_id),
+                   end_of_turn=end_of_turn)
+
+    # -- feeding ----------------------------------------------------------------------------
+    def feed(self, delta: Delta) -> ParsedDelta:
+        first = len(self.output_ids)
+        self.output_ids += delta.token_ids
+        self.generated += len(delta.token_ids)
+        self.pending_logprobs += [(first + i, lp) for i, lp in enumerate(delta.token_logprobs)]
+        self.engine_text += delta.text
+        self.last = delta
+        if delta.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = delta.prompt_logprobs
+        if delta.finished:
+            self.prefills.append((delta.prompt_tokens, delta.cached_tokens))
+        if self.chat.forced is not None:  # JSON for a forced call: shown whole at the end
+            return ParsedDelta()
+        return self._filtered(self.parser.feed(delta.text), first)
+
+    @property
+    def held(self) -> HeldCall | None:
+        """An engine tool's call that ended the running generation, not run yet."""
+        return self.parser.held
+
+    def continue_after(self, held: HeldCall, status: str, exchange_ids: list[int]) -> str:
+        """The held call was run: its generation ends right after the call, the tool
+        exchange (`exchange_ids`: the message's end, the response, the next header) is
+        appended, and the next generation starts after it. Returns the status line as
+        the client is shown it."""
+        if self.last is not None and not self.last.finished:  # aborted after the call
+            self.prefills.append((self.last.prompt_tokens, self.last.cached_tokens))
+        generation = self.output_ids[self.generation_start:]
+        start = self.generation_start + len(
+            ids_for_text(self.tokenizer, generation, self.engine_text[: held.start]))
+        kept = ids_for_text(self.tokenizer, generation, self.engine_text[: held.end])
+        self.output_ids = [*self.output_ids[: self.generation_start], *kept, *exchange_ids]
+        self.tool_spans.append(Span(start, len(self.output_ids), TOOL_KIND))
+        self.generation_start = len(self.output_ids)
+        self.engine_text = ""
+        self.inserted += len(exchange_ids)
+        self.engine_calls += 1
+        self.parser.next_generation()
+        shown = self.shown_text
+        line = ("\n" if shown and not shown.endswith("\n") else "") + status + "\n"
+        self._shown("status", line)
+        return line
+
+    def finish(self) -> ParsedDelta:
+        if self.chat.forced is not None:
+            return self._finish_forced()
+        rest = self._filtered(self.parser.finish(), len(self.output_ids))
+        suffix = self.memory_filter.finish(len(self.output_ids))
+        if suffix:
+            self._shown("status", suffix)
+        rest.content += suffix
+        stopped_by_string = self.last is not None and isinstance(self.last.stop_reason, str)
+        # A stop string's token holds text the client never saw: the record ends where
+        # the client's text ends.
+        self._record(self.engine_text if stopped_by_string else None)
+        return rest
+
+    def _finish_forced(self) -> ParsedDelta:
+        """A forced tool choice's JSON becomes the calls (or, cut short, plain text); the
+        record holds the calls as the chat template renders them, as a next turn that
+        sends them back renders them."""
+        chat = self.chat
+        calls = chat.forced.calls(self.engine_text)
+        if not calls:
+            rest = self._filtered(ParsedDelta(content=self.engine_text), 0)
+            self._record()
+            return rest
+        self.parser.tool_calls.extend(calls)
+        rendered = assistant_calls_text(self.tokenizer, [(c.name, c.arguments) for c in calls],
+                                        chat.enable_thinking)
+        self.output_ids = self.tokenizer.encode(rendered, add_special_tokens=False)
+        self._record()
+        return ParsedDelta(tool_calls=calls)
+
+    def stopped(self) -> None:
+        """The client left mid-answer: record what it was shown (a later turn may send
+        it back), and have the writer look at the session."""
+        held = len(self.parser.held_text) + len(self.memory_filter.held_text)
+        if self.parser.held is not None:
+            held = len(self.engine_text) - self.parser.held.start
+        if self.chat.forced is not None:  # nothing of a forced call was shown
+            held = len(self.engine_text)
+        if self.output_ids:
+            self._record(self.engine_text[: len(self.engine_text) - held], interrupted=True)
+        elif self.chat.on_recorded is not None and self.chat.records:  # the user's words stay
+            self._hand_over(interrupted=True)
+        self.gave_up()
+
+    def _filtered(self, parsed: ParsedDelta, first: int) -> ParsedDelta:
+        self.reasoning += parsed.reasoning
+        if parsed.content:
+            parsed.content = self.memory_filter.feed(parsed.content, first, len(self.output_ids))
+            if parsed.content:
+                self._shown("text", parsed.content)
+        return parsed
+
+    def _shown(self, kind: str, text: str) -> None:
+        """Keep what the client was shown, a run of one kind as one segment."""
+        if self.segments and self.segments[-1][0] == kind:
+            self.segments[-1] = (kind, self.segments[-1][1] + text)
+        else:
+            self.segments.append((kind, text))
+
+    def shown_logprobs(self, final: bool = False) -> list[dict]:
+        """The log-probabilities of tokens the client has been shown since the last call,
+        in vLLM's chat format; tokens of held-back blocks and engine-tool exchanges carry
+        none. While text is held (a block, a tag, a call may be starting), they wait."""
+        holding = self.parser.held_text or self.memory_filter.held_text
+        if not self.pending_logprobs or (holding and not final):
+            return []
+        hidden = [(h.start, h.end) for h in self.memory_filter.hidden]
+        hidden += [(s.start, s.end) for s in self.tool_spans]
+        if self.parser.held is not None:  # an engine call not run yet: from its start on
+            before = ids_for_text(self.tokenizer, self.output_ids[self.generation_start:],
+                                  self.engine_text[: self.parser.held.start])
+            hidden.append((self.generation_start + len(before), len(self.output_ids)))
+        shown = [lp for at, lp in self.pending_logprobs
+                 if not any(start <= at < end for start, end in hidden)]
+        self.pending_logprobs = []
+        return [_logprob_json(lp, self.chat.tokens_as_ids) for lp in shown]
+
+    # -- what the client was shown ------------------------------------------------------------
+    @property
+    def shown_text(self) -> str:
+        return "".join(text for _, text in self.segments)
+
+    @property
+    def client_calls(self) -> list[ToolCall]:
+        return self.parser.tool_calls
+
+    # -- recording ------------------------------------------------------------------------------
+    def _record(self, shown_text: str | None = None, interrupted: bool = False) -> None:
+        """The turn into the ledger: the prompt and the output ids, which end where the
+        client's text ends when `shown_text` (the running generation's engine text it
+        saw) is given."""
+        chat = self.chat
+        if not chat.records:  # a second choice of n: the first is the turn's record
+            return
+        output = self.output_ids
+        if shown_text is not None:
+            generation = output[self.generation_start:]
+            output = [*output[: self.generation_start],
+                      *ids_for_text(self.tokenizer, generation, shown_text)]
+        calls = [(c.name, c.arguments) for c in self.client_calls]
+        written = self.memory_filter.visible_text
+        shown = self.shown_text
+        self.services.shown.remember(chat.memory.user, shown, written)
+        answer = VisibleMessage.of("assistant", shown, calls)
+        offset = len(chat.prompt_ids)
+        blocks = [Span(offset + h.start, offset + h.end, "block", h.note_ids)
+                  for h in self.memory_filter.hidden if h.end <= len(output)]
+        tools = [Span(offset + s.start, offset + s.end, s.kind) for s in self.tool_spans
+                 if s.end <= len(output)]
+        self.services.ledger.record(Record(
+            user=chat.ledger_user, session=chat.memory.session,
+            messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *output),
+            ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
+            spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
+        ))
+        memory = chat.memory
+        self._note_head()
+        added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
+        if injections_to_record(memory, added):
+            asyncio.get_running_loop().run_in_executor(
+                None, record_injections, self.services, memory, added, chat.completion_id)
+        if self.memory_filter.hidden:  # blocks held back: notes may have been written
+            self.services.on_change(chat.memory.user)
+        if chat.memory.writes:
+            new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
+            self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)
+        self._hand_over(interrupted)
+
+    def _hand_over(self, interrupted: bool) -> None:
+        """The turn to `on_recorded` (which must not wait on a disk: it runs here)."""
+        if self.chat.on_recorded is None:
+            return
+        turn = RecordedTurn(
+            segments=list(self.segments), reasoning=self.reasoning,
+            tool_calls=[(c.id, c.name, c.arguments) for c in self.client_calls],
+            hidden=[t for t in (self.chat.hidden.head, *self.chat.hidden.tails) if t],
+            interrupted=interrupted)
+        self.chat.on_recorded(turn)
+
+    def _note_head(self) -> None:
+        """The head and the shared context this turn ran are cached now: the prewarm
+        keeps them current when the shared context changes."""
+        chat, group = self.chat, self.chat.memory.context_group()
+        if chat.hidden.version is None or group is None:
+            return
+        shared = next((s for s in chat.spans if s.kind == SHARED_KIND), None)
+        if shared is not None:
+            head = tuple(chat.prompt_ids[: shared.start])
+            self.services.prewarm.seen(group, head, chat.hidden.version)
+
+    def gave_up(self) -> None:
+        """The client left mid-answer: the writer should look at what it had said."""
+        if self.chat.memory.writes and self.chat.records:
+            self.services.triggers.give_up(self.chat.memory.user, self.chat.memory.session)
+
+    # -- the response's fields ---------------------------------------------------------------------
+    @property
+    def finish_reason(self) -> str:
+        if self.client_calls:
+            return self.chat.forced.finish_reason if self.chat.forced else "tool_calls"
+        if self.out_of_room:
+            return "length"
+        reason = self.last.finish_reason if self.last else None
+        return reason if reason in ("stop", "length") else "stop"
+
+    def usage(self) -> dict:
+        """Prompt tokens: what the model read that it did not write (the prompt, the tool
+        responses); cached: those of them not prefilled by any of the answer's
+        generations (a generation after a tool call prefills its response, and the last
+        partial block of what came before)."""
+        prompt_tokens = len(self.chat.prompt_ids) + self.inserted
+        prefilled = sum(prompt - cached for prompt, cached in self.prefills)
+        if not self.prefills and self.last is not None:
+            prefilled = self.last.prompt_tokens - self.last.cached_tokens
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": self.generated,
+            "total_tokens": prompt_tokens + self.generated,
+            "prompt_tokens_details": {
+                "cached_tokens": max(0, prompt_tokens - prefilled) if self.last else 0},
+        }

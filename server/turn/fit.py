@@ -1,0 +1,130 @@
+"""A chat request's prompt, laid out so that it fits the model's context.
+
+Memory adds to a prompt what the client never sent: the engine's tool catalog, the shared
+context (card and index), the notes matched to the message and the session's tail. Plain
+vLLM serves any request whose own messages fit; so must Tandem. When the whole layout
+leaves too little room for the answer, memory's parts give way, least needed first:
+
+1. the matched notes and the session's tail;
+2. the shared context, and the ledger's replayed ids that hold it (the prompt is rendered
+   whole, as the client sent it);
+3. the engine's tool catalog.
+
+Each step costs this turn a prefix-cache miss. The ledger records the prompt as it was
+sent, so the conversation's next turns replay it without the parts left out (they would
+not fit any better); a new session, or a client that shortens its history, gets them
+back. Only when the client's own request does not fit is it refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from conductor.ledger import Match, Span, VisibleMessage
+from engine.engine import Engine
+from engine.profiles import Profile
+from server.http.schema import ChatCompletionRequest
+from server.turn.engine_tools import with_engine_tools
+from server.turn.hidden import HiddenContext, choose_hidden
+from server.turn.memory import MemoryContext, MemoryServices
+from server.turn.prompt import (
+    BuiltPrompt,
+    RenderedChat,
+    Tail,
+    assemble,
+    render_chat,
+    replay_cut,
+    tools_for_template,
+    visible_messages,
+)
+
+log = logging.getLogger("tandem.chat")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to lay the prompt out, and what it holds."""
+
+    request: ChatCompletionRequest  # with the engine's tools first, when they are offered
+    engine_tools: bool
+    visible: list[VisibleMessage]
+    rendered: RenderedChat
+    replayed: tuple[Span, ...] | None  # the ledger record's spans, when its ids lead
+    hidden: HiddenContext  # what this turn adds
+    built: BuiltPrompt
+
+    @property
+    def tokens(self) -> int:
+        return len(self.built.ids)
+
+
+def layouts(engine: Engine, profile: Profile, services: MemoryServices,
+            memory: MemoryContext, request: ChatCompletionRequest, enable_thinking: bool,
+            leading_tails: Sequence[Tail], gives_way: bool = True,
+            data: Sequence[str] = ()) -> Iterator[Layout]:
+    """The whole layout first, then (with `gives_way`) each one with less of memory's
+    parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
+    first that fits."""
+    tokenizer = engine.tokenizer
+    offered, engine_tools = with_engine_tools(request, memory,
+                                              profile.tool_call_format == "qwen")
+    visible = visible_messages(offered)
+    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
+    if match is not None and offered.tools and tools_for_template(offered):
+        match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
+    if match is not None and memory.user is not None and _holds_a_deleted_note(
+            services, memory.user, match.record.spans):
+        match = None  # its ids hold a deleted note's text: rendered afresh, without it
+    as_written = services.shown.for_user(memory.user)
+    rendered = render_chat(tokenizer, offered, enable_thinking, as_written, data)
+    cut = replay_cut(tokenizer, rendered, match)
+    replayed = match.record.spans if cut is not None and match is not None else None
+    hidden = choose_hidden(services, memory, replayed, offered, engine.count_tokens)
+    whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
+                   assemble(tokenizer, rendered, match, cut, hidden.head,
+                            [*leading_tails, *hidden.tails]))
+    yield whole
+    if not gives_way:
+        return
+    if hidden.tails:
+        without_tails = replace(hidden, tails=[])
+        yield replace(whole, hidden=without_tails,
+                      built=assemble(tokenizer, rendered, match, cut, hidden.head,
+                                     list(leading_tails)))
+    bare = HiddenContext(token=hidden.token)
+    if hidden.head is not None or replayed is not None:
+        yield replace(whole, replayed=None, hidden=bare,
+                      built=assemble(tokenizer, rendered, None, None, None,
+                                     list(leading_tails)))
+    if engine_tools:
+        plain = render_chat(tokenizer, request, enable_thinking, as_written, data)
+        yield Layout(request, False, visible_messages(request), plain, None, bare,
+                     assemble(tokenizer, plain, None, None, None, list(leading_tails)))
+
+
+def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
+    """A record whose hidden spans hold a note that is gone (deleted, not archived): its
+    text must not be replayed into another prompt."""
+    note_ids = {i for span in spans for i in span.note_ids}
+    if not note_ids:
+        return False
+    store = services.store(user)
+    with store.one_scan():  # one look at the files, not one a note
+        return any(store.get(note_id) is None for note_id in note_ids)
+
+
+def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool]) -> Layout:
+    """The first layout `fits` accepts (the later ones are never built), else the last:
+    the least memory puts in, the client's own request, whose length a refusal names."""
+    first: Layout | None = None
+    for layout in candidates:
+        first = first or layout
+        if fits(layout):
+            if layout is not first:
+                log.info("memory's hidden context gave way to fit the model's context "
+                         "(%d tokens laid out, %d sent)", first.tokens, layout.tokens)
+            return layout
+    assert first is not None, "layouts() yields the whole layout first"
+    return layout

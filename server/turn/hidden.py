@@ -1,0 +1,141 @@
+"""What memory hides in a request's prompt, and where.
+
+* The shared memory context (card + index) after the system prompt and tools, whenever the
+  prompt is rendered rather than replayed from the ledger: a new session, or a miss in a
+  known one (an edit, a change of tools, a compacted history). The model always has the
+  card, and every session with the same head shares its cached blocks.
+* The session tail right after the new messages of such a turn: the memory-routes token
+  (when the request has tools, so the model could call the routes) and the notes the
+  session wrote itself. Most new sessions have none: nothing per session to prefill.
+* The matching notes right after each new user message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass, field
+
+from conductor.ledger import Record, Span, VisibleMessage
+from conductor.shared_context import (
+    SESSION_KIND,
+    SHARED_KIND,
+    build_session_tail,
+    build_shared_context,
+    session_notes,
+    shared_notes,
+)
+from conductor.tail_notes import build_matches
+from server.http.schema import ChatCompletionRequest
+from server.turn.engine_tools import NAMES as ENGINE_TOOLS
+from server.turn.memory import MemoryContext, MemoryServices
+from server.turn.prompt import Tail, tools_for_template
+
+
+@dataclass
+class HiddenContext:
+    token: str | None = None  # the session's memory-routes token, when memory is on for it
+    head: Tail | None = None  # the shared context, placed after the system prompt and tools
+    tails: list[Tail] = field(default_factory=list)  # placed after the new messages
+    version: str | None = None  # the shared context's version, when the head carries it
+
+
+def choose_hidden(services: MemoryServices, memory: MemoryContext,
+                  replayed: tuple[Span, ...] | None, request: ChatCompletionRequest,
+                  count_tokens) -> HiddenContext:
+    """The hidden messages of one request. `replayed`: the hidden spans of the ledger
+    record the prompt starts with (which hold the shared context already), None when the
+    prompt is rendered whole."""
+    if memory.off_reason is not None:
+        return HiddenContext()
+    hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
+    store = services.store(memory.user)
+    with store.one_scan():  # on the way to the first token: read the files once
+        _choose(services, memory, replayed, request, count_tokens, hidden)
+    return hidden
+
+
+def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Span, ...] | None,
+            request: ChatCompletionRequest, count_tokens, hidden: HiddenContext) -> None:
+    store = services.store(memory.user) if memory.reads else None
+    # Listed once a request: the shared index and the matching notes choose from them.
+    notes = shared_notes(store, memory.project) if store is not None else None
+    own = session_notes(store, memory.session) if store is not None else []
+    if replayed is None:
+        shared = build_shared_context(memory.shows_card, notes, count_tokens)
+        if shared is not None:
+            hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
+            hidden.version = shared.version
+        # The token only helps a model that can call the memory routes, i.e. one with
+        # tools; the client has it in the response header either way.
+        client_tools = [t for t in tools_for_template(request) or ()
+                        if t["function"]["name"] not in ENGINE_TOOLS]
+        token = hidden.token if memory.shows_card and client_tools else None
+        tail = build_session_tail(token, own, count_tokens)
+        if tail is not None:
+            hidden.tails.append(Tail(SESSION_KIND, *tail))
+    if store is not None and notes is not None and memory.has_user_message:
+        # "Already injected" belongs to this branch of the conversation: the notes in the
+        # prompt it replays. A regenerated answer, an edit or a miss gets them again.
+        already = {i for s in replayed or () if s.kind == "notes" for i in s.note_ids}
+        found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
+                              count_tokens)
+        if found is not None:
+            hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
+
+
+COMPACTION_MIN_DROPPED_TOKENS = 512
+
+
+def note_miss(services: MemoryServices, memory: MemoryContext,
+              visible: list[VisibleMessage], count_tokens) -> None:
+    """A prompt not replayed in a known session. Only a real compaction (the client no
+    longer sends a part of the session's history that holds enough tokens) sets off the
+    writer, once per dropped history, over that history: a regenerate, an edit or a
+    client sending its last N messages drops too little."""
+    if not memory.writes:
+        return
+    latest = services.ledger.latest(memory.user, memory.session)
+    if latest is None:
+        return
+    kept = {m.digest() for m in visible}
+    dropped = sum(count_tokens(m.content) + sum(count_tokens(a) for _, a in m.tool_calls)
+                  for m in latest.messages if m.role != "tools" and m.digest() not in kept)
+    if dropped >= COMPACTION_MIN_DROPPED_TOKENS:
+        services.triggers.compaction(memory.user, memory.session, latest, history_key(latest))
+
+
+def history_key(record: Record) -> bytes:
+    """Names one session's history: two sessions with the same ids are two histories."""
+    digest = hashlib.blake2b(f"{record.user}\0{record.session}\0".encode(), digest_size=16)
+    digest.update(array("i", record.ids).tobytes())
+    return digest.digest()
+
+
+def injections_to_record(memory: MemoryContext, hidden: list[Tail]) -> bool:
+    """Whether `record_injections` has anything to write: most turns have not, and a
+    thread for nothing costs each request under load."""
+    if memory.user is None:
+        return False
+    return memory.off_reason == "header_off" or any(
+        tail.kind == "notes" or (tail.kind in (SHARED_KIND, SESSION_KIND) and tail.note_ids)
+        for tail in hidden)
+
+
+def record_injections(services: MemoryServices, memory: MemoryContext, hidden: list[Tail],
+                      request_id: str) -> None:
+    """usage.json and the journal learn which notes went in (ids only). File work: it
+    runs in a thread once the answer is done, never before the first token."""
+    if memory.user is None:
+        return
+    store = services.store(memory.user)
+    if memory.off_reason == "header_off":
+        store.journal.append(op="memory_off", reason="header_off", session=memory.session,
+                             request_id=request_id)
+        return
+    for tail in hidden:
+        if tail.kind == "notes":
+            store.record_injection(tail.note_ids, request_id)
+        elif tail.kind in (SHARED_KIND, SESSION_KIND) and tail.note_ids:
+            store.journal.append(op="inject_index", ok=True, ids=list(tail.note_ids),
+                                 request_id=request_id, session=memory.session)

@@ -1,0 +1,243 @@
+"""Who a request is for and what memory may do with it: user, session, mode, token, store."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from conductor.journal import Journal
+from conductor.layers.history import QuarantineReport
+from conductor.layers.user_layers import UserLayers
+from conductor.ledger import Ledger
+from conductor.ledger_files import LedgerFiles, LedgerSaver
+from conductor.notes import NoteStore
+from conductor.paths import valid_session, valid_user
+from conductor.prewarm import ContextGroup, PrewarmHeads
+from conductor.shared_context import (
+    SharedContext,
+    build_shared_context,
+    shared_notes,
+)
+from conductor.shown_answers import ShownAnswers
+from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
+from server.access.session_tokens import SessionTokens
+from server.http.schema import ChatCompletionRequest
+
+log = logging.getLogger("tandem.memory")
+
+MEMORY_HEADER = "x-tandem-memory"
+USER_HEADER = "x-tandem-user"
+SESSION_HEADER = "x-tandem-session"
+PROJECT_HEADER = "x-tandem-project"
+TOKEN_HEADER = "x-tandem-memory-token"
+
+BlockAction = Literal["store", "drop", "pass"]
+
+def status_line(verb: str, title: str) -> str:
+    return f"› {verb}: {title}"
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """Server-wide memory settings (the CLI and environment set them)."""
+
+    user_name: str = field(default_factory=lambda: os.environ.get("TANDEM_USER")
+                           or _os_user())
+    trusted_proxies: frozenset[str] = frozenset(
+        a.strip() for a in os.environ.get("TANDEM_TRUSTED_PROXIES", "").split(",") if a.strip())
+    # The hour (local time) of the daily nightly job: INDEX.md, archive expiry, staleness.
+    nightly_hour: int = field(default_factory=lambda: int(
+        os.environ.get("TANDEM_NIGHTLY_HOUR") or 3))
+
+
+def _os_user() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        return "local"
+    return re.sub(r"[^a-z0-9_-]", "-", name.lower()) or "local"
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What memory does for one request."""
+
+    user: str | None  # None: a relayed request without a user; memory does nothing
+    session: str
+    project: str | None
+    mode: str  # the profile's: off, shadow, on
+    header: str | None  # the request's X-Tandem-Memory: off, read or None
+    has_user_message: bool
+
+    @property
+    def off_reason(self) -> str | None:
+        if self.user is None:
+            return "relayed_without_user"
+        if self.header == "off":
+            return "header_off"
+        if self.mode == "off":
+            return "profile_off"
+        return None
+
+    @property
+    def block_action(self) -> BlockAction:
+        if self.off_reason is not None:
+            return "pass"  # memory is off: a block is just text
+        if self.header == "read":
+            return "drop"  # reads only: a block the model writes anyway is not stored
+        return "store"
+
+    @property
+    def shows_card(self) -> bool:
+        return self.off_reason is None and self.header != "read"
+
+    @property
+    def writes(self) -> bool:
+        """Notes may be written for this request (inline blocks, and later the writer)."""
+        return self.block_action == "store"
+
+    @property
+    def reads(self) -> bool:
+        return self.off_reason is None and self.mode == "on"
+
+    def context_group(self) -> ContextGroup | None:
+        """Who shares this request's shared memory context; None when memory is off."""
+        if self.user is None or self.off_reason is not None:
+            return None
+        return ContextGroup(self.user, self.project, self.shows_card, self.reads)
+
+
+def derive_session(request: ChatCompletionRequest) -> str:
+    """A conversation's id, when the client sends none, from what stays the same for the
+    whole conversation: its opening system (or developer) messages and its first user
+    message. Tools, later messages and the answers are left out: they change from turn
+    to turn. Two conversations with the same opening share this id."""
+    opening = []
+    for message in request.messages:
+        role = "system" if message.role == "developer" else message.role
+        try:
+            text = message.text()
+        except ValueError:  # non-text parts are refused later, with a clear error
+            text = ""
+        opening.append((role, text))
+        if role != "system":
+            break
+    head = json.dumps(opening, ensure_ascii=False)
+    return "s-" + hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
+
+
+def request_user(headers, peer: str | None, settings: MemorySettings,
+                 key_user: str | None = None) -> str | None:
+    """Whose memory a request is: the user a trusted proxy relays (None: nobody's), else
+    the user its API key names, else the engine's own user."""
+    relayed = peer is not None and peer in settings.trusted_proxies
+    user = (headers.get(USER_HEADER) or None) if relayed else key_user or settings.user_name
+    if user is not None and not valid_user(user):
+        return None  # not a name the store can file under
+    # One user whatever the case: `Alice` and `alice` name one folder on a case-insensitive
+    # filesystem, so they are one user everywhere.
+    return user.lower() if user is not None else None
+
+
+def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
+                    settings: MemorySettings, key_user: str | None = None,
+                    session: str | None = None) -> MemoryContext:
+    user = request_user(headers, peer, settings, key_user)
+    header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
+    session = session or headers.get(SESSION_HEADER) or derive_session(request)
+    if not valid_session(session):  # any header value is accepted, filed under its hash
+        session = "h-" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
+    last_role = request.messages[-1].role
+    return MemoryContext(user=user, session=session, project=headers.get(PROJECT_HEADER) or None,
+                         mode=mode, header=header, has_user_message=last_role == "user")
+
+
+@dataclass
+class MemoryServices:
+    """The server's memory state: stores per user, session tokens, the ledger."""
+
+    home: Path
+    settings: MemorySettings = field(default_factory=MemorySettings)
+    ledger: Ledger = field(default_factory=Ledger)
+    prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
+    shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
+    triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
+        idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
+    # Told the user whose memory files changed (a note written, a job run): the search
+    # index syncs in idle time.
+    on_change: Callable[[str | None], None] = lambda user: None
+    # What the server counts for /metrics (server.http.metrics.TandemMetrics); none by default.
+    metrics: Any = None
+    _stores: dict[str, NoteStore] = field(default_factory=dict)
+    _layers: dict[str, UserLayers] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        # What a restart keeps: session tokens and the ledger's records (saved behind
+        # by `ledger_saver`, started and stopped with the app).
+        self.tokens = SessionTokens(self.root)
+        ledger_files = LedgerFiles(self.root)
+        ledger_files.load_into(self.ledger)
+        self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save)
+
+    @property
+    def root(self) -> Path:
+        return self.home / "memory"
+
+    def store(self, user: str) -> NoteStore:
+        with self._lock:
+            if user not in self._stores:
+                store = NoteStore(self.root, user)
+                if self.metrics is not None:
+                    store.journal.on_append = self.metrics.journal_entry
+                self._stores[user] = store
+            return self._stores[user]
+
+    def layers(self, user: str) -> UserLayers:
+        """The user's memory layers (core, working, semantic, history)."""
+        with self._lock:
+            if user not in self._layers:
+                self._layers[user] = UserLayers(self.root, user, self._quarantine_report(user))
+            return self._layers[user]
+
+    def _quarantine_report(self, user: str) -> QuarantineReport:
+        journal = Journal(self.root / "journal.jsonl")
+
+        def report(name: str, reason: str) -> None:
+            log.warning("history turn %s set aside: %s", name, reason)
+            try:  # file names and reasons only: a turn's text never reaches the journal
+                journal.append(op="history_quarantine", user=user, id=name[:200],
+                               reason=reason[:200].replace("\n", " "))
+            except (OSError, ValueError):
+                log.warning("journal not written for a set-aside turn")
+        return report
+
+    def token_for(self, user: str, session: str) -> str:
+        """The session's token for the memory routes: the same one after a restart."""
+        return self.tokens.token_for(user, session)
+
+    def cache_salt(self, user: str | None) -> str:
+        """The prefix-cache salt of `user`'s requests, client and background alike (a
+        relayed request that names nobody has one of its own)."""
+        return self.tokens.cache_salt(user or "-relayed-")
+
+    def resolve_token(self, token: str | None) -> tuple[str, str] | None:
+        return self.tokens.resolve(token)
+
+    def shared_context(self, user: str, project: str | None, card: bool, reads: bool,
+                       count_tokens) -> SharedContext | None:
+        """The card (when `card`) and the index of the user's and project's notes (when
+        `reads`), as every session of this user and project gets them now."""
+        store = self.store(user)
+        with store.one_scan():
+            notes = shared_notes(store, project) if reads else None
+            return build_shared_context(card, notes, count_tokens)

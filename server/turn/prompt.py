@@ -1,0 +1,394 @@
+"""Builds a request's prompt token ids: the ledger's exact ids or the shared context, the
+new messages, the tails.
+
+The server hands vLLM token ids, never text, so what it builds is exactly what runs. When
+the ledger holds the conversation so far, the prompt starts with those exact ids (hidden
+blocks and earlier tail notes included) and only the new messages are rendered; the chat
+template is still the judge of how they render, by rendering the whole conversation and
+taking what follows the recorded part. When it does not (a new conversation, or a miss),
+the prompt is rendered whole and the shared memory context goes in right after the system
+prompt and the tool definitions, where every session with the same head shares it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conductor.ledger import Match, Span, VisibleMessage
+from server.http.errors import APIError
+from server.http.schema import ChatCompletionRequest, ChatMessage
+
+AsWritten = Callable[[str], str]
+IM_START_TEXT = "<|im_start|>"
+IM_END_TEXT = "<|im_end|>"
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A hidden system message: the shared context after the head, or a tail right after
+    the turn's new messages (the session's tail, matching notes)."""
+
+    kind: str
+    text: str
+    note_ids: tuple[str, ...] = ()
+
+
+def _text(message: ChatMessage) -> str:
+    try:
+        return message.text()
+    except ValueError as exc:
+        raise APIError(400, f"messages: {exc}", code="invalid_value", param="messages") from None
+
+
+def _message_dict(message: ChatMessage, as_written: AsWritten) -> dict[str, Any]:
+    content = _text(message)
+    if message.role == "assistant":
+        content = as_written(content)
+    role = "system" if message.role == "developer" else message.role
+    out: dict[str, Any] = {"role": role, "content": content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.function.name,
+                          "arguments": call_arguments(c.function.arguments)}}
+            for c in message.tool_calls
+        ]
+    if message.reasoning_content:
+        out["reasoning_content"] = message.reasoning_content
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def tools_for_template(request: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    """The tool definitions the model sees; none when tool_choice is "none"."""
+    if not request.tools or request.tool_choice == "none":
+        return None
+    return [t.model_dump(exclude_none=True) for t in request.tools]
+
+
+def visible_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
+    """The conversation as the client holds it, in the ledger's terms: each answer as the
+    client was shown it (status lines included, as the ledger recorded it).
+
+    The tool definitions come first as a pseudo-message: a change of tools changes the
+    system prompt, so a record made with other tools must not match.
+    """
+    tools = tools_for_template(request)
+    out = [VisibleMessage.of("tools", None, [("tools", tools)])] if tools else []
+    for message in request.messages:
+        role = "system" if message.role == "developer" else message.role
+        content = _text(message)
+        calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+        out.append(VisibleMessage.of(role, content, calls))
+    return out
+
+
+def data_ids(tokenizer, text: str) -> list[int]:
+    """Ids of text that is data, not the prompt's structure: a note, an index line, a
+    search result, a tool's response. The text of every added token in it stays text
+    (`<|im_start|>`, and `</tool_response>` or `<think>`, which Qwen does not mark
+    special), so no note, document or result can open a turn, close a tool response or
+    start a think block of its own in every prompt it goes into."""
+    if not text:
+        return []
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    ids: list[int] = []
+    at = 0
+    for found in _added_token_texts(tokenizer).finditer(text):
+        token = found.group()
+        # split after its first character: neither part is an added token
+        ids += [*encode(text[at:found.start()]), *encode(token[:1]), *encode(token[1:])]
+        at = found.end()
+    return ids + (encode(text[at:]) if at < len(text) else [])
+
+
+@functools.lru_cache(maxsize=8)
+def _added_token_texts(tokenizer) -> re.Pattern[str]:
+    """Every added token's text, longest first (one alternation, found in one pass)."""
+    texts = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in texts) or r"(?!)")
+
+
+def hidden_message_ids(tokenizer, text: str) -> list[int]:
+    """A hidden system message around `text`, which is data (see data_ids)."""
+    return [*tokenizer.encode("<|im_start|>system\n", add_special_tokens=False),
+            *data_ids(tokenizer, text),
+            *tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False)]
+
+
+@dataclass(frozen=True)
+class BuiltPrompt:
+    ids: list[int]
+    spans: list[Span]  # head and tail spans, in prompt-id offsets
+    replayed_tokens: int  # ids taken from the ledger as they were
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """The client's conversation as the chat template renders it, split where we splice."""
+
+    history: str  # every message, no generation prompt
+    generation_prompt: str | None  # None: a template whose history is not a prefix
+    messages: list[dict[str, Any]]  # as the template was given them
+    tools: list[dict[str, Any]] | None
+    enable_thinking: bool
+    # Message contents that are data, not structure, and hold special-token text (the
+    # continuous conversation's layer files): encoded as text where they stand.
+    data: tuple[str, ...] = ()
+
+
+def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: bool,
+            generation: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                         add_generation_prompt=generation,
+                                         enable_thinking=enable_thinking)
+
+
+def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool,
+                as_written: AsWritten = lambda text: text,
+                data: Sequence[str] = ()) -> RenderedChat:
+    """`as_written` takes the status lines the server added off an answer; `data`: message
+    contents that are data (see RenderedChat.data)."""
+    messages = [_message_dict(m, as_written) for m in request.messages]
+    tools = tools_for_template(request)
+    history = _render(tokenizer, messages, tools, enable_thinking, generation=False)
+    with_prompt = _render(tokenizer, messages, tools, enable_thinking, generation=True)
+    generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
+    if generation_prompt is None:
+        history = with_prompt
+    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking,
+                        tuple(d for d in data if _holds_special_text(tokenizer, d)))
+
+
+@functools.lru_cache(maxsize=8)
+def _special_texts(tokenizer) -> tuple[str, ...]:
+    """The texts this tokenizer reads as one added token (`<|im_start|>`, `<think>`...)."""
+    return tuple(tokenizer.get_added_vocab())
+
+
+def _holds_special_text(tokenizer, text: str) -> bool:
+    return any(special in text for special in _special_texts(tokenizer))
+
+
+def encode_with_data(tokenizer, text: str, data: Sequence[str]) -> list[int]:
+    """`text` encoded, each occurrence of a `data` string in it as data (data_ids)."""
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    ids: list[int] = []
+    at = 0
+    while True:
+        found = [(text.find(d, at), d) for d in data if d and text.find(d, at) >= 0]
+        if not found:
+            break
+        start, piece = min(found)
+        ids += [*(encode(text[at:start]) if start > at else []), *data_ids(tokenizer, piece)]
+        at = start + len(piece)
+    return ids + (encode(text[at:]) if at < len(text) else [])
+
+
+def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
+    """Where the ledger's record ends in the whole history's render, or None when its
+    exact ids cannot stand in for that part (no match, a template we cannot split).
+
+    Found by message boundaries, never by comparing renders: a template need not render
+    a prefix of the messages as a prefix of the whole (Qwen3's shows an answer's think
+    block only after the last user message). The matched messages alone, rendered, say
+    how many messages the template opens for them; the record's last message is the one
+    the whole render opens last among those, and the record's ids stand in for all of it
+    however the template renders it there (a dropped reasoning, an empty think block)."""
+    if match is None or rendered.generation_prompt is None:
+        return None
+    prefix = _render(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
+                     rendered.enable_thinking, generation=False)
+    opened = prefix.count(IM_START_TEXT)
+    history = rendered.history
+    starts = _nth_occurrences(history, IM_START_TEXT, opened + 1)
+    if opened == 0 or len(starts) <= opened:
+        return None  # the template did not open the client's next message after it
+    last, following = starts[opened - 1], starts[opened]
+    end = history.rfind(IM_END_TEXT, last, following)
+    if end < 0:
+        return None
+    return end + len(IM_END_TEXT) if match.record.ended_cleanly else end
+
+
+def _nth_occurrences(text: str, needle: str, count: int) -> list[int]:
+    """Where the first `count` occurrences of `needle` start."""
+    found: list[int] = []
+    at = text.find(needle)
+    while at >= 0 and len(found) < count:
+        found.append(at)
+        at = text.find(needle, at + len(needle))
+    return found
+
+
+def head_end(history: str) -> int:
+    """Where the system prompt and tool definitions end: the start of the first message
+    that is not a system message (0 when the conversation opens with one)."""
+    at = history.find(IM_START_TEXT)
+    while at >= 0:
+        if not history.startswith("system\n", at + len(IM_START_TEXT)):
+            return at
+        at = history.find(IM_START_TEXT, at + 1)
+    return len(history)
+
+
+def shared_context_ids(tokenizer, text: str) -> list[int]:
+    """The shared context as a hidden message, ending where its text ends. The prefix
+    cache holds whole KV blocks only, so a new session prefills the context's last,
+    partial block with its own first message (at most block_size - 1 tokens): padding it
+    to a whole block with newline tokens, a run the tokenizer never produces, changed 28
+    of 40 greedy replies on the quality bench (bench/README.md)."""
+    return list(_shared_context_ids(tokenizer, text))
+
+
+@functools.lru_cache(maxsize=32)
+def _shared_context_ids(tokenizer, text: str) -> tuple[int, ...]:
+    """Memoised: every new session encodes the same shared context, about 1,200 tokens."""
+    return tuple(hidden_message_ids(tokenizer, text))
+
+
+@functools.lru_cache(maxsize=64)
+def _head_ids(tokenizer, head: str) -> tuple[int, ...]:
+    """The system prompt and tool catalog, encoded; memoised: a client sends the same head
+    with every request (a coding agent's runs to thousands of tokens), and with memory on
+    every head holds the engine's tool catalog (about 260 tokens). Encoding it again was a
+    fifth of the server's time under many clients. Special tokens split the text before
+    the tokenizer merges, so the head's ids and the rest's join as the whole's would."""
+    return tuple(tokenizer.encode(head, add_special_tokens=False)) if head else ()
+
+
+def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | None,
+             head: Tail | None, tails: list[Tail]) -> BuiltPrompt:
+    """The prompt ids: the record's exact ids (when `cut`) or the head with the shared
+    context after it, then the new messages, the tails and the generation prompt."""
+
+    def encode(text: str) -> list[int]:
+        if rendered.data:
+            return encode_with_data(tokenizer, text, rendered.data)
+        return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+    history = rendered.history
+    if rendered.generation_prompt is None:  # a template we cannot split: nothing hidden
+        return BuiltPrompt(encode(history), [], 0)
+    spans: list[Span] = []
+    if cut is not None and match is not None:
+        ids, new_text = list(match.record.ids), history[cut:]
+    else:  # the client's system prompt and tools, encoded once (memoised)
+        split = head_end(history)
+        if head is None and split == len(history):
+            split = 0  # no message after it: nothing to share, nothing to memoise
+        head_text, new_text = history[:split], history[split:]
+        ids = encode(head_text) if rendered.data else list(_head_ids(tokenizer, head_text))
+        if head is not None:
+            start = len(ids)
+            ids += shared_context_ids(tokenizer, head.text)
+            spans.append(Span(start, len(ids), head.kind, head.note_ids))
+    replayed = len(ids) if cut is not None else 0
+    ids += encode(new_text)
+    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails]
+    ids += encode(rendered.generation_prompt)
+    return BuiltPrompt(ids, spans, replayed)
+
+
+def _append_hidden(tokenizer, ids: list[int], hidden: Tail) -> Span:
+    start = len(ids)
+    ids += hidden_message_ids(tokenizer, hidden.text)
+    return Span(start, len(ids), hidden.kind, hidden.note_ids)
+
+
+def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:
+    """Ids for exactly `text`, the part of an answer the client was shown: the longest
+    run of `ids` whose text is a prefix of it, then the rest of `text` encoded."""
+    keep = len(ids)
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    while keep and not text.startswith(decoded):
+        keep -= 1
+        decoded = tokenizer.decode(ids[:keep], skip_special_tokens=True)
+    rest = text[len(decoded):]
+    return [*ids[:keep], *(tokenizer.encode(rest, add_special_tokens=False) if rest else [])]
+
+
+CALL_CLOSE_TEXT = "</tool_call>"
+_RESPONSE_MARK = "\x00tandem-tool-response\x00"
+
+
+class TemplateCannotExchange(ValueError):
+    """The chat template cannot render a tool call and its response as a suffix of the
+    answer: the engine's memory tools cannot run inside the model's turn."""
+
+
+def call_arguments(arguments: object) -> object:
+    """Tool-call arguments as the chat template expects them: an object, as vLLM passes
+    them (Qwen2.5's template applies `tojson` whatever it is given, so a JSON string would
+    reach the model as a string inside JSON); text that is not JSON stays text."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except (ValueError, RecursionError):
+            return arguments
+    return arguments
+
+
+def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
+                       enable_thinking: bool) -> str:
+    """What follows a tool call's closing tag when the server answers it inside the turn:
+    the end of the assistant's message, the tool message and the next assistant header,
+    as the chat template renders them. The call itself is the model's own text (kept as
+    it wrote it), so only what comes after its closing tag is taken from the template."""
+    before, after = _exchange_parts(tokenizer, enable_thinking)
+    return before + response + after
+
+
+def tool_exchange_ids(tokenizer, response: str, enable_thinking: bool) -> list[int]:
+    """tool_exchange_text's ids, the response encoded as data (see data_ids)."""
+    before, after = _exchange_parts(tokenizer, enable_thinking)
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    return [*encode(before), *data_ids(tokenizer, response), *encode(after)]
+
+
+@functools.lru_cache(maxsize=8)
+def _exchange_parts(tokenizer, enable_thinking: bool) -> tuple[str, str]:
+    """The exchange around its response, from one render of a whole exchange (a template
+    need not render the call the same way before and after a message follows it)."""
+    call = {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": {}}}
+    exchange = [{"role": "user", "content": "."},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": _RESPONSE_MARK, "tool_call_id": "call_0"}]
+    whole = _render(tokenizer, exchange, None, enable_thinking, generation=True)
+    mark = whole.find(_RESPONSE_MARK)
+    close = whole.rfind(CALL_CLOSE_TEXT, 0, max(mark, 0))
+    if mark < 0 or close < 0 or whole.count(_RESPONSE_MARK) != 1:
+        raise TemplateCannotExchange(
+            "the chat template does not render a tool call followed by its response")
+    return whole[close + len(CALL_CLOSE_TEXT):mark], whole[mark + len(_RESPONSE_MARK):]
+
+
+def check_tool_exchange(tokenizer) -> None:
+    """TemplateCannotExchange when the template cannot hold an engine tool's exchange,
+    with thinking on or off: the server says so when it starts, not mid-answer."""
+    for thinking in (False, True):
+        _exchange_parts(tokenizer, thinking)
+        assistant_calls_text(tokenizer, [("f", "{}")], thinking)
+
+
+def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinking: bool) -> str:
+    """An answer that is only tool calls, as the chat template renders it after the
+    generation prompt, up to and with its end-of-turn token."""
+    asked = [{"role": "user", "content": "."}]
+    answered = [*asked, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{n}", "type": "function",
+         "function": {"name": name, "arguments": call_arguments(args)}}
+        for n, (name, args) in enumerate(calls)]}]
+    prompt = _render(tokenizer, asked, None, enable_thinking, generation=True)
+    whole = _render(tokenizer, answered, None, enable_thinking, generation=False)
+    if not whole.startswith(prompt) or IM_END_TEXT not in whole[len(prompt):]:
+        raise TemplateCannotExchange(
+            "the chat template does not render an answer after its prompt")
+    body = whole[len(prompt):]
+    return body[: body.rindex(IM_END_TEXT) + len(IM_END_TEXT)]
