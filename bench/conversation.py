@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conductor.hidden.tail_notes import content_words
 from conductor.notes import NoteStore
-from conductor.tail_notes import content_words
 
 
 @dataclass(frozen=True)

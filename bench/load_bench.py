@@ -71,7 +71,7 @@ def memory_tokens_shape() -> RequestShape:
     """The hidden tokens of a memory-on prompt with an empty store, as plain request
     parts: the engine's tools (tool_choice none: vLLM renders them and parses no call)
     and the memory card as the system message."""
-    from conductor.card import memory_card
+    from conductor.hidden.card import memory_card
     from server.turn.engine_tools import DEFINITIONS
 
     return RequestShape(system=memory_card(), tools=DEFINITIONS, tool_choice="none")

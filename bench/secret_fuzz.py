@@ -1,6 +1,6 @@
 """`python -m bench.secret_fuzz`: the secret check's worst time per KB.
 
-The check (`conductor/secrets.py`) runs on every note a user or the model writes. Python's
+The check (`conductor/notes/secrets.py`) runs on every note a user or the model writes. Python's
 regex engine backtracks, so a pattern with an unbounded run before a keyword can cost
 time quadratic in the text (a 6,000-character body of `-` took 4.5 s). This bench runs the
 check on adversarial texts, each seed repeated to 8 KB and to 64 KB (linear time keeps
@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from conductor.secrets import find_secrets, redact
+from conductor.notes.secrets import find_secrets, redact
 
 SEEDS = ("-", "a", "aB1", " ", "\t", "é", "x.y-", "password", "password is ", "secret=",
          "-----BEGIN PRIVATE KEY-----\n", "sk-", "token ", "a://", "a://b:", "login a/",

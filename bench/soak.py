@@ -35,10 +35,10 @@ from typing import Any
 import aiohttp
 
 from bench.load_client import percentile
-from conductor.journal import Journal
 from conductor.layers.history import HistoryStore
 from conductor.layers.paths import LayerFiles, layer_users
-from conductor.note_format import parse
+from conductor.notes.note_format import parse
+from conductor.storage.journal import Journal
 
 REMEMBERED = re.compile(r"› remembered: (.+)")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.conversation import BASE_SYSTEM, NOTES, TURNS
-from conductor.ledger import Ledger, Record, VisibleMessage
+from conductor.ledger.records import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
-from conductor.writer import Writer
+from conductor.writing.writer import Writer
 from engine.engine import Engine, GenerationParams
 from server.background.writer import EngineWriterBackend
 

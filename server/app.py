@@ -15,8 +15,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import ValidationError
 
-from conductor.nightly import nightly_loop
-from conductor.recovery import recover
+from conductor.background.nightly import nightly_loop
+from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server.access.auth import Auth

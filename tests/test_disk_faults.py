@@ -2,7 +2,7 @@
 clear line in the answer, the answer is served whole, nothing is half-written, and the
 log names neither the note's title nor its file.
 
-The failure is the real errno raised where the write would meet it (conductor/faults.py):
+The failure is the real errno raised where the write would meet it (conductor/storage/faults.py):
 running as root here, a chmod would not stop a write, and a real full disk would stop
 the whole machine's test run.
 """
@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from conductor.faults import TEMP_OPEN, TEMP_PARTIAL, arm
+from conductor.storage.faults import TEMP_OPEN, TEMP_PARTIAL, arm
 from tests.inprocess import InProcessApp
 
 TITLE = "Staging database port"

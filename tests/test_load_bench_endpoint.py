@@ -17,7 +17,7 @@ def hidden_tokens_of_memory_on(model_dir) -> int:
     """The engine's tool catalog and the memory card as Qwen's template renders them."""
     from transformers import AutoTokenizer
 
-    from conductor.card import memory_card
+    from conductor.hidden.card import memory_card
     from server.turn.engine_tools import DEFINITIONS
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conductor.ledger import Match, Record
+from conductor.ledger.records import Match, Record
 from server.http.schema import ChatCompletionRequest
 from server.turn.prompt import (
     TemplateCannotExchange,

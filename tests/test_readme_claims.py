@@ -117,7 +117,7 @@ def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
 
 
 def test_a_project_scoped_block_is_filed_under_the_headers_project(app):
-    from conductor.paths import project_key
+    from conductor.storage.paths import project_key
 
     title = "bazel is the build tool here"
     block = BLOCK.format(title=title).replace('scope="user"', 'scope="project"')
@@ -145,13 +145,13 @@ NIGHTLY_HOUR = 5
 
 
 def start_at_nightly_hour_less(monkeypatch, lead_s: float) -> float:
-    """Moves the wall clock the nightly scheduler reads (`conductor.nightly.datetime`) so
+    """Moves the wall clock the nightly scheduler reads (`conductor.background.nightly.datetime`) so
     that it reads NIGHTLY_HOUR:00 local in `lead_s` seconds; returns that moment on the
     monotonic clock. (The app offers no clock of its own for its nightly loop.)"""
     import time
     from datetime import datetime, timedelta
 
-    import conductor.nightly
+    import conductor.background.nightly
 
     real = datetime.now()
     hour_at = time.monotonic() + lead_s
@@ -163,7 +163,7 @@ def start_at_nightly_hour_less(monkeypatch, lead_s: float) -> float:
         def now(cls, tz=None):
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr(conductor.nightly, "datetime", Shifted)
+    monkeypatch.setattr(conductor.background.nightly, "datetime", Shifted)
     return hour_at
 
 

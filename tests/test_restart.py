@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from conductor.ledger_files import LedgerFiles
+from conductor.ledger.files import LedgerFiles
 from server.turn.memory import TOKEN_HEADER
 from tests.inprocess import InProcessApp
 
@@ -118,7 +118,7 @@ def test_the_ledger_saver_writes_behind_and_a_stop_writes_the_last(served, tmp_p
 
 def test_the_ledger_saver_waits_while_clients_run_but_not_past_its_limit(served, tmp_path,
                                                                         monkeypatch):
-    import conductor.ledger_files as ledger_files
+    import conductor.ledger.files as ledger_files
 
     app = InProcessApp(served, tmp_path / "home")
     files = LedgerFiles(app.memory.root)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from conductor.atomic import atomic_write
 from conductor.layers.paths import LayerFiles
+from conductor.storage.atomic import atomic_write
 
 
 class ArtifactRefused(Exception):

@@ -13,7 +13,7 @@ from conductor.layers.sections import Entry, all_entries, entry_id
 from conductor.layers.state import ConversationState
 from conductor.layers.turn_format import Turn
 from conductor.layers.user_layers import UserLayers
-from conductor.secrets import has_secret
+from conductor.notes.secrets import has_secret
 
 PROBLEMS = ("stale", "unsupported", "contradicted")
 UNVERIFIED = "unverified: "

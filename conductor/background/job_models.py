@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from conductor.atomic import atomic_write
+from conductor.storage.atomic import atomic_write
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from conductor.atomic import atomic_write
 from conductor.layers.paths import LayerFiles
+from conductor.storage.atomic import atomic_write
 
 JOBS_STATE_FILE = "jobs.json"
 

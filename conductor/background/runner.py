@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 
 import jsonschema
 
-from conductor.atomic import atomic_write
 from conductor.background.artifacts import ArtifactRefused, write_artifacts
 from conductor.background.backend import JobBackend, JobPrompt
 from conductor.background.job import Caps, JobInputs, JobSpec
@@ -25,6 +24,7 @@ from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic, read_seman
 from conductor.layers.state import ConversationState
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import parse_working_memory
+from conductor.storage.atomic import atomic_write
 
 FAILED_RETRY_S = 600.0  # a failed job waits this long before its state trigger fires again
 Clock = Callable[[], datetime]

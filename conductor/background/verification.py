@@ -17,7 +17,7 @@ from conductor.background.job import (
 from conductor.background.job_state import Flag, JobState
 from conductor.layers.sections import all_entries
 from conductor.layers.state import ConversationState
-from conductor.secrets import has_secret
+from conductor.notes.secrets import has_secret
 
 NAME = "verification_review"
 ARTIFACT = "state/REVIEW.md"

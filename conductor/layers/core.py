@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from conductor.atomic import atomic_write, ensure_dir
 from conductor.layers.paths import LayerFiles
+from conductor.storage.atomic import atomic_write, ensure_dir
 
 CORE_FILES = ("AGENT.md", "USER.md", "SOUL.md")
 

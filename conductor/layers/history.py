@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from conductor.atomic import FileLock, atomic_write, ensure_dir, fsync_dir
 from conductor.layers.paths import LayerFiles
 from conductor.layers.turn_format import NewerSchemaError, Turn, TurnFormatError, parse_turn
+from conductor.storage.atomic import FileLock, atomic_write, ensure_dir, fsync_dir
 
 log = logging.getLogger("tandem.layers")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from conductor.paths import valid_user
+from conductor.storage.paths import valid_user
 
 LAYERS_DIR = "layers"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conductor.atomic import atomic_write, ensure_dir
 from conductor.layers.paths import LayerFiles
 from conductor.layers.sections import Entry, parse_sections, render_sections
+from conductor.storage.atomic import atomic_write, ensure_dir
 
 # file -> (title, fixed sections, entry id prefix)
 SEMANTIC_FILES: dict[str, tuple[str, tuple[str, ...], str]] = {

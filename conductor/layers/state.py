@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from conductor.atomic import atomic_write
 from conductor.layers.paths import LayerFiles
+from conductor.storage.atomic import atomic_write
 
 STATE_FILE = "conversation.json"
 

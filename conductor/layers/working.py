@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conductor.atomic import atomic_write
 from conductor.layers.paths import LayerFiles
 from conductor.layers.sections import Entry, parse_sections, render_sections
+from conductor.storage.atomic import atomic_write
 
 SECTIONS = ("Current Priorities", "Active Tasks", "Open Threads", "Recent Progress",
             "Pending Checks")

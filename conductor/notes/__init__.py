@@ -13,10 +13,10 @@ User side (dashboard and CLI, ``via=``): ``edit`` (a ratified revision), ``ratif
 ``reject``, ``pin``, ``user_archive``, ``delete``, ``delete_all``.
 
 Reading: ``get``, ``list``, ``search``; usage: ``record_injection``, ``uses_in_days``;
-upkeep: ``regenerate_index`` and the nightly helpers used by ``conductor.nightly``.
+upkeep: ``regenerate_index`` and the nightly helpers used by ``conductor.background.nightly``.
 
 Every write returns a ``WriteResult``. A write that breaks a rule is refused with a
-machine-readable ``reason`` (``conductor.rules.Reason``), never raised; an I/O failure is
+machine-readable ``reason`` (``conductor.notes.rules.Reason``), never raised; an I/O failure is
 returned as ``io_error``. Wrong argument types raise. Writes hold a per-user ``flock``, so
 threads and processes lose no note; each file is replaced atomically, so a crash leaves
 the old note whole. Every write, refusal, injection and nightly run is journaled without
@@ -24,7 +24,9 @@ titles or bodies.
 
 Modules: ``store`` (``NoteStore``, put together from ``model_writes``, ``user_writes``,
 ``reads``, ``usage_counts`` and ``maintenance``, all on ``core``), ``results``
-(``WriteResult``), ``snapshot`` (loading the files), ``filters`` and ``helpers``.
+(``WriteResult``), ``snapshot`` (loading the files), ``filters`` and ``helpers``; a note's
+file form (``note_format``), the rules a write must pass (``rules``, ``secrets``), the
+same-fact check (``dedupe``) and the BM25 index over notes (``bm25``).
 """
 
 from conductor.notes.filters import STATES

@@ -14,16 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec
 
-from conductor.atomic import DIR_MODE, FileLock, atomic_write, ensure_dir, remove_file
-from conductor.journal import Journal
-from conductor.note_format import KINDS, SCOPES, Note, render, utc_now
-from conductor.note_search import NoteIndex
+from conductor.hidden.usage import UsageBook
 from conductor.notes.helpers import _copy, _entry, _missing
+from conductor.notes.note_format import KINDS, SCOPES, Note, render, utc_now
 from conductor.notes.results import WriteResult
+from conductor.notes.rules import Caps, Content, Reason, Refusal, check_content
 from conductor.notes.snapshot import NoteCache, _Snapshot
-from conductor.paths import Layout, StoreRootError, git_work_tree_of, valid_user
-from conductor.rules import Caps, Content, Reason, Refusal, check_content
-from conductor.usage import UsageBook
+from conductor.search.notes_bm25 import NoteIndex
+from conductor.storage.atomic import DIR_MODE, FileLock, atomic_write, ensure_dir, remove_file
+from conductor.storage.journal import Journal
+from conductor.storage.paths import Layout, StoreRootError, git_work_tree_of, valid_user
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from conductor.note_format import Note
-from conductor.paths import project_key
+from conductor.notes.note_format import Note
+from conductor.storage.paths import project_key
 
 STATES = ("live", "archived", "all")
 

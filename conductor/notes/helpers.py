@@ -6,8 +6,8 @@ import copy
 import os
 from datetime import datetime
 
-from conductor.note_format import SOURCES, Note, format_time
-from conductor.rules import Content, Reason, Refusal
+from conductor.notes.note_format import SOURCES, Note, format_time
+from conductor.notes.rules import Content, Reason, Refusal
 
 USER_VIAS = ("dashboard", "cli", "route")
 

@@ -7,17 +7,17 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from conductor.atomic import atomic_write, clean_temp_files
-from conductor.export import export_tree
-from conductor.index_md import render_index_md
+from conductor.hidden.index_md import render_index_md
 from conductor.notes.core import StoreCore
 from conductor.notes.helpers import _check_via, _entry
+from conductor.storage.atomic import atomic_write, clean_temp_files
+from conductor.storage.export import export_tree
 
 TEMP_FILE_AGE = timedelta(hours=1)
 
 
 class Maintenance(StoreCore):
-    """The nightly job's helpers (``conductor.nightly``) and the user's export."""
+    """The nightly job's helpers (``conductor.background.nightly``) and the user's export."""
 
     def regenerate_index(self, now: datetime | None = None) -> Path:
         """Write ``INDEX.md``: one line per live note."""

@@ -7,15 +7,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from conductor import dedupe
-from conductor.note_format import Note
-from conductor.note_search import note_text
+from conductor.notes import dedupe
 from conductor.notes.core import StoreCore, _guard
 from conductor.notes.filters import _scope_filters
 from conductor.notes.helpers import _as_note, _check_source, _entry, _new_id
+from conductor.notes.note_format import Note
 from conductor.notes.results import WriteResult
-from conductor.notes.snapshot import _Snapshot
-from conductor.rules import (
+from conductor.notes.rules import (
     Reason,
     Refusal,
     check_content,
@@ -23,6 +21,8 @@ from conductor.rules import (
     needs_user_message,
     resolve_scope,
 )
+from conductor.notes.snapshot import _Snapshot
+from conductor.search.notes_bm25 import note_text
 
 _RULE_DETAIL = "a rule about the user needs the user's own message in the turn"
 

@@ -6,14 +6,14 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from conductor import dedupe
-from conductor.note_format import Note, clean_tags
-from conductor.note_search import note_text
+from conductor.notes import dedupe
 from conductor.notes.core import StoreCore
 from conductor.notes.filters import _filters, _matches, _scope_filters
 from conductor.notes.helpers import _copy
+from conductor.notes.note_format import Note, clean_tags
+from conductor.notes.rules import Refusal, resolve_scope
 from conductor.notes.snapshot import _Snapshot
-from conductor.rules import Refusal, resolve_scope
+from conductor.search.notes_bm25 import note_text
 
 
 class NoteReads(StoreCore):
@@ -114,7 +114,7 @@ class NoteReads(StoreCore):
         session: str | None = None,
     ) -> tuple[Note, float] | None:
         """The live note in the scope that this text covers best, with its normalised BM25
-        ratio (see ``conductor.dedupe``). For tuning and for the dashboard; no write."""
+        ratio (see ``conductor.notes.dedupe``). For tuning and for the dashboard; no write."""
         where = resolve_scope(scope, project, session)
         if isinstance(where, Refusal):
             raise ValueError(where.detail)

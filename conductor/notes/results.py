@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from conductor.note_format import Note
+from conductor.notes.note_format import Note
 
 
 @dataclass

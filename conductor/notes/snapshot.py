@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from conductor.atomic import remove_file
-from conductor.note_format import Note, NoteFormatError, parse
-from conductor.note_search import NoteIndex
+from conductor.notes.note_format import Note, NoteFormatError, parse
+from conductor.search.notes_bm25 import NoteIndex
+from conductor.storage.atomic import remove_file
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from conductor.atomic import ensure_dir
-from conductor.note_format import parse
 from conductor.notes.core import StoreCore, _guard
 from conductor.notes.helpers import _check_via, _entry, _new_id
+from conductor.notes.note_format import parse
 from conductor.notes.results import WriteResult
-from conductor.rules import Reason, Refusal, clean_reason
+from conductor.notes.rules import Reason, Refusal, clean_reason
+from conductor.storage.atomic import ensure_dir
 
 
 class UserWrites(StoreCore):

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import atomic_write, remove_file
 from conductor.search.chunks import Chunk, split_markdown
 from conductor.search.embedders import Embedder
 from conductor.search.sources import Registry, Source, load_sources
@@ -38,6 +37,7 @@ from conductor.search.stores import (
     VectorStore,
     collection_name,
 )
+from conductor.storage.atomic import atomic_write, remove_file
 
 MODES = ("hybrid", "dense", "sparse")
 UPSERT_BATCH = 64

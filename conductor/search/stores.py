@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from conductor.atomic import ensure_dir, make_private
+from conductor.storage.atomic import ensure_dir, make_private
 
 DENSE, SPARSE = "dense", "bm25"
 PREFETCH_FACTOR = 4

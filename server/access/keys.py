@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.atomic import atomic_write
-from conductor.paths import valid_user
+from conductor.storage.atomic import atomic_write
+from conductor.storage.paths import valid_user
 
 KEYS_FILE = "keys.json"
 PREFIX = "tdm"

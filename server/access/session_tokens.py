@@ -24,7 +24,7 @@ import threading
 from contextlib import suppress
 from pathlib import Path
 
-from conductor.atomic import FILE_MODE, append_line, atomic_write, ensure_dir
+from conductor.storage.atomic import FILE_MODE, append_line, atomic_write, ensure_dir
 
 log = logging.getLogger("tandem.memory")
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from conductor.background.backend import JobAnswer, JobPrompt
-from conductor.ledger import Ledger
+from conductor.ledger.records import Ledger
 from engine.engine import Engine, GenerationParams
 
 CONTINUOUS_SESSION = "continuous"

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from conductor.prewarm import Stale
+from conductor.hidden.prewarm import Stale
 from engine.engine import Engine, GenerationParams
 from server.turn.memory import MemoryServices
 from server.turn.prompt import shared_context_ids

@@ -6,8 +6,8 @@ import asyncio
 import math
 from collections.abc import AsyncIterator
 
-from conductor.ledger import Record
-from conductor.writer import GenerationPiece, Writer, WriterRun
+from conductor.ledger.records import Record
+from conductor.writing.writer import GenerationPiece, Writer, WriterRun
 from engine.engine import Engine, GenerationParams
 from server.turn.memory import MemoryServices
 

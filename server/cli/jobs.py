@@ -28,7 +28,7 @@ from conductor.background.job_models import INHERIT, JobModels, endpoint_model
 from conductor.background.job_state import read_job_state
 from conductor.background.jobs import JOBS
 from conductor.layers.paths import LayerFiles
-from conductor.paths import default_home, valid_user
+from conductor.storage.paths import default_home, valid_user
 from server.cli.notes import default_user
 
 DEFAULT_URL = "http://127.0.0.1:8000"

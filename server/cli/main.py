@@ -53,7 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
         _say(f"ready in {time.monotonic() - started:.0f} s: {where} "
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
-    from conductor.paths import valid_user
+    from conductor.storage.paths import valid_user
     from server.turn.memory import MemorySettings
 
     if args.user is not None and not valid_user(args.user):

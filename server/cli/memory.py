@@ -26,10 +26,10 @@ from typing import Any
 from conductor.layers.inventory import summary
 from conductor.layers.turn_format import Turn
 from conductor.layers.user_layers import UserLayers
-from conductor.paths import default_home, valid_user
 from conductor.search.index import MODES, Hit, SearchIndex
 from conductor.search.sources import COLLECTIONS, SourceError
 from conductor.search.stores import IndexBusy
+from conductor.storage.paths import default_home, valid_user
 from server.cli.notes import default_user
 
 

@@ -12,7 +12,7 @@ from conductor.background.job_models import INHERIT, endpoint_model
 from conductor.background.job_state import read_job_state
 from conductor.background.jobs import JOBS
 from conductor.background.runner import recent_runs
-from conductor.paths import valid_user
+from conductor.storage.paths import valid_user
 from server.background.jobs import JobBusy, JobService, profile_key_envs
 from server.http.errors import APIError
 from server.routes.conductor import check_admin

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from conductor.layers.inventory import LAYER_NAMES, layer_file_path, summary
-from conductor.paths import valid_user
+from conductor.storage.paths import valid_user
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, StreamOptions
 from server.routes.conductor import check_admin

@@ -13,10 +13,10 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
 from conductor.search.sources import COLLECTIONS, SourceError
-from conductor.shared_context import visible_hits, visible_note_ids
 from server.background.search import SearchService
 from server.http.errors import APIError
 from server.turn.memory import TOKEN_HEADER, MemoryServices, request_user

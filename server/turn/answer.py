@@ -13,8 +13,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.ledger import Record, Span, VisibleMessage
-from conductor.shared_context import SHARED_KIND
+from conductor.hidden.shared_context import SHARED_KIND
+from conductor.ledger.records import Record, Span, VisibleMessage
 from engine.engine import Delta, TokenLogprob
 from server.turn.hidden import injections_to_record, record_injections
 from server.turn.memblock import MemoryFilter

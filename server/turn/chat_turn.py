@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
-from conductor.ledger import Span, VisibleMessage
+from conductor.ledger.records import Span, VisibleMessage
 from engine.engine import Engine, EngineDead, GenerationParams
 from engine.profiles import Profile
 from server.http.errors import APIError

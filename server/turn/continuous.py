@@ -14,6 +14,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from conductor.hidden.shared_context import SHARED_KIND
 from conductor.layers.conversation import (
     TIME_KIND,
     WindowBounds,
@@ -24,7 +25,6 @@ from conductor.layers.conversation import (
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
-from conductor.shared_context import SHARED_KIND
 from engine.engine import Engine
 from engine.profiles import Profile
 from server.http.errors import APIError

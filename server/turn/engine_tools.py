@@ -17,9 +17,9 @@ from typing import Any
 
 import jsonschema
 
-from conductor.memory_refs import RefError, read_ref
+from conductor.hidden.memory_refs import RefError, read_ref
+from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.search.sources import COLLECTIONS, SourceError
-from conductor.shared_context import visible_hits, visible_note_ids
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ToolDefinition
 from server.turn.memory import MemoryContext, MemoryServices, status_line
@@ -112,7 +112,7 @@ class EngineToolbox:
     async def run(self, call: ToolCall, user: str, project: str | None = None,
                   session: str | None = None) -> ToolOutcome:
         """Run one call for `user`, reading only what the request may read (the user's
-        notes, `project`'s, `session`'s own: conductor.shared_context.visible_note_ids)."""
+        notes, `project`'s, `session`'s own: conductor.hidden.shared_context.visible_note_ids)."""
         arguments, problem = self._arguments(call)
         status = self._status(call, arguments)
         if problem is not None:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from conductor.ledger import Match, Span, VisibleMessage
+from conductor.ledger.records import Match, Span, VisibleMessage
 from engine.engine import Engine
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest

@@ -16,8 +16,7 @@ import hashlib
 from array import array
 from dataclasses import dataclass, field
 
-from conductor.ledger import Record, Span, VisibleMessage
-from conductor.shared_context import (
+from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
     build_session_tail,
@@ -25,7 +24,8 @@ from conductor.shared_context import (
     session_notes,
     shared_notes,
 )
-from conductor.tail_notes import build_matches
+from conductor.hidden.tail_notes import build_matches
+from conductor.ledger.records import Record, Span, VisibleMessage
 from server.http.schema import ChatCompletionRequest
 from server.turn.engine_tools import NAMES as ENGINE_TOOLS
 from server.turn.memory import MemoryContext, MemoryServices

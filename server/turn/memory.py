@@ -14,21 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from conductor.journal import Journal
-from conductor.layers.history import QuarantineReport
-from conductor.layers.user_layers import UserLayers
-from conductor.ledger import Ledger
-from conductor.ledger_files import LedgerFiles, LedgerSaver
-from conductor.notes import NoteStore
-from conductor.paths import valid_session, valid_user
-from conductor.prewarm import ContextGroup, PrewarmHeads
-from conductor.shared_context import (
+from conductor.hidden.prewarm import ContextGroup, PrewarmHeads
+from conductor.hidden.shared_context import (
     SharedContext,
     build_shared_context,
     shared_notes,
 )
-from conductor.shown_answers import ShownAnswers
-from conductor.writer_triggers import SESSION_IDLE_S, WriterTriggers
+from conductor.layers.history import QuarantineReport
+from conductor.layers.user_layers import UserLayers
+from conductor.ledger.files import LedgerFiles, LedgerSaver
+from conductor.ledger.records import Ledger
+from conductor.ledger.shown_answers import ShownAnswers
+from conductor.notes import NoteStore
+from conductor.storage.journal import Journal
+from conductor.storage.paths import valid_session, valid_user
+from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 from server.access.session_tokens import SessionTokens
 from server.http.schema import ChatCompletionRequest
 

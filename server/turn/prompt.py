@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conductor.ledger import Match, Span, VisibleMessage
+from conductor.ledger.records import Match, Span, VisibleMessage
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
 

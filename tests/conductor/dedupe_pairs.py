@@ -1,4 +1,4 @@
-"""Labelled set for choosing the BM25 dedupe threshold (see conductor/dedupe.py).
+"""Labelled set for choosing the BM25 dedupe threshold (see conductor/notes/dedupe.py).
 
 ``BASE`` holds stored notes on distinct topics. Each probe is a new note written later in
 the same scope, labelled ``dup`` (the same fact said again, differently worded: it should

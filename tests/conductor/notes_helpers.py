@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from conductor.note_format import Note, render
 from conductor.notes import NoteStore, WriteResult
+from conductor.notes.note_format import Note, render
 
 
 class FakeClock:

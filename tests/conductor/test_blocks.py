@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conductor.blocks import (
+from conductor.writing.blocks import (
     MAX_BLOCK_CHARS,
     Block,
     BlockRefusal,

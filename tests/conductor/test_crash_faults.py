@@ -4,7 +4,7 @@ and counted, and each write is found either not done or done whole; run again, i
 completes.
 
 Each case runs the write in a child process (`tests/crash_driver.py`) armed with
-``TANDEM_FAULT=<kind>:<point>``, so the child dies exactly there (conductor/faults.py).
+``TANDEM_FAULT=<kind>:<point>``, so the child dies exactly there (conductor/storage/faults.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conductor.faults import (
+from conductor.layers.user_layers import UserLayers
+from conductor.notes import NoteStore
+from conductor.notes.note_format import parse
+from conductor.search.index import SYNC_MARK, SearchIndex
+from conductor.storage.faults import (
     AFTER_RENAME,
     BEFORE_RENAME,
     BEFORE_UNLINK,
@@ -28,12 +32,8 @@ from conductor.faults import (
     TEMP_OPEN,
     TEMP_PARTIAL,
 )
-from conductor.journal import Journal
-from conductor.layers.user_layers import UserLayers
-from conductor.note_format import parse
-from conductor.notes import NoteStore
-from conductor.recovery import recover
-from conductor.search.index import SYNC_MARK, SearchIndex
+from conductor.storage.journal import Journal
+from conductor.storage.recovery import recover
 from tests import crash_driver as driver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,7 +168,7 @@ def test_a_kill_at_any_point_of_a_write_leaves_a_store_that_loads_whole(
 def test_a_live_writers_temp_file_is_kept_and_a_dead_ones_goes(tmp_path: Path) -> None:
     """A restart must not take a temp file from under a writer that is still running
     (another process on the same folder): only a dead process's, or an hour-old one."""
-    from conductor.atomic import writer_tag
+    from conductor.storage.atomic import writer_tag
 
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -181,7 +181,7 @@ def test_a_live_writers_temp_file_is_kept_and_a_dead_ones_goes(tmp_path: Path) -
     untagged_old = folder / ".d.md.abc123.tmp"
     untagged_old.write_text("an older release's temp, long ago")
     os.utime(untagged_old, (1, 1))
-    from conductor.atomic import clean_temp_files
+    from conductor.storage.atomic import clean_temp_files
 
     assert clean_temp_files(folder) == 2
     assert live.exists() and untagged_new.exists()

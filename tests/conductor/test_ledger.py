@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conductor.ledger import Ledger, Record, VisibleMessage
+from conductor.ledger.records import Ledger, Record, VisibleMessage
 
 
 def msg(role: str, text: str, calls=None) -> VisibleMessage:

@@ -1,10 +1,9 @@
-"""Property tests of the session ledger (`conductor/ledger.py`), for the "Hostile input" part
-of the reliability issue: for arbitrary sequences of record and find over a few users and
-sessions, with arbitrary messages, tool arguments and id arrays, nothing raises; `find`
-returns only a record of the asking user and session, whose visible messages are exactly the
-longest held proper prefix of the query; the documented bounds (records a session, ids held)
-hold after every operation; a record's hidden spans stay inside its ids.
-
+"""Property tests of the session ledger (`conductor/ledger/records.py`), for the "Hostile
+input" part of the reliability issue: for arbitrary sequences of record and find over a few
+users and sessions, with arbitrary messages, tool arguments and id arrays, nothing raises;
+`find` returns only a record of the asking user and session, whose visible messages are
+exactly the longest held proper prefix of the query; the documented bounds (records a
+session, ids held) hold after every operation; a record's hidden spans stay inside its ids.
 Users and sessions include pairs whose hash seeds coincide ("u\\0" + "s" and "u" + "\\0s"
 both seed "u\\0\\0s"): the (user, session) lookup, not the hash, must keep them apart.
 `RELIABILITY.md` quotes the example counts (`--hypothesis-show-statistics`)."""
@@ -19,7 +18,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from text_strategies import WITH_SURROGATE
 
-from conductor.ledger import (
+from conductor.ledger.records import (
     MAX_TOKENS,
     RECORDS_PER_SESSION,
     Ledger,

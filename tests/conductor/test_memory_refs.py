@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conductor.hidden.memory_refs import RefError, read_ref
 from conductor.layers.user_layers import UserLayers
-from conductor.memory_refs import RefError, read_ref
 from conductor.notes import NoteStore
 from conductor.search.sources import load_sources
 

@@ -8,8 +8,8 @@ import pytest
 from dedupe_pairs import BASE, PROBES
 from notes_helpers import read_front
 
-from conductor.dedupe import DEDUPE_THRESHOLD
 from conductor.notes import NoteStore
+from conductor.notes.dedupe import DEDUPE_THRESHOLD
 
 
 def test_same_normalised_title_turns_the_add_into_a_revision(store: NoteStore) -> None:

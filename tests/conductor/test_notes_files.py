@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from notes_helpers import FakeClock, read_front
 
-from conductor import atomic
-from conductor.note_format import Note, parse, render
 from conductor.notes import NoteStore
-from conductor.paths import StoreRootError, project_key
+from conductor.notes.note_format import Note, parse, render
+from conductor.storage import atomic
+from conductor.storage.paths import StoreRootError, project_key
 
 
 def test_notes_land_in_their_scope_folders(store: NoteStore) -> None:
@@ -262,7 +262,7 @@ def test_one_scan_pins_reads_of_its_own_thread_only(store: NoteStore) -> None:
 def test_an_export_that_fails_midway_leaves_the_old_zip_and_no_temp_file(
     store: NoteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from conductor import export
+    from conductor.storage import export
 
     store.add(title="Prefers tea", kind="reference", scope="user")
     dest = tmp_path / "out" / "notes.zip"

@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conductor.note_format import Note, clean_tags, clean_title, parse, render
 from conductor.notes import NoteStore
+from conductor.notes.note_format import Note, clean_tags, clean_title, parse, render
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 

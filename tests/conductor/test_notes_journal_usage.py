@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from notes_helpers import FakeClock
 
-from conductor.journal import Journal
-from conductor.nightly import run_nightly
+from conductor.background.nightly import run_nightly
 from conductor.notes import NoteStore
+from conductor.storage.journal import Journal
 
 CANARY_TITLE = "Canarytitle Qz7xw"
 CANARY_BODY = "canarybody Vb3kp lives in this body"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from notes_helpers import FakeClock, read_front
 
-from conductor.note_format import Note
 from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
 
 
 def _ratified(store: NoteStore, **kw: object) -> Note:

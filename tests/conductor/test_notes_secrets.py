@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conductor.notes import NoteStore
-from conductor.secrets import FAMILIES, find_secrets, redact
+from conductor.notes.secrets import FAMILIES, find_secrets, redact
 
 # Built by concatenation so no scanner mistakes this file for a leak.
 A20 = "aB3dE5gH7jK9mN1pQ3sT"

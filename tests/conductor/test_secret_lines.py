@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conductor.notes import NoteStore
-from conductor.secrets import has_secret
+from conductor.notes.secrets import has_secret
 
 DATA = Path(__file__).parents[1] / "data" / "secrets"
 RECALL_MIN = 0.98

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.secret_fuzz import ALPHABET, SEEDS, best_time, repeated
-from conductor.secrets import find_secrets, redact
+from conductor.notes.secrets import find_secrets, redact
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -1,4 +1,4 @@
-"""Property tests of the status-line stripper (`conductor/shown_answers.py`), for the
+"""Property tests of the status-line stripper (`conductor/ledger/shown_answers.py`), for the
 "Hostile input" part of the reliability issue: for arbitrary text and arbitrary sequences of
 calls, nothing raises, an answer sent back as it was shown comes back as the model wrote it,
 text never recorded comes back unchanged, and the store stays within its bound.
@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from text_strategies import WITH_SURROGATE
 
-from conductor.shown_answers import MAX_ANSWERS, ShownAnswers
+from conductor.ledger.shown_answers import MAX_ANSWERS, ShownAnswers
 
 # Pieces that matter to this module: line breaks, the status marker, whitespace that
 # str.strip() takes off (unicode line and paragraph separators, ideographic space).

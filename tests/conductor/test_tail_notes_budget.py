@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from conductor.note_format import Note
-from conductor.tail_notes import build_index, content_words
+from conductor.hidden.tail_notes import build_index, content_words
+from conductor.notes.note_format import Note
 
 
 def words(text: str) -> int:
@@ -39,8 +39,8 @@ def test_content_words_drop_stopwords_and_case():
 
 
 def test_matching_notes_stay_within_their_budget(tmp_path):
+    from conductor.hidden.tail_notes import MATCH_BUDGET, build_matches
     from conductor.notes import NoteStore
-    from conductor.tail_notes import MATCH_BUDGET, build_matches
 
     store = NoteStore(tmp_path / "memory", "tester")
     topics = ["alpha", "bravo", "charlie"]

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from conductor.ledger import Ledger, Record, VisibleMessage
+from conductor.ledger.records import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
-from conductor.writer import GenerationPiece, Writer
+from conductor.writing.writer import GenerationPiece, Writer
 
 
 class GateOnly:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conductor.writer_triggers import WriterTriggers
+from conductor.writing.triggers import WriterTriggers
 
 
 class Clock:

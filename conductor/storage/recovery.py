@@ -1,7 +1,7 @@
 """What a start does after a crash: temp files of dead writers removed, torn journal
 lines counted.
 
-Nothing else needs repair: every file is replaced whole (conductor.atomic), a note moved
+Nothing else needs repair: every file is replaced whole (conductor.storage.atomic), a note moved
 under a new name and left twice is settled by the store on load (the longer changelog
 wins), a search sync that died is rebuilt by the next sync (its ``sync.pending`` mark),
 and a torn journal line is ended by the next append and skipped by every reader.
@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from conductor.atomic import clean_temp_files
-from conductor.journal import Journal
+from conductor.storage.atomic import clean_temp_files
+from conductor.storage.journal import Journal
 
 log = logging.getLogger("tandem.memory")
 

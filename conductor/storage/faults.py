@@ -21,7 +21,7 @@ import signal
 FAULT_ENV = "TANDEM_FAULT"
 ACTIONS = ("kill", "enospc", "erofs")
 
-# The steps of an atomic write, in order (conductor.atomic.atomic_file):
+# The steps of an atomic write, in order (conductor.storage.atomic.atomic_file):
 TEMP_OPEN = "temp_open"            # the temp file exists, empty
 TEMP_PARTIAL = "temp_partial"      # half the new content written to the temp file
 BEFORE_RENAME = "before_rename"    # the temp file whole and fsync'd, not yet renamed

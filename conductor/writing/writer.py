@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from conductor.atomic import append_line, atomic_write
-from conductor.block_writes import write_block
-from conductor.blocks import Block, BlockRefusal, BlockScanner, parse_block
-from conductor.ledger import Ledger, Record
+from conductor.ledger.records import Ledger, Record
 from conductor.notes import NoteStore
+from conductor.storage.atomic import append_line, atomic_write
+from conductor.writing.block_writes import write_block
+from conductor.writing.blocks import Block, BlockRefusal, BlockScanner, parse_block
 
 WriterMode = Literal["off", "shadow", "on"]
 GATE_CONFIDENCE = 0.8  # a "no" at least this sure skips the turn

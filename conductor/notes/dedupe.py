@@ -32,8 +32,8 @@ import difflib
 import re
 from collections.abc import Mapping
 
-from conductor.note_format import Note, normalise_title
-from conductor.note_search import NoteIndex, note_text
+from conductor.notes.note_format import Note, normalise_title
+from conductor.search.notes_bm25 import NoteIndex, note_text
 
 # A candidate finder since the different-fact check guards the merge: restatements of the
 # first labelled set score 0.68-1.00; on the 203 pairs, 0.45 misses 10% of restatements

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from conductor.note_format import Note
 from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
 
 INDEX_BUDGET = 1500
 MATCH_BUDGET = 600

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from conductor.note_format import utc_now
 from conductor.notes import NoteStore
-from conductor.paths import users_under
+from conductor.notes.note_format import utc_now
+from conductor.storage.paths import users_under
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import tantivy
 
-from conductor.atomic import DIR_MODE, FILE_MODE, atomic_write, ensure_dir
-from conductor.note_format import Note
+from conductor.notes.note_format import Note
+from conductor.storage.atomic import DIR_MODE, FILE_MODE, atomic_write, ensure_dir
 
 SCHEMA_VERSION = 1
 TEXT_FIELDS = ("title", "tags", "body")

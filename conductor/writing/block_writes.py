@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conductor.blocks import BlockRequest
 from conductor.notes import NoteStore, WriteResult
+from conductor.writing.blocks import BlockRequest
 
 
 def write_block(store: NoteStore, request: BlockRequest, *, source: str, session: str,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from conductor.note_format import KINDS, SCOPES
+from conductor.notes.note_format import KINDS, SCOPES
 
 OPEN = "<tandem_memory"
 CLOSE = "</tandem_memory>"

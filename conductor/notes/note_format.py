@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from conductor.paths import slugify
+from conductor.storage.paths import slugify
 
 KINDS = ("rule", "ruling", "gotcha", "runbook", "program_state", "reference", "registry", "archive")
 SCOPES = ("user", "project", "session")

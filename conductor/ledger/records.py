@@ -118,7 +118,7 @@ class Ledger:
         default_factory=OrderedDict)
     _tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    # What changed since `take_changes` (conductor/ledger_files.py saves it to disk)
+    # What changed since `take_changes` (conductor/ledger/files.py saves it to disk)
     _changed: set[SessionKey] = field(default_factory=set)
     _gone: set[SessionKey] = field(default_factory=set)
 

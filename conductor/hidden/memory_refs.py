@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from conductor.hidden.shared_context import note_id_of_file
 from conductor.layers.inventory import layer_file_path
 from conductor.layers.user_layers import UserLayers
-from conductor.note_format import Note
 from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
 from conductor.search.chunks import split_markdown, without_frontmatter
 from conductor.search.sources import Registry
-from conductor.shared_context import note_id_of_file
 
 NOTE_ID = re.compile(r"^[0-9a-f]{10}$")
 

@@ -6,7 +6,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from conductor.atomic import TEMP_SUFFIX, atomic_file
+from conductor.storage.atomic import TEMP_SUFFIX, atomic_file
 
 
 def export_tree(user_dir: Path, user: str, dest: Path) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conductor.note_format import KINDS, SCOPES
+from conductor.notes.note_format import KINDS, SCOPES
 
 
 def memory_card() -> str:

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import atomic_write, remove_file
-from conductor.ledger import Ledger, Record, SessionKey, Span, VisibleMessage
+from conductor.ledger.records import Ledger, Record, SessionKey, Span, VisibleMessage
+from conductor.storage.atomic import atomic_write, remove_file
 
 log = logging.getLogger("tandem.memory")
 

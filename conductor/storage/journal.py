@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conductor.atomic import append_line
-from conductor.note_format import format_time, utc_now
+from conductor.notes.note_format import format_time, utc_now
+from conductor.storage.atomic import append_line
 
 ALLOWED_KEYS = frozenset(
     {

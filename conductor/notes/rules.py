@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.note_format import (
+from conductor.notes.note_format import (
     KINDS,
     SCOPES,
     clean_tags,
@@ -19,8 +19,8 @@ from conductor.note_format import (
     normalise_verify_by,
     word_count,
 )
-from conductor.paths import project_key, valid_session
-from conductor.secrets import MARKER_TEXT, Redaction, has_secret, redact
+from conductor.notes.secrets import MARKER_TEXT, Redaction, has_secret, redact
+from conductor.storage.paths import project_key, valid_session
 
 # A body whose non-whitespace characters are more than half secret, or that keeps fewer
 # than MIN_WORDS_LEFT words once its secrets are redacted, is a credential dump, not a

@@ -20,10 +20,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from conductor.card import memory_card, session_card
-from conductor.note_format import Note
+from conductor.hidden.card import memory_card, session_card
+from conductor.hidden.tail_notes import CountTokens, build_index
 from conductor.notes import NoteStore
-from conductor.tail_notes import CountTokens, build_index
+from conductor.notes.note_format import Note
 
 SHARED_KIND = "shared"
 SESSION_KIND = "session"

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from conductor.faults import (
+from conductor.storage.faults import (
     AFTER_RENAME,
     BEFORE_RENAME,
     BEFORE_UNLINK,
@@ -111,7 +111,7 @@ def atomic_file(path: Path, mode: int = FILE_MODE, kind: str = "file",
                 durable: bool = True) -> Iterator[BinaryIO]:
     """A binary handle whose content replaces ``path`` whole when the block ends without
     an error; on an error the temp file goes and ``path`` is untouched. ``kind`` names the
-    write for the crash tests' fault points (conductor.faults). ``durable=False`` skips
+    write for the crash tests' fault points (conductor.storage.faults). ``durable=False`` skips
     the fsyncs, for a cache a power cut may take back (never for the truth: notes)."""
     ensure_dir(path.parent)
     # Temp names start with a dot and end in .tmp so folder scans skip them; the writer's
