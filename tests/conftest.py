@@ -145,7 +145,7 @@ def tokenizer(built_models: Path):
 def plain_vllm_server(built_models):
     """The endpoint session's one engine: plain vLLM's own server on the tiny model, with
     compact JSON (as a small model's endpoint should be)."""
-    from bench.plain_vllm import plain_vllm
+    from bench.load.plain_vllm import plain_vllm
 
     with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
                     '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:

@@ -42,7 +42,7 @@ def responses(base: str, model: str, headers: dict[str, str] | None = None
 
 
 if __name__ == "__main__":
-    from bench.plain_vllm import plain_vllm
+    from bench.load.plain_vllm import plain_vllm
     from engine.home import tandem_home
     from engine.model_builder import models_dir
 

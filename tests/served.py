@@ -12,7 +12,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from bench.plain_vllm import free_port
+from bench.load.plain_vllm import free_port
 
 
 def wait_ready(base_url: str, timeout: float, check: Callable[[], None]) -> None:

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from bench.lanes import MODES
-from bench.report import paired_ratios, spread
-from bench.run import QUICK, run_bench
+from bench.lanes.lane import MODES
+from bench.lanes.run import QUICK, run_bench
+from bench.lanes.summary import paired_ratios
+from bench.report import spread
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +151,11 @@ def test_the_bench_keeps_its_own_claims(report):
 
 def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, engine,
                                                                          tmp_path):
-    from bench.tools_bench import ToolsBench, markdown, summarise
+    from bench.lanes.tools import ToolsBench, markdown, summarise
 
     bench = ToolsBench(engine, tmp_path)
     bench.prepare()
-    rows = served.run(bench.run(2), timeout=300)
+    rows = served.run(bench.lanes.run(2), timeout=300)
     assert sorted((r["sample"], r["way"]) for r in rows) == [
         (0, "with_search"), (0, "without"), (1, "with_search"), (1, "without")]
     summary = summarise(rows, engine.profile.block_size)
@@ -166,7 +167,7 @@ def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, 
 
 def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine, tmp_path):
     """The harness, not the accuracy: the tiny model's answers are noise."""
-    from bench.quality_bench import (
+    from bench.quality.run import (
         FACTS,
         LANES,
         accepted,
@@ -196,7 +197,7 @@ def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine
 def test_a_bad_fact_set_is_a_message_naming_the_line(tmp_path):
     import pytest
 
-    from bench.quality_bench import FactSetError, load_facts
+    from bench.quality.run import FactSetError, load_facts
 
     bad = tmp_path / "facts.jsonl"
     bad.write_text('{"note": {"kind": "reference", "title": "t", "body": "b"}, '

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.plain_vllm import plain_vllm
+from bench.load.plain_vllm import plain_vllm
 from conductor.search.embedders import EmbedderError, EndpointEmbedder, default_embedder
 from conductor.search.index import SearchIndex
 

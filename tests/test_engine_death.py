@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.plain_vllm import free_port
+from bench.load.plain_vllm import free_port
 from server.cli.main import ENGINE_DEAD_EXIT
 
 READY_TIMEOUT_S = 300

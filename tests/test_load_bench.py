@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from bench.load_bench import Lane, measure_interleaved, ratios, write_report
-from bench.load_client import LoadPlan, percentile, prompts, run_round
+from bench.load.clients import LoadPlan, percentile, prompts, run_round
+from bench.load.run import Lane, measure_interleaved, ratios, write_report
 
 
 def test_every_client_has_a_prompt_of_its_own_in_the_planned_length():
@@ -92,7 +92,7 @@ def test_memory_on_is_also_held_to_vllm_given_the_same_hidden_tokens():
 
 
 def test_pooled_ratios_take_the_median_over_every_paired_round_of_every_run():
-    from bench.load_pool import markdown, pooled
+    from bench.load.pool import markdown, pooled
 
     def run(vllm, off):
         def lane(walls):
@@ -106,7 +106,7 @@ def test_pooled_ratios_take_the_median_over_every_paired_round_of_every_run():
 
 
 def test_pooling_a_folder_without_results_says_so_and_exits_2(tmp_path, capsys):
-    from bench.load_pool import main
+    from bench.load.pool import main
 
     assert main([str(tmp_path)]) == 2
     assert "no load bench results.json" in capsys.readouterr().err
@@ -115,8 +115,8 @@ def test_pooling_a_folder_without_results_says_so_and_exits_2(tmp_path, capsys):
 
 
 def test_the_notes_lane_user_holds_every_quality_fact_as_a_live_note(tmp_path):
-    from bench.load_bench import LOAD_USER, write_notes
-    from bench.quality_bench import FACTS, load_facts
+    from bench.load.run import LOAD_USER, write_notes
+    from bench.quality.run import FACTS, load_facts
     from conductor.notes import NoteStore
 
     facts = load_facts(FACTS)

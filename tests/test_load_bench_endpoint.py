@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from bench.load_bench import memory_tokens_shape
-from bench.load_client import LoadPlan, run_round
+from bench.load.clients import LoadPlan, run_round
+from bench.load.run import memory_tokens_shape
 
 pytestmark = pytest.mark.endpoint
 

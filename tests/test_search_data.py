@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conductor.search.chunks import split_markdown
 
-DATA = Path(__file__).resolve().parent.parent / "bench" / "search_data"
+DATA = Path(__file__).resolve().parent.parent / "bench" / "search" / "data"
 STOPWORDS = set("""a an the to of in on at by for from with and or if is are be been was were
 it its we our us you your i my me he she they them their this that these those what which
 who whom when where why how do does did can could should would will may must not no so as

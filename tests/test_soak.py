@@ -1,10 +1,10 @@
 """The soak's quick mode on the test server: a few clients for a few seconds with blocks
 in answers and streams left mid-answer, then every acknowledged note on disk, every file
-readable and the engine idle (bench/soak.py; the full run is `tandem bench --soak`)."""
+readable and the engine idle (bench/soak/drive.py; the full run is `tandem bench --soak`)."""
 
 from __future__ import annotations
 
-from bench.soak import Afterwards, SoakPlan, check_memory, engine_in_flight, soak
+from bench.soak.drive import Afterwards, SoakPlan, check_memory, engine_in_flight, soak
 
 
 def test_a_quick_soak_loses_no_note_and_leaks_no_request(served):

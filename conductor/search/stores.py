@@ -23,7 +23,7 @@ PREFETCH_FACTOR = 4
 # a match of meaning out of the top, while an exact identifier first for BM25 and second
 # for dense (1.8/2 + 1/1) beats dense's first (1.8/1). Not 2.0: that makes those two tie,
 # and a tie falls to the order of random point ids. Chosen on the labelled set in
-# bench/search_data (recall@5: equal weights at k=60 0.855, these 0.945 = dense alone,
+# bench/search/data (recall@5: equal weights at k=60 0.855, these 0.945 = dense alone,
 # identifiers 1.00 against dense's 0.93; BM25 alone 0.545).
 RRF_K = 1
 RRF_WEIGHTS = [1.8, 1.0]  # dense, sparse: the prefetches' order

@@ -181,7 +181,7 @@ def _client_counts(text: str) -> list[int]:
 def _bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if args.load:
-        from bench.load_bench import run_load_bench
+        from bench.load.run import run_load_bench
 
         quick = args.quick
         run_load_bench(_resolve_profile(args.profile or "tiny"),
@@ -189,8 +189,8 @@ def _bench(args: argparse.Namespace) -> int:
                        rounds=1 if quick else args.rounds, out_dir=args.out)
         return 0
     if args.soak:
-        from bench.soak import SoakPlan
-        from bench.soak_bench import run_soak_bench
+        from bench.soak.drive import SoakPlan
+        from bench.soak.run import run_soak_bench
 
         clients = 4 if args.quick else int(args.clients if args.clients != DEFAULT_LOAD_CLIENTS
                                            else 32)
@@ -200,7 +200,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.against_vllm or args.clients != DEFAULT_LOAD_CLIENTS:
         raise ProfileError("--clients and --against-vllm go with --load")
     if args.quality:
-        from bench.quality_bench import FactSetError, run_quality_bench
+        from bench.quality.run import FactSetError, run_quality_bench
 
         try:
             run_quality_bench(_resolve_profile(args.profile or "smol"), args.facts, args.out,
@@ -211,7 +211,7 @@ def _bench(args: argparse.Namespace) -> int:
         return 0
     if args.facts is not None:
         raise ProfileError("--facts goes with --quality")
-    from bench.run import run_bench
+    from bench.lanes.run import run_bench
 
     run_bench(_resolve_profile(args.profile or "bench-0.6b"), quick=args.quick,
               out_dir=args.out)

@@ -1,7 +1,7 @@
 """The secret check costs time linear in its text's length, whatever the text: a
 6,000-character body of `-` once stalled the server 4.5 s (a quadratic pattern). Measured
 as a ratio in one run (16 KB against 4 KB of the same seed: 4 is linear, 16 quadratic);
-`python -m bench.secret_fuzz` reports the worst time per KB."""
+`python -m bench.secrets.fuzz` reports the worst time per KB."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.secret_fuzz import ALPHABET, SEEDS, best_time, repeated
+from bench.secrets.fuzz import ALPHABET, SEEDS, best_time, repeated
 from conductor.notes.secrets import find_secrets, redact
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.load_client import percentile
+from bench.load.clients import percentile
 from conductor.layers.history import HistoryStore
 from conductor.layers.paths import LayerFiles, layer_users
 from conductor.notes.note_format import parse

@@ -1,7 +1,7 @@
-"""The search's figures, measured in one run: `python -m bench.search_bench [--quick]`.
+"""The search's figures, measured in one run: `python -m bench.search.run [--quick]`.
 
 * quality: recall@5 of sparse (BM25), dense and hybrid on the labelled set in
-  `search_data/` (55 queries over 24 files: paraphrases that share no content word with
+  `data/` (55 queries over 24 files: paraphrases that share no content word with
   their answer, exact identifiers, and mixed ones), overall and per kind;
 * sync: cold throughput (chunks/s) over 1,000 files, and an unchanged re-sync of them;
 * query latency p50/p95 of a hybrid query, its embedding included, at 1k, 10k and 100k
@@ -23,11 +23,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.paths import RESULTS_DIR
 from conductor.search.embedders import default_embedder
 from conductor.search.index import MODES, SearchIndex
 
-DATA = Path(__file__).resolve().parent / "search_data"
-RESULTS = Path(__file__).resolve().parent / "results" / "search"
+DATA = Path(__file__).resolve().parent / "data"
+RESULTS = RESULTS_DIR / "search"
 RECALL_AT = 5
 
 

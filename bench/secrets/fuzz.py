@@ -1,4 +1,4 @@
-"""`python -m bench.secret_fuzz`: the secret check's worst time per KB.
+"""`python -m bench.secrets.fuzz`: the secret check's worst time per KB.
 
 The check (`conductor/notes/secrets.py`) runs on every note a user or the model writes. Python's
 regex engine backtracks, so a pattern with an unbounded run before a keyword can cost
@@ -17,13 +17,14 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from bench.paths import RESULTS_DIR
 from conductor.notes.secrets import find_secrets, redact
 
 SEEDS = ("-", "a", "aB1", " ", "\t", "é", "x.y-", "password", "password is ", "secret=",
          "-----BEGIN PRIVATE KEY-----\n", "sk-", "token ", "a://", "a://b:", "login a/",
          " -u a:", "AKIA", "eyJ", "Bearer ", "DB_PASSWORD=", "_", "aaaaaaaaaa_secret_")
 ALPHABET = "aA1-_.:=/@ \n\t'\"$<{*é" + "passwordsecrettokenbearerkey"
-OUT = Path(__file__).resolve().parent / "results" / "secrets"
+OUT = RESULTS_DIR / "secrets"
 
 
 def best_time(text: str, repeats: int = 3) -> float:

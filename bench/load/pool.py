@@ -1,5 +1,5 @@
 """Paired ratios pooled over several load-bench runs of the same code:
-`python -m bench.load_pool RUN_DIR [RUN_DIR ...]` prints, per comparison and client count,
+`python -m bench.load.pool RUN_DIR [RUN_DIR ...]` prints, per comparison and client count,
 the median over every paired round of every run (a round's wall varies by 10-30% on a
 2-core machine, so one run's 5-8 rounds do not settle a 5% margin)."""
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.load_bench import (
+from bench.load.run import (
     COMPARISONS,
     met_text,
     paired_ratios,
@@ -59,7 +59,7 @@ def markdown(table: dict[str, Any], sources: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-USAGE = "usage: python -m bench.load_pool RUN_DIR [RUN_DIR ...] (each holds a results.json)"
+USAGE = "usage: python -m bench.load.pool RUN_DIR [RUN_DIR ...] (each holds a results.json)"
 
 
 def main(argv: list[str]) -> int:

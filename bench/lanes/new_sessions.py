@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench.conversation import Turn
-from bench.lanes import USER, Lane
-from bench.session_bench import rotated
+from bench.lanes.conversation import Turn
+from bench.lanes.lane import USER, Lane
+from bench.lanes.session import rotated
 
 Progress = Callable[[str], None]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.conversation import Turn
-from bench.lanes import Lane
-from bench.session_bench import rotated
+from bench.lanes.conversation import Turn
+from bench.lanes.lane import Lane
+from bench.lanes.session import rotated
 
 Progress = Callable[[str], None]
 WAYS = ("continuous", "chat")

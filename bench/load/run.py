@@ -1,6 +1,6 @@
 """Throughput under many clients: `tandem bench --load [--clients 32,128] [--against-vllm]`.
 
-The same load (`bench.load_client`) against Tandem with memory off, Tandem with memory on
+The same load (`bench.load.clients`) against Tandem with memory off, Tandem with memory on
 and, with `--against-vllm`, plain vLLM's own server given the profile's engine settings;
 each its own process on this machine. With `--against-vllm` a fourth lane,
 `vllm_memory_tokens`, sends plain vLLM each request with the tokens memory on hides in a
@@ -36,9 +36,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.load_client import PLAIN, LoadPlan, RequestShape, run_round
-from bench.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
-from bench.quality_bench import FACTS, Fact, load_facts
+from bench.load.clients import PLAIN, LoadPlan, RequestShape, run_round
+from bench.load.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
+from bench.paths import RESULTS_DIR
+from bench.quality.run import FACTS, Fact, load_facts
 from bench.report import environment, write_run
 from engine.engine import resolve_model_path
 from engine.home import tandem_home
@@ -48,7 +49,7 @@ from engine.profiles import Profile
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-RESULTS = Path(__file__).resolve().parent / "results" / "load"
+RESULTS = RESULTS_DIR / "load"
 TARGETS = {"memory_off": 1.05, "memory_on": 1.10}  # Tandem / vLLM, wall and p95 TTFT
 # (lane, its yardstick, the most it may take or None): memory on is also held to vLLM
 # given the same hidden tokens, which leaves what Tandem's server adds to them.

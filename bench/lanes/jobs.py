@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from bench.conversation import TURNS
-from bench.lanes import USER, Lane
-from bench.writer_bench import DECODING_BEFORE_CLIENT, client_ids, client_ttft
+from bench.lanes.conversation import TURNS
+from bench.lanes.lane import USER, Lane
+from bench.lanes.writer import DECODING_BEFORE_CLIENT, client_ids, client_ttft
 from conductor.background.job import Caps
 from conductor.background.jobs import JOBS
 from conductor.layers.semantic import SEMANTIC_FILES

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from bench.conversation import RECALL_QUESTIONS, TURNS, Turn
-from bench.lanes import MODES, Lane, TurnResult
+from bench.lanes.conversation import RECALL_QUESTIONS, TURNS, Turn
+from bench.lanes.lane import MODES, Lane, TurnResult
 
 Progress = Callable[[str], None]
 

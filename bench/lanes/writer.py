@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.conversation import BASE_SYSTEM, NOTES, TURNS
+from bench.lanes.conversation import BASE_SYSTEM, NOTES, TURNS
 from conductor.ledger.records import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
 from conductor.writing.writer import Writer

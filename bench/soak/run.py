@@ -1,5 +1,5 @@
 """`tandem bench --soak`: `tandem serve` with memory, the writer and the cognition jobs on,
-the soak's clients for a fixed time (bench/soak.py), then the server stopped and its
+the soak's clients for a fixed time (bench/soak/drive.py), then the server stopped and its
 memory folder checked; results.json, summary.md and a plot of every request's time to
 first token over the run, under bench/results/soak/<profile>/."""
 
@@ -18,9 +18,10 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.plain_vllm import free_port
+from bench.load.plain_vllm import free_port
+from bench.paths import RESULTS_DIR
 from bench.report import write_run
-from bench.soak import (
+from bench.soak.drive import (
     SoakPlan,
     afterwards_json,
     check_memory,
@@ -33,7 +34,7 @@ from engine.home import tandem_home
 from engine.model_builder import models_dir
 from engine.profiles import Profile
 
-RESULTS = Path(__file__).resolve().parent / "results" / "soak"
+RESULTS = RESULTS_DIR / "soak"
 READY_TIMEOUT_S = 900
 WRITER_IDLE_S = "3"  # sessions go idle fast, so the writer runs during the soak
 PLOT = "soak.png"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -14,19 +13,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.continuous_bench import run_continuous
-from bench.conversation import fill_store
-from bench.jobs_bench import run_jobs_part
-from bench.lanes import MODES, Lane
-from bench.new_sessions import run_new_sessions
-from bench.probe import EngineProbe
-from bench.report import environment, write_report
-from bench.session_bench import run_recall, run_session, session_turns
-from bench.writer_bench import client_ids, client_ttft, measure_writer
+from bench.lanes.continuous import run_continuous
+from bench.lanes.conversation import fill_store
+from bench.lanes.jobs import run_jobs_part
+from bench.lanes.lane import MODES, Lane
+from bench.lanes.new_sessions import run_new_sessions
+from bench.lanes.probe import EngineProbe
+from bench.lanes.session import run_recall, run_session, session_turns
+from bench.lanes.summary import write_report
+from bench.lanes.writer import client_ids, client_ttft, measure_writer
+from bench.paths import RESULTS_DIR
+from bench.report import environment
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 Submit = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
@@ -137,8 +137,3 @@ def run_bench(profile_name: str | Profile, quick: bool = False, out_dir: Path | 
     say(f"results in {out}")
     return out
 
-
-if __name__ == "__main__":  # python -m bench.run [--profile NAME] [--quick] [--out DIR]
-    from server.cli.main import main
-
-    sys.exit(main(["bench", *sys.argv[1:]]))

@@ -1,4 +1,4 @@
-"""The engine tools' cost, measured in one run: `python -m bench.tools_bench [--profile P]`.
+"""The engine tools' cost, measured in one run: `python -m bench.lanes.tools [--profile P]`.
 
 A conversation's second turn asked twice, in two sessions with the same first turn: once
 with one `memory_search` call in the answer (the call is forced with the scripted driver,
@@ -28,15 +28,16 @@ from typing import Any
 
 import httpx
 
-from bench.conversation import TURNS, fill_store
-from bench.lanes import parse_stream
+from bench.lanes.conversation import TURNS, fill_store
+from bench.lanes.lane import parse_stream
+from bench.paths import RESULTS_DIR
 from bench.report import environment
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
-RESULTS = Path(__file__).resolve().parent / "results" / "tools"
+RESULTS = RESULTS_DIR / "tools"
 USER = "bench"
 QUERY = "database for the tests"
 CALL = ('<tool_call>\n{"name": "memory_search", "arguments": {"query": "' + QUERY + '"}}'
@@ -229,7 +230,7 @@ async def measure(profile: Profile, samples: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="tandem-tools-bench-") as tmp:
             bench = ToolsBench(engine, Path(tmp))
             await asyncio.to_thread(bench.prepare)
-            rows = await bench.run(samples)
+            rows = await bench.lanes.run(samples)
         return {"bench": {"profile": profile.name, "samples": samples,
                           "block_size": profile.block_size,
                           "started_at": datetime.fromtimestamp(started).isoformat(
@@ -241,7 +242,7 @@ async def measure(profile: Profile, samples: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tools_bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.lanes.tools", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--samples", type=int, default=4)

@@ -30,11 +30,12 @@ from typing import Any
 
 import httpx
 
+from bench.paths import RESULTS_DIR
 from engine.engine import Engine
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
-FACTS = Path(__file__).resolve().parent / "quality" / "facts.jsonl"
+FACTS = Path(__file__).resolve().parent / "facts.jsonl"
 LANES = ("off", "on", "naive", "oracle")
 USER = "quality"
 CITES = re.compile(r"\b(notes?|memory|memories|remember(ed)?|you told me|you mentioned)\b",
@@ -289,7 +290,7 @@ def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None 
             engine.shutdown()
 
     results = asyncio.run(measure())
-    target = out or Path(__file__).resolve().parent / "results" / "quality" / profile.name
+    target = out or RESULTS_DIR / "quality" / profile.name
     print(write_results(results, target), flush=True)
     say(f"results in {target}")
     return target

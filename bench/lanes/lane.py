@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from bench.conversation import Turn, naive_system_prompt, system_prompt
-from bench.probe import EngineProbe
+from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
+from bench.lanes.probe import EngineProbe
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
