@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.backend import EngineDead, RequestRejected
 from engine.generation import (
     Delta,
     GenerationParams,
@@ -85,18 +86,6 @@ async def _alive(stream):
         if started or isinstance(error, EngineDead):
             raise
         raise RequestRejected(str(error)) from None
-
-
-class RequestRejected(ValueError):
-    """vLLM refused the request when it was added: the caller's input, not the server."""
-
-
-class EngineDead(RuntimeError):
-    """The engine core process is gone (killed, out of memory): nothing it was doing will
-    finish and nothing new can start until the server is restarted."""
-
-    def __init__(self) -> None:
-        super().__init__("the engine core process stopped")
 
 
 class Engine:

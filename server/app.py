@@ -10,10 +10,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import ValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.background.nightly import nightly_loop
 from conductor.storage.recovery import recover
@@ -30,24 +29,19 @@ from server.http.errors import (
     APIError,
     engine_dead_error,
     install_error_handlers,
-    json_body,
-    validation_error,
 )
 from server.http.load_tracking import ServerLoad, TrackServerLoad
 from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.http.middleware import KeyCheckAndCount
 from server.http.orca import OrcaLoadReport
-from server.http.schema import ChatCompletionRequest
-from server.http.sse import started
+from server.routes.chat import answerer, chat_router
 from server.routes.completions import completions_router
 from server.routes.conductor import conductor_router
 from server.routes.jobs import job_router
 from server.routes.layers import layer_router
 from server.routes.memory import memory_router
 from server.routes.vllm import vllm_router
-from server.turn import chat_turn as chat
-from server.turn.continuous import prepare_continuous
-from server.turn.engine_tools import EngineToolbox
+from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.memory import MemoryServices, MemorySettings
 from server.turn.prompt import TemplateCannotExchange, check_tool_exchange
 
@@ -173,20 +167,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     load = ServerLoad()  # vLLM's /load: generation requests in flight
     app.include_router(vllm_router(state, load))
 
-    async def answer(engine_: Engine, prepared: chat.PreparedChat,
-                     parsed: ChatCompletionRequest):
-        headers = chat.response_headers(prepared)
-        if parsed.stream:
-            include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-            continuous = include_usage and parsed.stream_options.continuous_usage_stats
-            events = await started(chat.stream(engine_, memory, prepared, include_usage,
-                                               state.tools, continuous))
-            return StreamingResponse(events,
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **headers})
-        return JSONResponse(await chat.complete(engine_, memory, prepared, state.tools),
-                            headers=headers)
-
+    answer = answerer(state)
+    app.include_router(chat_router(state, answer))
     app.include_router(layer_router(state, answer))
 
     # inside the key check: a refused request is neither counted nor reported on
@@ -219,31 +201,6 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         return PlainTextResponse(render_metrics(stats, state.http, state.engine is not None,
                                                 state.metrics),
                                  media_type="text/plain; version=0.0.4")
-
-    @app.get("/v1/models")
-    async def models() -> dict:
-        return {"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(state.started_at),
-            "owned_by": "tandem", "root": profile.model,
-            "max_model_len": profile.max_model_len,
-        } for name in (profile.name, *profile.served_names)]}
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        body = await json_body(request)
-        try:
-            parsed = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
-        engine_ = state.ready_engine()
-        peer = request.client.host if request.client else None
-        # A continuous profile keeps one conversation a user: the client's history is not
-        # used, only its last user message.
-        build = (prepare_continuous if profile.memory.conversation == "continuous"
-                 else chat.prepare)
-        prepared = build(engine_, profile, memory, parsed, request.headers, peer,
-                         request.state.key_user)
-        return await answer(engine_, prepared, parsed)
 
     return app
 

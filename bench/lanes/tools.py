@@ -230,7 +230,7 @@ async def measure(profile: Profile, samples: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="tandem-tools-bench-") as tmp:
             bench = ToolsBench(engine, Path(tmp))
             await asyncio.to_thread(bench.prepare)
-            rows = await bench.lanes.run(samples)
+            rows = await bench.run(samples)
         return {"bench": {"profile": profile.name, "samples": samples,
                           "block_size": profile.block_size,
                           "started_at": datetime.fromtimestamp(started).isoformat(

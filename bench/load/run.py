@@ -73,7 +73,7 @@ def memory_tokens_shape() -> RequestShape:
     parts: the engine's tools (tool_choice none: vLLM renders them and parses no call)
     and the memory card as the system message."""
     from conductor.hidden.card import memory_card
-    from server.turn.engine_tools import DEFINITIONS
+    from server.turn.answering.engine_tools import DEFINITIONS
 
     return RequestShape(system=memory_card(), tools=DEFINITIONS, tool_choice="none")
 READY_TIMEOUT_S = 600

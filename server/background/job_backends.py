@@ -12,7 +12,8 @@ import httpx
 
 from conductor.background.backend import JobAnswer, JobPrompt
 from conductor.ledger.records import Ledger
-from engine.engine import Engine, GenerationParams
+from engine.backend import EngineBackend
+from engine.generation import GenerationParams
 
 CONTINUOUS_SESSION = "continuous"
 JOB_TEMPERATURE = 0.3
@@ -22,7 +23,7 @@ ENDPOINT_TIMEOUT_S = 600.0
 class EngineJobBackend:
     provider = "engine"
 
-    def __init__(self, engine: Engine, ledger: Ledger,
+    def __init__(self, engine: EngineBackend, ledger: Ledger,
                  on_tokens: Callable[[int], None] = lambda n: None,
                  cache_salt: str | None = None) -> None:
         """`on_tokens(n)`: told of each step's new tokens (the bench watches a job decode);

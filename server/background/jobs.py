@@ -18,7 +18,7 @@ from conductor.background.job import Caps
 from conductor.background.job_models import JobModel, JobModels, endpoint_model, key_env_allowed
 from conductor.background.jobs import JOBS
 from conductor.background.runner import JobRun, run_job, utc_now
-from engine.engine import Engine
+from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
 from server.background.job_backends import EndpointJobBackend, EngineJobBackend
 from server.background.prewarm import PREFILL, PrewarmRun
@@ -56,7 +56,7 @@ def profile_job_models(profile: Profile) -> dict[str, JobModel]:
 
 
 class JobService:
-    def __init__(self, memory: MemoryServices, engine: Engine, profile: Profile,
+    def __init__(self, memory: MemoryServices, engine: EngineBackend, profile: Profile,
                  clock: Callable[[], datetime] = utc_now) -> None:
         self.memory = memory
         self.engine = engine

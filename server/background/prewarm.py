@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 
 from conductor.hidden.prewarm import Stale
-from engine.engine import Engine, GenerationParams
+from engine.backend import EngineBackend
+from engine.generation import GenerationParams
 from server.turn.memory import MemoryServices
 from server.turn.prompt import shared_context_ids
 
@@ -29,7 +30,7 @@ class PrewarmRun:
 
 
 class PrewarmService:
-    def __init__(self, memory: MemoryServices, engine: Engine) -> None:
+    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
         self.memory = memory
         self.engine = engine
         self.runs: list[PrewarmRun] = []  # this process's prewarms, newest last (bounded)

@@ -22,14 +22,14 @@ from conductor.search.embedders import (
 )
 from conductor.search.index import Hit, SearchIndex, SyncReport
 from conductor.search.sources import SourceError
-from engine.engine import Engine
+from engine.backend import EngineBackend
 from server.turn.memory import MemoryServices
 
 log = logging.getLogger("tandem.search")
 
 
 class SearchService:
-    def __init__(self, memory: MemoryServices, engine: Engine,
+    def __init__(self, memory: MemoryServices, engine: EngineBackend,
                  embedder: Embedder | None = None, load_default: bool = True,
                  qdrant_url: str | None = None,
                  endpoint: tuple[str, str, str | None] | None = None,

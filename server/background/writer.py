@@ -8,14 +8,15 @@ from collections.abc import AsyncIterator
 
 from conductor.ledger.records import Record
 from conductor.writing.writer import GenerationPiece, Writer, WriterRun
-from engine.engine import Engine, GenerationParams
+from engine.backend import EngineBackend
+from engine.generation import GenerationParams
 from server.turn.memory import MemoryServices
 
 
 class EngineWriterBackend:
     """Runs the writer's turns as background requests of the engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineBackend) -> None:
         self._engine = engine
         # The user of the session the writer visits now (WriterService sets it per run):
         # their prefix-cache salt, so the turn finds their record cached.
@@ -70,7 +71,7 @@ class EngineWriterBackend:
 class WriterService:
     """The writer plus the loop that runs it on due sessions when nobody is waiting."""
 
-    def __init__(self, memory: MemoryServices, engine: Engine, mode: str) -> None:
+    def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str) -> None:
         self.memory = memory
         self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
                              memory.root / "cognition" / "runs", mode=mode)

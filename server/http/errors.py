@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.engine import EngineDead, RequestRejected
+from engine.backend import EngineDead, RequestRejected
 
 
 class APIError(Exception):

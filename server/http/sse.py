@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from engine.engine import EngineDead
+from engine.backend import EngineDead
 from server.http.errors import engine_dead_error
 
 T = TypeVar("T")

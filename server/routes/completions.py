@@ -20,13 +20,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-from engine.engine import Delta, Engine, GenerationParams, TokenLogprob
+from engine.backend import EngineBackend
+from engine.generation import Delta, GenerationParams, TokenLogprob
 from server.http.errors import APIError, json_body, validation_error
 from server.http.schema import MAX_CHOICES, SYSTEM_FINGERPRINT, StreamOptions
 from server.http.sse import started
-from server.turn.answer import prompt_logprobs_json
-from server.turn.chat_turn import model_names
-from server.turn.choices import merged
+from server.turn.answering.answer import prompt_logprobs_json
+from server.turn.answering.choices import merged
+from server.turn.checks import model_names
 from server.turn.memory import request_user
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -96,7 +97,7 @@ class CompletionRequest(BaseModel):
         return dataclasses.replace(params, seed=params.seed + choice)
 
 
-def _prompt_ids(engine: Engine, request: CompletionRequest, prompt: str | list[int]
+def _prompt_ids(engine: EngineBackend, request: CompletionRequest, prompt: str | list[int]
                 ) -> list[int]:
     if isinstance(prompt, str):
         ids = engine.tokenizer.encode(prompt, add_special_tokens=False)
@@ -140,7 +141,7 @@ def _logprobs(tokens: list[TokenLogprob], offset: int, as_ids: bool = False
                              for lp in tokens]}
 
 
-def _echo_logprobs(engine: Engine, ids: list[int], steps: list | None, as_ids: bool
+def _echo_logprobs(engine: EngineBackend, ids: list[int], steps: list | None, as_ids: bool
                    ) -> dict[str, list]:
     """The echoed prompt's part of `logprobs` (vLLM's: the first token has none)."""
     texts = [engine.tokenizer.decode([t]) for t in ids]
@@ -179,7 +180,7 @@ class _Generated:
 def completions_router(state) -> APIRouter:
     router = APIRouter()
 
-    def prepare(body: dict) -> tuple[Engine, CompletionRequest, list[list[int]]]:
+    def prepare(body: dict) -> tuple[EngineBackend, CompletionRequest, list[list[int]]]:
         try:
             request = CompletionRequest.model_validate(body)
         except ValidationError as exc:
@@ -249,7 +250,7 @@ def completions_router(state) -> APIRouter:
     return router
 
 
-def _full_choice(engine: Engine, request: CompletionRequest, index: int, ids: list[int],
+def _full_choice(engine: EngineBackend, request: CompletionRequest, index: int, ids: list[int],
                  out: _Generated) -> dict[str, Any]:
     as_ids = bool(request.return_tokens_as_token_ids)
     echo = engine.tokenizer.decode(ids) if request.echo else ""
@@ -268,7 +269,7 @@ def _full_choice(engine: Engine, request: CompletionRequest, index: int, ids: li
                    token_ids=out.token_ids if request.return_token_ids else None)
 
 
-async def _complete(engine: Engine, request_id: str, ids: list[int], params: GenerationParams
+async def _complete(engine: EngineBackend, request_id: str, ids: list[int], params: GenerationParams
                     ) -> _Generated:
     out = _Generated()
     async for delta in engine.generate(ids, params, request_id=request_id):
@@ -281,7 +282,7 @@ async def _complete(engine: Engine, request_id: str, ids: list[int], params: Gen
     return out
 
 
-async def _stream(engine: Engine, head: dict, request: CompletionRequest,
+async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
                   runs: list[tuple[int, list[int], GenerationParams]], include_usage: bool,
                   continuous: bool) -> AsyncIterator[str]:
     """The runs' chunks as they come; the usage (the prompts once, every answer) last."""

@@ -17,10 +17,10 @@ from typing import Any
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from engine.engine import Engine
+from engine.backend import EngineBackend
 from server.http.errors import APIError, validation_error
 from server.http.schema import ChatCompletionRequest
-from server.turn.chat_turn import model_names
+from server.turn.checks import model_names
 from server.turn.prompt import render_chat
 
 
@@ -72,14 +72,14 @@ def _validated(model: type[BaseModel], body: dict) -> Any:
         raise validation_error(exc) from None
 
 
-def _check_model(engine: Engine, model: str | None) -> None:
+def _check_model(engine: EngineBackend, model: str | None) -> None:
     """vLLM's rule: no model (or an empty name) means the served one; another is a 404."""
     if model and model not in model_names(engine.profile):
         raise APIError(404, f"model {model!r} does not exist; this server serves "
                        f"{engine.profile.name!r}", code="model_not_found", param="model")
 
 
-def tokenize(engine: Engine, body: dict) -> dict[str, Any]:
+def tokenize(engine: EngineBackend, body: dict) -> dict[str, Any]:
     """vLLM's TokenizeResponse for a body with `prompt` or with `messages`."""
     request = _validated(TokenizeChatRequest if "messages" in body
                          else TokenizeCompletionRequest, body)
@@ -93,7 +93,7 @@ def tokenize(engine: Engine, body: dict) -> dict[str, Any]:
             if request.return_token_strs else None}
 
 
-def _render(engine: Engine, request: TokenizeChatRequest) -> str:
+def _render(engine: EngineBackend, request: TokenizeChatRequest) -> str:
     """The conversation's text as the chat route renders it, ended as the request asks."""
     if request.chat_template is not None:
         # A template is code the server would run: vLLM refuses one from a request unless
@@ -120,7 +120,7 @@ def _render(engine: Engine, request: TokenizeChatRequest) -> str:
                        code="invalid_value", param="messages") from None
 
 
-def detokenize(engine: Engine, body: dict) -> dict[str, str]:
+def detokenize(engine: EngineBackend, body: dict) -> dict[str, str]:
     """vLLM's DetokenizeResponse: the ids' text, special tokens written out."""
     request = _validated(DetokenizeRequest, body)
     _check_model(engine, request.model)
@@ -136,7 +136,7 @@ def detokenize(engine: Engine, body: dict) -> dict[str, str]:
 _FILE_FIELDS = ("vocab_file", "merges_file", "tokenizer_file")
 
 
-def tokenizer_info(engine: Engine) -> dict[str, Any]:
+def tokenizer_info(engine: EngineBackend) -> dict[str, Any]:
     """vLLM's TokenizerInfoResponse: the tokenizer's settings (its tokenizer_config.json),
     its class, and the chat template the server renders with."""
     tokenizer = engine.tokenizer

@@ -25,15 +25,16 @@ from conductor.layers.conversation import (
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
-from engine.engine import Engine
+from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
-from server.turn import chat_turn as chat
-from server.turn.answer import RecordedTurn
-from server.turn.chat_turn import PreparedChat
-from server.turn.engine_tools import with_engine_tools
+from server.turn import chat_turn
+from server.turn.answering.answer import RecordedTurn
+from server.turn.answering.engine_tools import with_engine_tools
+from server.turn.checks import ContextOverflow
 from server.turn.memory import MemoryContext, MemoryServices, request_user
+from server.turn.prepared import PreparedChat
 from server.turn.prompt import Tail, assemble, render_chat
 
 log = logging.getLogger("tandem.continuous")
@@ -50,7 +51,7 @@ def window_bounds(profile: Profile) -> WindowBounds:
                         tokens=profile.memory.replay_tokens or profile.max_model_len // 3)
 
 
-def prepare_continuous(engine: Engine, profile: Profile, services: MemoryServices,
+def prepare_continuous(engine: EngineBackend, profile: Profile, services: MemoryServices,
                        request: ChatCompletionRequest, headers, peer: str | None,
                        key_user: str | None = None,
                        utc_offset_minutes: int | None = None) -> PreparedChat:
@@ -68,7 +69,7 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     if user is None or switch == "off" or profile.memory.mode == "off":
         # Memory off reads and writes no layer: the message is answered on its own.
         alone = request.model_copy(update={"messages": [last]})
-        return chat.prepare(engine, profile, services, alone, headers, peer, key_user)
+        return chat_turn.prepare(engine, profile, services, alone, headers, peer, key_user)
     layers = services.layers(user)
     layers.ensure()
     now = datetime.now(UTC)
@@ -82,13 +83,13 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
         messages = [*(ChatMessage.model_validate(m) for m in prefix), last]
         assembled = request.model_copy(update={"messages": messages})
         try:
-            prepared = chat.prepare(engine, profile, services, assembled, headers, peer,
+            prepared = chat_turn.prepare(engine, profile, services, assembled, headers, peer,
                                     key_user, session=CONTINUOUS_SESSION,
                                     leading_tails=[time_tail], answer_room=room,
                                     hidden_gives_way=False,  # the window gives way
                                     data=layer_texts(prefix))
             break
-        except chat.ContextOverflow as overflow:
+        except ContextOverflow as overflow:
             # The layers, the shared context and the notes grew with the user's memory;
             # the window (the only part the server may shorten) makes room. Its start
             # moves for good, so the next message fits too.
@@ -105,7 +106,7 @@ def prepare_continuous(engine: Engine, profile: Profile, services: MemoryService
     return prepared
 
 
-def _conversation_so_far(engine: Engine, profile: Profile, services: MemoryServices,
+def _conversation_so_far(engine: EngineBackend, profile: Profile, services: MemoryServices,
                          layers: UserLayers, bounds: WindowBounds | None = None
                          ) -> tuple[list[dict[str, Any]], list[Turn]]:
     """The layers and the replay window as chat messages, and the window's turns; each
@@ -125,7 +126,7 @@ def layer_texts(prefix: list[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(m["content"] for m in prefix if m["role"] == "system")
 
 
-def conversation_prefix_ids(engine: Engine, profile: Profile, services: MemoryServices,
+def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: MemoryServices,
                             user: str) -> list[int]:
     """The ids the user's next message will start with, as the server would render them
     now (no ledger record matches after working memory or the checkpoint changed): the

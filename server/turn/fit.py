@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from conductor.ledger.records import Match, Span, VisibleMessage
-from engine.engine import Engine
+from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
-from server.turn.engine_tools import with_engine_tools
+from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.hidden import HiddenContext, choose_hidden
 from server.turn.memory import MemoryContext, MemoryServices
 from server.turn.prompt import (
@@ -60,7 +60,7 @@ class Layout:
         return len(self.built.ids)
 
 
-def layouts(engine: Engine, profile: Profile, services: MemoryServices,
+def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
             memory: MemoryContext, request: ChatCompletionRequest, enable_thinking: bool,
             leading_tails: Sequence[Tail], gives_way: bool = True,
             data: Sequence[str] = ()) -> Iterator[Layout]:

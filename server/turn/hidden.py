@@ -27,7 +27,7 @@ from conductor.hidden.shared_context import (
 from conductor.hidden.tail_notes import build_matches
 from conductor.ledger.records import Record, Span, VisibleMessage
 from server.http.schema import ChatCompletionRequest
-from server.turn.engine_tools import NAMES as ENGINE_TOOLS
+from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
 from server.turn.memory import MemoryContext, MemoryServices
 from server.turn.prompt import Tail, tools_for_template
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest
-from server.turn.output_parser import ToolCall
+from server.turn.answering.output_parser import ToolCall
 
 ANY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
 

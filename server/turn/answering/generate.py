@@ -15,14 +15,14 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from engine.engine import Engine
-from server.turn.answer import Answer
-from server.turn.engine_tools import EngineToolbox
-from server.turn.output_parser import ParsedDelta
+from engine.backend import EngineBackend
+from server.turn.answering.answer import Answer
+from server.turn.answering.engine_tools import EngineToolbox
+from server.turn.answering.output_parser import ParsedDelta
 from server.turn.prompt import tool_exchange_ids
 
 
-async def answer_deltas(engine: Engine, answer: Answer,
+async def answer_deltas(engine: EngineBackend, answer: Answer,
                         toolbox: EngineToolbox | None) -> AsyncIterator[ParsedDelta]:
     """What the client is shown, delta by delta, across the answer's generations. The
     first engine delta is always yielded, empty or not: it says the engine has the request

@@ -4,7 +4,8 @@ Engine deltas go through the output parser (reasoning, content, tool calls) and 
 filter (held-back blocks); what the client is shown is kept in order, the model's text
 apart from the lines the server adds. An answer may span several engine generations: a
 call to an engine tool ends one, and the next starts after the tool's response
-(`server/turn/generate.py`); the call and the response stay in the answer's ids as a hidden span.
+(`server/turn/answering/generate.py`); the call and the response stay in the answer's ids
+as a hidden span.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 
 from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.records import Record, Span, VisibleMessage
-from engine.engine import Delta, TokenLogprob
+from engine.generation import Delta, TokenLogprob
+from server.turn.answering.memblock import MemoryFilter
+from server.turn.answering.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.turn.hidden import injections_to_record, record_injections
-from server.turn.memblock import MemoryFilter
 from server.turn.memory import MemoryServices
-from server.turn.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.turn.prompt import Tail, assistant_calls_text, ids_for_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
@@ -70,7 +71,7 @@ class RecordedTurn:
 @dataclass
 class Answer:
     """Turns engine deltas into what the client sees, and records the turn at the end.
-    `chat` is the server.turn.chat_turn.PreparedChat the answer is for."""
+    `chat` is the server.turn.prepared.PreparedChat the answer is for."""
 
     chat: Any
     services: MemoryServices

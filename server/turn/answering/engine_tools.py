@@ -4,7 +4,7 @@ the client's tools and run by the server inside the model's turn.
 With memory read on (`on`, or `X-Tandem-Memory: read`), every prompt's tool catalog holds
 these two definitions first, so the catalog (and the prefix cache) is the same for every
 session with the same system prompt. A call to one of them never reaches the client: the
-server runs it here and the answer goes on after its response (`server/turn/generate.py`).
+server runs it here and the answer goes on after its response (`server/turn/answering/generate.py`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.search.sources import COLLECTIONS, SourceError
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ToolDefinition
+from server.turn.answering.output_parser import ToolCall
 from server.turn.memory import MemoryContext, MemoryServices, status_line
-from server.turn.output_parser import ToolCall
 
 SEARCH, READ = "memory_search", "memory_read"
 NAMES = frozenset((SEARCH, READ))

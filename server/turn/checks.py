@@ -1,0 +1,90 @@
+"""The turn's first step: is this request one the served profile can take?
+
+Everything here is decided from the request and the profile alone, before memory is
+looked at; each refusal is a 4xx that names the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.backend import EngineBackend
+from engine.profiles import Profile
+from server.http.errors import APIError
+from server.http.schema import ChatCompletionRequest
+from server.turn.constraints.response_format import answer_schema
+from server.turn.constraints.structured import check_structured
+from server.turn.constraints.tool_choice import ForcedChoice, forced_choice
+
+
+def model_names(profile: Profile) -> set[str]:
+    """Names a request may use for this server's model: the profile name, the model and
+    the served names."""
+    return {profile.name, profile.model, profile.model.removeprefix("builtin:"),
+            *profile.served_names}
+
+
+class ContextOverflow(APIError):
+    """The prompt leaves less room than the answer needs (`prompt_tokens` says how long)."""
+
+    def __init__(self, message: str, param: str, prompt_tokens: int) -> None:
+        super().__init__(400, message, code="context_length_exceeded", param=param)
+        self.prompt_tokens = prompt_tokens
+
+
+@dataclass(frozen=True)
+class AnswerConstraints:
+    """What holds the answer to a shape: a forced tool call, a JSON answer
+    (`response_format`) or vLLM's `structured_outputs`; at most one of the first two."""
+
+    forced: ForcedChoice | None
+    answer_json: dict[str, Any] | None
+    structured: Any  # the request's StructuredOutputs, checked
+
+    @property
+    def json_answer(self) -> bool:
+        return self.answer_json is not None or self.structured is not None
+
+
+def check_request(engine: EngineBackend, profile: Profile, request: ChatCompletionRequest,
+                  headers) -> AnswerConstraints:
+    """APIError when the request cannot be served as asked; else the answer's constraints."""
+    if request.model is not None and request.model not in model_names(profile):
+        raise APIError(404, f"model {request.model!r} does not exist; this server serves "
+                       f"{profile.name!r}", code="model_not_found", param="model")
+    if request.script is not None and not profile.scripted:
+        raise APIError(400, f"'script' is only accepted by scripted profiles; {profile.name!r} "
+                       "is not one", code="invalid_value", param="script")
+    switch = headers.get("x-tandem-memory")
+    if switch is not None and switch.strip().lower() not in ("off", "read"):
+        raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
+                       param="X-Tandem-Memory")
+    vocabulary = len(engine.tokenizer)
+    if any(int(token) >= vocabulary for token in request.logit_bias or {}):
+        raise APIError(400, f"logit_bias: token ids are below {vocabulary}",
+                       code="invalid_value", param="logit_bias")
+    forced = forced_choice(request)
+    answer_json = answer_schema(request)
+    structured = request.structured_outputs
+    if structured is not None:
+        check_structured(structured)
+    if answer_json is not None and forced is not None:
+        raise APIError(400, "response_format and a tool_choice that forces a call cannot both "
+                       "hold: the answer is either the call or the JSON",
+                       code="invalid_value", param="response_format")
+    return AnswerConstraints(forced, answer_json, structured)
+
+
+def check_room(prompt_tokens: int, max_model_len: int, answer_room: int,
+               max_tokens: int | None) -> int:
+    """The room the prompt leaves for the answer; ContextOverflow when too little."""
+    room = max_model_len - prompt_tokens
+    if room < answer_room:
+        raise ContextOverflow(f"the prompt is {prompt_tokens} tokens; this model's context is "
+                              f"{max_model_len} tokens", "messages", prompt_tokens)
+    if max_tokens is not None and max_tokens > room:
+        raise ContextOverflow(f"max_tokens {max_tokens} plus the prompt's {prompt_tokens} "
+                              f"tokens exceed this model's context of {max_model_len}"
+                              " tokens", "max_tokens", prompt_tokens)
+    return room
