@@ -155,7 +155,7 @@ def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, 
 
     bench = ToolsBench(engine, tmp_path)
     bench.prepare()
-    rows = served.run(bench.lanes.run(2), timeout=300)
+    rows = served.run(bench.run(2), timeout=300)
     assert sorted((r["sample"], r["way"]) for r in rows) == [
         (0, "with_search"), (0, "without"), (1, "with_search"), (1, "without")]
     summary = summarise(rows, engine.profile.block_size)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from engine.qwen_tokens import TOOL_CALL, TOOL_CALL_END
-from server.turn.engine_tools import SEARCH_LIMIT
+from server.turn.answering.engine_tools import SEARCH_LIMIT
 from tests.inprocess import InProcessApp, eventually
 
 SESSION = {"X-Tandem-Session": "tools"}

@@ -64,9 +64,10 @@ def test_a_banned_row_never_samples_the_tool_call_token_while_the_rows_beside_it
     ends a background turn before a client's first step and holds a new one back while a
     client runs: test_engine_scheduling.py), but banned and unbanned rows do share a batch:
     a client generation past the engine tools' call limit runs banned beside other
-    clients (server/turn/generate.py). Six rows decode at once, banned and unbanned in turn, each
-    forced to write the tool-call token at every other step; their lengths differ, so rows
-    finish at different steps and vLLM moves the rest to fill the holes."""
+    clients (server/turn/answering/generate.py). Six rows decode at once, banned and
+    unbanned in turn, each forced to write the tool-call token at every other step; their
+    lengths differ, so rows finish at different steps and vLLM moves the rest to fill the
+    holes."""
     from engine.qwen_tokens import TOOL_CALL
 
     word = tuple(tokenizer.encode(" x", add_special_tokens=False))

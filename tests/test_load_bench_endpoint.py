@@ -18,7 +18,7 @@ def hidden_tokens_of_memory_on(model_dir) -> int:
     from transformers import AutoTokenizer
 
     from conductor.hidden.card import memory_card
-    from server.turn.engine_tools import DEFINITIONS
+    from server.turn.answering.engine_tools import DEFINITIONS
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
 

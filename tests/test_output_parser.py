@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.turn.output_parser import OutputParser
+from server.turn.answering.output_parser import OutputParser
 
 ANSWER = ('<think>\nweigh it\n</think>\n\nHere <b>is</b> text.\n'
           '<tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>\n'

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from server.http.schema import ChatCompletionRequest
-from server.turn.engine_tools import DEFINITIONS
+from server.turn.answering.engine_tools import DEFINITIONS
 from server.turn.prompt import _head_ids, assemble, render_chat
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from server.http.schema import ChatCompletionRequest
-from server.turn.chat_turn import ContextOverflow, prepare
+from server.turn.chat_turn import prepare
+from server.turn.checks import ContextOverflow
 from tests.inprocess import InProcessApp
 
 QUESTION = "Which port does component 3 of the service listen on today?"

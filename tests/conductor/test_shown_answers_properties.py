@@ -34,7 +34,8 @@ STATUS_LINES = st.lists(STATUS_LINE, min_size=1, max_size=4)
 
 
 def shown_by_the_server(written: str, status_lines: list[str]) -> str:
-    """The answer as the client is shown it: what `server/turn/memblock.py` appends at the end."""
+    """The answer as the client is shown it: what `server/turn/answering/memblock.py`
+    appends at the end."""
     return written + ("\n\n" if written.strip() else "") + "\n".join(status_lines)
 
 

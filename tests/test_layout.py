@@ -1,0 +1,160 @@
+"""The layout's rules, checked on the source: no import circle, each package imports only
+the packages below it, no package folder past 15 modules, no module past 400 lines.
+(ARCHITECTURE.md draws the same arrows.)"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("engine", "kernels", "conductor", "server", "bench")
+MAX_MODULES = 15
+MAX_LINES = 400
+
+# Which top-level parts a part may never import: the arrows point down only.
+FORBIDDEN = {
+    "engine": ("conductor", "server", "bench"),
+    "kernels": ("engine", "conductor", "server", "bench"),
+    "conductor": ("engine", "server", "bench", "kernels"),
+    # past the engine seam: engine.backend.EngineBackend, never the vLLM engine itself
+    "server.http": ("server.turn", "server.routes", "server.background", "server.cli",
+                    "server.app", "engine.engine"),
+    "server.access": ("server.turn", "server.routes", "server.background", "server.cli",
+                      "server.app", "engine.engine"),
+    "server.turn": ("server.routes", "server.background", "server.cli", "server.app",
+                    "engine.engine", "bench"),
+    "server.background": ("server.routes", "server.cli", "server.app", "engine.engine",
+                          "bench"),
+    "server.routes": ("server.cli", "server.app", "engine.engine", "bench"),
+    "server.app": ("server.cli", "bench"),
+    "bench": ("server.cli",),
+}
+
+
+def source_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    return modules
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `path` imports at run time, in functions too (an import
+    inside a function is still an arrow; only `if TYPE_CHECKING:` ones are not)."""
+    found: set[str] = set()
+
+    def resolve(name: str) -> str | None:
+        while name:
+            if name in modules:
+                return name
+            name = name.rpartition(".")[0]
+        return None
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking_only(child):
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    target = resolve(alias.name)
+                    if target:
+                        found.add(target)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                for alias in child.names:
+                    target = resolve(f"{child.module}.{alias.name}")
+                    if target:
+                        found.add(target)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = source_modules()
+    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def _within(module: str, part: str) -> bool:
+    return module == part or module.startswith(part + ".")
+
+
+def test_circles_are_found_by_the_walker():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_back_through_others():
+    assert circles(import_graph()) == []
+
+
+def test_each_part_imports_only_the_parts_below_it():
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for part, banned in FORBIDDEN.items() if _within(module, part)
+        for target in targets if any(_within(target, b) for b in banned)
+    )
+    assert wrong == []
+
+
+def test_no_package_folder_holds_more_than_fifteen_modules_of_its_own():
+    counts: dict[str, int] = defaultdict(int)
+    for path in source_modules().values():
+        if path.name not in ("__init__.py", "__main__.py"):
+            counts[str(path.parent.relative_to(REPO))] += 1
+    assert {folder: n for folder, n in counts.items() if n > MAX_MODULES} == {}
+
+
+def test_every_module_is_under_four_hundred_lines():
+    paths = [*source_modules().values(), *(REPO / "tests").rglob("*.py"),
+             *(REPO / "scripts").rglob("*.py")]
+    long = {str(p.relative_to(REPO)): n for p in paths
+            if (n := len(p.read_text().splitlines())) >= MAX_LINES}
+    assert long == {}
