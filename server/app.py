@@ -20,6 +20,7 @@ from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server.access.auth import Auth
 from server.access.browser_guard import BrowserGuard, BrowserPolicy
+from server.access.key_check import KeyCheckAndCount
 from server.access.keys import KeyStore
 from server.background.jobs import JobService
 from server.background.prewarm import PrewarmService
@@ -32,7 +33,6 @@ from server.http.errors import (
 )
 from server.http.load_tracking import ServerLoad, TrackServerLoad
 from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
-from server.http.middleware import KeyCheckAndCount
 from server.http.orca import OrcaLoadReport
 from server.routes.chat import answerer, chat_router
 from server.routes.completions import completions_router

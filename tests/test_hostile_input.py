@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.http.middleware import MAX_BODY_BYTES, MAX_HEADER_BYTES
+from server.access.key_check import MAX_BODY_BYTES, MAX_HEADER_BYTES
 from tests.inprocess import InProcessApp
 
 REQUEST_TIMEOUT_S = 60

@@ -19,7 +19,8 @@ FORBIDDEN = {
     "kernels": ("engine", "conductor", "server", "bench"),
     "conductor": ("engine", "server", "bench", "kernels"),
     # past the engine seam: engine.backend.EngineBackend, never the vLLM engine itself
-    "server.http": ("server.turn", "server.routes", "server.background", "server.cli",
+    "server.http": ("server.access", "server.turn", "server.routes", "server.background",
+                    "server.cli",
                     "server.app", "engine.engine"),
     "server.access": ("server.turn", "server.routes", "server.background", "server.cli",
                       "server.app", "engine.engine"),

@@ -266,8 +266,8 @@ def test_every_new_route_but_health_needs_the_key(served, tmp_path):
 
 def test_the_load_count_and_the_orca_report_sit_inside_the_key_check(served, tmp_path):
     """A refused request is neither counted as load nor reported on."""
+    from server.access.key_check import KeyCheckAndCount
     from server.http.load_tracking import TrackServerLoad
-    from server.http.middleware import KeyCheckAndCount
     from server.http.orca import OrcaLoadReport
 
     order = [m.cls for m in InProcessApp(served, tmp_path).app.user_middleware]  # outermost first

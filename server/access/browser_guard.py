@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server.http.asgi import scope_header
 from server.http.errors import APIError, error_response
-from server.http.middleware import scope_header
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

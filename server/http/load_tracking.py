@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.http.middleware import route_path
+from server.http.asgi import route_path
 
 # The routes that run the engine for a client: vLLM's chat and completions, SageMaker's
 # /invocations (either of them), and Tandem's continuous conversation.

@@ -18,7 +18,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.http.middleware import route_path, scope_header
+from server.http.asgi import route_path, scope_header
 
 FORMAT_HEADER = b"endpoint-load-metrics-format"
 REPORT_HEADER = b"endpoint-load-metrics"

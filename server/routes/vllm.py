@@ -8,7 +8,7 @@
 * `POST /invocations` (SageMaker's): a chat completion when the body has `messages`, a
   completion when it has `prompt`, answered by those routes' own handlers.
 
-All but `/health` need the key when the server has one (`server/http/middleware.py`).
+All but `/health` need the key when the server has one (`server/access/key_check.py`).
 """
 
 from __future__ import annotations

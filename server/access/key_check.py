@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access.auth import Auth, is_loopback
+from server.http.asgi import route_path, scope_header
 from server.http.errors import APIError, error_response
 from server.http.metrics import HTTPCounters
 
@@ -91,23 +92,4 @@ def _oversize(scope: Scope) -> APIError | None:
     length = scope_header(scope, b"content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         return APIError(413, BODY_TOO_LARGE, code="body_too_large")
-    return None
-
-
-def route_path(scope: Scope) -> str:
-    """The path the router matches: without the app's root path when the request came
-    through it (`--root-path /llm`: `/llm/v1/models` is `/v1/models`, and `/v1/models`
-    stays itself), as Starlette's routing has it."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("/", ""):
-        return path[len(root):] or "/"
-    return path
-
-
-def scope_header(scope: Scope, name: bytes) -> str | None:
-    """A request header's value from the ASGI scope (latin-1, as HTTP has it)."""
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
     return None
