@@ -8,7 +8,7 @@ these errors, never `engine.engine`, so it runs on either.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from engine.generation import Delta, GenerationParams
 from engine.profiles import Profile
@@ -29,6 +29,7 @@ class EngineDead(RuntimeError):
         super().__init__("the engine core process stopped")
 
 
+@runtime_checkable
 class EngineBackend(Protocol):
     """An engine that takes prompt token ids and streams deltas back."""
 

@@ -124,13 +124,17 @@ class Engine:
     @classmethod
     async def start(cls, profile: Profile, home: Path,
                     progress: Callable[[str], None] = print) -> Engine:
-        from vllm.config import StructuredOutputsConfig
+        from vllm.config import ReasoningConfig, StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         import kernels
 
         model_path = resolve_model_path(profile, home, progress)
+        # A model with <think> tokens gets vLLM's reasoning config: a request's
+        # thinking_token_budget forces </think> once the budget is spent.
+        thinks = special_tokens(load_tokenizer(profile.tokenizer or model_path),
+                                profile.tool_call_format).think is not None
         if profile.device == "cpu" and profile.cpu_kv_space_gib:
             # vLLM's CPU backend reads its KV-cache size (GiB) from the environment; the
             # spawned engine-core process inherits it.
@@ -167,6 +171,8 @@ class Engine:
             # space until max_tokens and never close the object.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
                                                               disable_any_whitespace=True),
+            reasoning_config=ReasoningConfig(reasoning_start_str="<think>",
+                                             reasoning_end_str="</think>") if thinks else None,
             # vLLM's own metrics (vllm:num_requests_running, vllm:kv_cache_usage_perc,
             # prefix-cache hits, TTFT and inter-token histograms) for /metrics, which a vLLM
             # dashboard reads; its periodic log line stays off below INFO.
@@ -230,9 +236,13 @@ class Engine:
             structured_outputs=structured_outputs(params),
             logprob_token_ids=list(params.logprob_token_ids) if params.logprob_token_ids
             else None,
-            logprobs=params.top_logprobs,
+            # named ids take the place of the likeliest N, as vLLM's API server has it
+            logprobs=None if params.logprob_token_ids else params.top_logprobs,
+            allowed_token_ids=list(params.allowed_token_ids) if params.allowed_token_ids
+            else None,
             min_tokens=params.min_tokens,
             prompt_logprobs=params.prompt_logprobs,
+            thinking_token_budget=params.thinking_token_budget,
         )
         if self.dead:
             raise EngineDead()

@@ -33,6 +33,10 @@ class GenerationParams:
     min_tokens: int = 0  # end of turn and stop strings wait until this many are generated
     prompt_logprobs: int | None = None  # each prompt token's log-probability and the N likeliest
     logprob_token_ids: tuple[int, ...] | None = None  # report these ids' log-probabilities
+    allowed_token_ids: tuple[int, ...] | None = None  # sample only among these ids
+    # At most this many tokens inside <think>...</think>, then </think> is forced (vLLM's
+    # thinking_token_budget; the engine counts from the last <think>, the prompt's too).
+    thinking_token_budget: int | None = None
     top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
     # vLLM's per-request prefix-cache salt: requests share cached blocks only with requests
     # of the same salt (the server gives each user one, so cached_tokens tells nobody what
@@ -100,8 +104,10 @@ def token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[Toke
     out = []
     for token, step in zip(ids, steps or (), strict=False):
         ranked = sorted(step.items(), key=lambda item: item[1].rank or 0)
+        # named ids (logprob_token_ids): every id the step reports, the sampled one with them
         top = tuple((t, lp.decoded_token or "", lp.logprob) for t, lp in ranked
-                    if lp.rank is not None and lp.rank <= (params.top_logprobs or 0))
+                    if params.logprob_token_ids
+                    or (lp.rank is not None and lp.rank <= (params.top_logprobs or 0)))
         mine = step.get(token)
         out.append(TokenLogprob(token, mine.decoded_token or "" if mine else "",
                                 mine.logprob if mine else float("-inf"), top))

@@ -80,6 +80,11 @@ class Profile:
     # More names requests may give as `model` (vLLM's --served-model-name); /v1/models
     # lists them after the profile's name.
     served_names: tuple[str, ...] = ()
+    # vLLM's server-wide switches: usage in every streamed chunk whatever the request's
+    # stream_options (--enable-force-include-usage), tokens named `token_id:<id>` in
+    # log-probabilities (--return-tokens-as-token-ids).
+    force_include_usage: bool = False
+    return_tokens_as_token_ids: bool = False
 
     @property
     def builtin_model(self) -> str | None:
@@ -107,6 +112,8 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "tool_call_format": (str,),
     "scripted": (bool,),
     "default_max_tokens": (int, type(None)),
+    "force_include_usage": (bool,),
+    "return_tokens_as_token_ids": (bool,),
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
@@ -300,9 +307,11 @@ def default_profile_name() -> str:
 
 def with_overrides(profile: Profile, memory_mode: str | None = None,
                    writer_mode: str | None = None,
-                   served_names: tuple[str, ...] = ()) -> Profile:
-    """A copy with the memory switches replaced (the CLI's --memory and --writer) and
-    `served_names` added (--served-model-name)."""
+                   served_names: tuple[str, ...] = (), force_include_usage: bool = False,
+                   return_tokens_as_token_ids: bool = False) -> Profile:
+    """A copy with the memory switches replaced (the CLI's --memory and --writer),
+    `served_names` added (--served-model-name) and vLLM's server-wide switches turned on
+    where the CLI names them."""
     memory = dataclasses.replace(
         profile.memory,
         mode=_mode(profile.path, "memory.mode", memory_mode or profile.memory.mode),
@@ -312,4 +321,7 @@ def with_overrides(profile: Profile, memory_mode: str | None = None,
     values = {f.name: getattr(profile, f.name) for f in fields(profile)}
     values["memory"] = memory
     values["served_names"] = tuple(dict.fromkeys(profile.served_names + served_names))
+    values["force_include_usage"] = profile.force_include_usage or force_include_usage
+    values["return_tokens_as_token_ids"] = (profile.return_tokens_as_token_ids
+                                            or return_tokens_as_token_ids)
     return Profile(**values)

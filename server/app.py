@@ -35,6 +35,7 @@ from server.http.load_tracking import ServerLoad, TrackServerLoad
 from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.http.orca import OrcaLoadReport
 from server.routes.chat import answerer, chat_router
+from server.routes.chat_batch import chat_batch_router
 from server.routes.completions import completions_router
 from server.routes.conductor import conductor_router
 from server.routes.jobs import job_router
@@ -43,7 +44,7 @@ from server.routes.memory import memory_router
 from server.routes.vllm import vllm_router
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.memory import MemoryServices, MemorySettings
-from server.turn.prompt import TemplateCannotExchange, check_tool_exchange
+from server.turn.tool_exchange import TemplateCannotExchange, check_tool_exchange
 
 log = logging.getLogger("tandem.server")
 
@@ -169,6 +170,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     answer = answerer(state)
     app.include_router(chat_router(state, answer))
+    app.include_router(chat_batch_router(state))
     app.include_router(layer_router(state, answer))
 
     # inside the key check: a refused request is neither counted nor reported on

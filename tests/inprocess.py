@@ -15,7 +15,8 @@ class InProcessApp:
     def __init__(self, served, home: Path, memory_mode: str | None = None,
                  scripted: bool = True, trusted_proxies: frozenset[str] = frozenset(),
                  client_host: str = "127.0.0.1", auth=None,
-                 memory_changes: dict | None = None) -> None:
+                 memory_changes: dict | None = None,
+                 profile_changes: dict | None = None) -> None:
         from engine.profiles import MemorySettings as ProfileMemory
         from server.app import create_app
         from server.turn.memory import MemorySettings
@@ -27,7 +28,7 @@ class InProcessApp:
         if memory_changes:  # other memory keys of the profile (conversation, replay window)
             profile = dataclasses.replace(
                 profile, memory=dataclasses.replace(profile.memory, **memory_changes))
-        profile = dataclasses.replace(profile, scripted=scripted)
+        profile = dataclasses.replace(profile, scripted=scripted, **(profile_changes or {}))
         settings = MemorySettings(user_name="tester", trusted_proxies=trusted_proxies)
         self.app = create_app(profile, home, engine=engine, memory_settings=settings, auth=auth)
         self.memory = self.app.state.tandem.memory

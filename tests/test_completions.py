@@ -112,3 +112,33 @@ def test_truncation_keeps_the_side_asked_for(sdk):
         answer = sdk.completions.create(model="tiny", prompt=ids, max_tokens=1, extra_body={
             "truncate_prompt_tokens": 4, "truncation_side": side, "return_token_ids": True})
         assert answer.choices[0].prompt_token_ids == kept
+
+
+def test_beam_search_answers_with_the_n_best_beams_of_each_prompt(sdk, tokenizer):
+    """vLLM's use_beam_search: choice j of prompt i is its j-th best beam, so two copies
+    of a prompt get the same beams; the engine, asked for the beams' own log-probabilities,
+    ranks them as they came."""
+    answer = sdk.completions.create(model="tiny", prompt=["Hello, my name is"] * 2, n=2,
+                                    max_tokens=5, temperature=0,
+                                    extra_body={"use_beam_search": True,
+                                                "return_token_ids": True})
+    beams = [c.token_ids for c in answer.choices]
+    assert len(beams) == 4 and beams[0] != beams[1] and beams[:2] == beams[2:]
+    assert [c.text for c in answer.choices[:2]] == [tokenizer.decode(b) for b in beams[:2]]
+    prompt = tokenizer.encode("Hello, my name is", add_special_tokens=False)
+
+    def score(beam: list[int]) -> float:
+        echoed = sdk.completions.create(model="tiny", prompt=prompt + beam, max_tokens=1,
+                                        temperature=0, echo=True, logprobs=0)
+        return sum(echoed.choices[0].logprobs.token_logprobs[len(prompt):len(prompt) + len(beam)])
+
+    if len(beams[0]) == len(beams[1]):  # the same length: the likelier sequence first
+        assert score(beams[0]) >= score(beams[1]) - 1e-3
+
+
+@pytest.mark.parametrize("fields", [{"stream": True}, {"logprobs": 1}])
+def test_beam_search_refuses_what_it_cannot_give(app, fields):
+    response = app.request("POST", "/v1/completions", json={
+        "model": "tiny", "prompt": "Hi", "max_tokens": 2, "use_beam_search": True, **fields})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == next(iter(fields))

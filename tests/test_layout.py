@@ -8,6 +8,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from engine.backend import EngineBackend
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "kernels", "conductor", "server", "bench")
 MAX_MODULES = 15
@@ -159,3 +161,9 @@ def test_every_module_is_under_four_hundred_lines():
     long = {str(p.relative_to(REPO)): n for p in paths
             if (n := len(p.read_text().splitlines())) >= MAX_LINES}
     assert long == {}
+
+
+def test_the_vllm_engine_stands_behind_the_seam(engine):
+    """The server past the seam asks only what EngineBackend declares; today's engine has
+    all of it (another backend, proxy mode's, must too)."""
+    assert isinstance(engine, EngineBackend)

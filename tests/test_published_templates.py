@@ -12,12 +12,10 @@ import pytest
 
 from conductor.ledger.records import Match, Record
 from server.http.schema import ChatCompletionRequest
-from server.turn.prompt import (
+from server.turn.prompt import assemble, render_chat, replay_cut
+from server.turn.tool_exchange import (
     TemplateCannotExchange,
-    assemble,
     check_tool_exchange,
-    render_chat,
-    replay_cut,
     tool_exchange_text,
 )
 

@@ -37,7 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
     from server.app import create_app
 
     profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
-                             tuple(args.served_model_name))
+                             tuple(args.served_model_name), args.enable_force_include_usage,
+                             args.return_tokens_as_token_ids)
     started = time.monotonic()
 
     if args.root_path and (not args.root_path.startswith("/") or args.root_path.endswith("/")):
@@ -262,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
                        help="another name requests may give as 'model' (repeatable; as "
                        "vLLM's flag of that name)")
+    serve.add_argument("--enable-force-include-usage", action="store_true",
+                       help="usage in every streamed chunk, whatever the request's "
+                       "stream_options (as vLLM's flag)")
+    serve.add_argument("--return-tokens-as-token-ids", action="store_true",
+                       help="name tokens 'token_id:<id>' in log-probabilities unless a "
+                       "request says otherwise (as vLLM's flag)")
     serve.add_argument("--memory", choices=MEMORY_MODES, help="override the profile's memory mode")
     serve.add_argument("--writer", choices=MEMORY_MODES,
                        help="override the profile's background writer mode")

@@ -109,6 +109,7 @@ REFUSED = {
 # n: the most choices one request may ask for (vLLM leaves it to the scheduler; each
 # choice is one more sequence in the engine's batch).
 MAX_CHOICES = 16
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound: the sampler keeps a row of this width a request
 
 
 class StructuredOutputs(BaseModel):
@@ -136,6 +137,28 @@ class StructuredOutputs(BaseModel):
 
 
 THINKING_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+
+
+def _kv_transfer_refusal(params: dict[str, Any] | None) -> str | None:
+    if params is None:
+        return None
+    if set(params) != {"prompt_token_ids"}:
+        return "only prompt_token_ids: this server runs no KV connector"
+    ids = params["prompt_token_ids"]
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return "prompt_token_ids: a non-empty list of token ids"
+    return None
+
+
+def _continue_refusal(request: ChatCompletionRequest) -> str | None:
+    if not request.continue_final_message:
+        return None
+    if request.add_generation_prompt:
+        return "not with add_generation_prompt: true (vLLM's rule: one ending or the other)"
+    if request.messages[-1].role != "assistant":
+        return "the last message must be the assistant's, to be continued"
+    return None
 
 
 class ChatCompletionRequest(BaseModel):
@@ -181,10 +204,22 @@ class ChatCompletionRequest(BaseModel):
     # vLLM's request extras, with vLLM's meaning (the README's table says "as vLLM").
     min_tokens: int = Field(default=0, ge=0)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprob_token_ids: list[int] | None = Field(default=None, min_length=1,
+                                                max_length=MAX_LOGPROB_TOKEN_IDS)
+    allowed_token_ids: list[int] | None = Field(default=None, min_length=1)
     return_token_ids: StrictBool | None = None
     include_reasoning: StrictBool = True
     structured_outputs: StructuredOutputs | None = None
     return_tokens_as_token_ids: StrictBool | None = None
+    thinking_token_budget: int | None = Field(default=None, ge=-1)  # -1: no budget
+    # The prompt's end, as vLLM: the generation prompt left out, or the last (assistant)
+    # message left open for the answer to continue; `echo` repeats that message first.
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
+    echo: StrictBool = False
+    # vLLM's disaggregated-prefill hand-over; Tandem takes its `prompt_token_ids` (the
+    # prompt's ids, used verbatim) and runs no KV connector for the rest.
+    kv_transfer_params: dict[str, Any] | None = None
     # Scripted profiles only (refused elsewhere): the answer's forced text, or one text a
     # generation when the model calls engine tools (the first ends with the call; null:
     # that generation is the model's own).
@@ -206,6 +241,8 @@ class ChatCompletionRequest(BaseModel):
         unsupported = {
             "top_logprobs": "needs logprobs: true"
             if self.top_logprobs is not None and not self.logprobs else None,
+            "logprob_token_ids": "needs logprobs: true"
+            if self.logprob_token_ids and not self.logprobs else None,
             "store": "this server does not store completions" if self.store else None,
             "service_tier": "there is one service tier: 'auto' or 'default'"
             if self.service_tier not in (None, "auto", "default") else None,
@@ -213,6 +250,8 @@ class ChatCompletionRequest(BaseModel):
             if self.modalities not in (None, ["text"]) else None,
             "stream_options": "only with stream: true"
             if self.stream_options is not None and not self.stream else None,
+            "continue_final_message": _continue_refusal(self),
+            "kv_transfer_params": _kv_transfer_refusal(self.kv_transfer_params),
             "min_tokens": "must not exceed max_tokens"
             if (self.requested_max_tokens() or self.min_tokens) < self.min_tokens else None,
             "structured_outputs": "and response_format or a forced tool call cannot both "
@@ -245,9 +284,34 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("top_k must be -1 (off) or at least 1")
         return value
 
-    def shows_prompt(self) -> bool:
-        """The response carries the prompt's ids or log-probabilities."""
-        return bool(self.return_token_ids) or self.prompt_logprobs is not None
+    def runs_without_memory(self) -> bool:
+        """The response shows the prompt's ids or log-probabilities (a hidden part's are
+        not the client's to see), or the client shapes the prompt's end itself (memory's
+        parts have no place after an open message, and an echoed answer is not the
+        model's turn to record)."""
+        return (bool(self.return_token_ids) or self.prompt_logprobs is not None
+                or self.shapes_its_prompt())
+
+    def shapes_its_prompt(self) -> bool:
+        """The client, not the chat template, says how the prompt ends (or hands its ids
+        over): such a turn is not the conversation's, and is not recorded."""
+        return (self.continue_final_message or not self.add_generation_prompt
+                or bool(self.echoed()) or self.forwarded_ids() is not None)
+
+    def forwarded_ids(self) -> list[int] | None:
+        """The prompt's ids handed over in kv_transfer_params, used as they are."""
+        return (self.kv_transfer_params or {}).get("prompt_token_ids")
+
+    def echoed(self) -> str:
+        """What `echo` repeats before the answer: the last message, when the
+        assistant's (vLLM's rule: the same role as the answer's)."""
+        last = self.messages[-1]
+        if not self.echo or last.role != "assistant" or last.content is None:
+            return ""
+        if isinstance(last.content, str):
+            return last.content
+        return "\n".join(part.get("text", "") for part in last.content
+                         if isinstance(part, dict))
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from engine.backend import EngineBackend
 from server.http.errors import json_body, validation_error
 from server.http.schema import ChatCompletionRequest
+from server.http.server_defaults import with_server_defaults
 from server.http.sse import started
 from server.turn import chat_turn
 from server.turn.answering import respond
@@ -65,6 +66,7 @@ def chat_router(state, answer: Answerer) -> APIRouter:
             parsed = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
             raise validation_error(exc) from None
+        parsed = with_server_defaults(parsed, profile)
         engine = state.ready_engine()
         peer = request.client.host if request.client else None
         # A continuous profile keeps one conversation a user: the client's history is not

@@ -21,13 +21,20 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from engine.backend import EngineBackend
+from engine.beam_search import beam_search
 from engine.generation import Delta, GenerationParams, TokenLogprob
 from server.http.errors import APIError, json_body, validation_error
-from server.http.schema import MAX_CHOICES, SYSTEM_FINGERPRINT, StreamOptions
+from server.http.schema import (
+    MAX_CHOICES,
+    MAX_LOGPROB_TOKEN_IDS,
+    SYSTEM_FINGERPRINT,
+    StreamOptions,
+)
+from server.http.server_defaults import with_server_defaults
 from server.http.sse import started
 from server.turn.answering.answer import prompt_logprobs_json
 from server.turn.answering.choices import merged
-from server.turn.checks import model_names
+from server.turn.checks import check_token_ids, model_names
 from server.turn.memory import request_user
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -58,6 +65,11 @@ class CompletionRequest(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logprobs: int | None = Field(default=None, ge=0, le=20)  # the N likeliest a token
+    logprob_token_ids: list[int] | None = Field(default=None, min_length=1,
+                                                max_length=MAX_LOGPROB_TOKEN_IDS)
+    allowed_token_ids: list[int] | None = Field(default=None, min_length=1)
+    use_beam_search: StrictBool = False  # vLLM's: the n best beams are the n choices
+    length_penalty: float = 1.0
     user: str | None = None  # accepted, no effect
 
     @field_validator("stop")
@@ -86,6 +98,8 @@ class CompletionRequest(BaseModel):
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0, ban_tool_call=False,
             top_logprobs=self.logprobs, min_tokens=self.min_tokens,
+            logprob_token_ids=tuple(self.logprob_token_ids or ()) or None,
+            allowed_token_ids=tuple(self.allowed_token_ids or ()) or None,
             # echo with logprobs: the prompt's own, as vLLM gives them
             prompt_logprobs=self.logprobs if self.echo and self.logprobs is not None
             else self.prompt_logprobs)
@@ -193,6 +207,13 @@ def completions_router(state) -> APIRouter:
         if request.stream_options is not None and not request.stream:
             raise APIError(400, "stream_options: only with stream: true",
                            code="invalid_value", param="stream_options")
+        if request.logprob_token_ids and request.logprobs is None:
+            raise APIError(400, "logprob_token_ids: needs logprobs", code="invalid_value",
+                           param="logprob_token_ids")
+        for name in ("logprob_token_ids", "allowed_token_ids"):
+            check_token_ids(engine, name, getattr(request, name) or [])
+        request = with_server_defaults(request, state.profile)
+        _check_beam_search(request)
         prompts = request.prompts()
         if not 1 <= len(prompts) <= MAX_PROMPTS:
             raise APIError(400, f"prompt: 1 to {MAX_PROMPTS} prompts a request",
@@ -234,9 +255,13 @@ def completions_router(state) -> APIRouter:
             return StreamingResponse(
                 await started(_stream(engine, head, request, runs, include_usage, continuous)),
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        done = await asyncio.gather(*(
-            _complete(engine, f"{completion_id}-{index}", one, run_params)
-            for index, one, run_params in runs))
+        if request.use_beam_search:
+            done = [out for i, one in enumerate(ids) for out in await _beams(
+                engine, f"{completion_id}-{i}", one, params, request)]
+        else:
+            done = await asyncio.gather(*(
+                _complete(engine, f"{completion_id}-{index}", one, run_params)
+                for index, one, run_params in runs))
         choices, completion_tokens = [], 0
         for (index, one, _), out in zip(runs, done, strict=True):
             choices.append(_full_choice(engine, request, index, one, out))
@@ -267,6 +292,31 @@ def _full_choice(engine: EngineBackend, request: CompletionRequest, index: int, 
                    if request.prompt_logprobs is not None else None,
                    prompt_token_ids=ids if request.return_token_ids else None,
                    token_ids=out.token_ids if request.return_token_ids else None)
+
+
+def _check_beam_search(request: CompletionRequest) -> None:
+    """What vLLM's beam search does not do (and Tandem's, which is vLLM's, neither)."""
+    if not request.use_beam_search:
+        return
+    refused = {"stream": request.stream, "logprobs": request.logprobs is not None,
+               "logprob_token_ids": bool(request.logprob_token_ids),
+               "prompt_logprobs": request.prompt_logprobs is not None}
+    for name, asked in refused.items():
+        if asked:
+            raise APIError(400, f"{name}: not with use_beam_search", code="invalid_value",
+                           param=name)
+
+
+async def _beams(engine: EngineBackend, request_id: str, ids: list[int],
+                 params: GenerationParams, request: CompletionRequest) -> list[_Generated]:
+    """One prompt's n choices: its n best beams."""
+    beams = await beam_search(engine, ids, request.n, params.max_tokens, request_id,
+                              temperature=params.temperature,
+                              length_penalty=request.length_penalty,
+                              cache_salt=params.cache_salt)
+    return [_Generated(text=beam.text, token_ids=beam.token_ids, last=Delta(
+        request_id, "", [], finished=True, finish_reason=beam.finish_reason,
+        stop_reason=beam.stop_reason)) for beam in beams]
 
 
 async def _complete(engine: EngineBackend, request_id: str, ids: list[int], params: GenerationParams

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
-from server.turn.checks import check_request, check_room
+from server.turn.checks import check_request, check_room, check_token_ids
 from server.turn.fit import Layout, fitting, layouts
 from server.turn.hidden import note_miss
 from server.turn.memory import MemoryContext, MemoryServices, resolve_context
@@ -61,7 +61,11 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     layout = fitting(layouts(engine, profile, services, memory, request, thinking,
                              leading_tails, hidden_gives_way, data),
                      lambda laid: profile.max_model_len - laid.tokens >= need)
-    room = check_room(layout.tokens, profile.max_model_len, answer_room, max_tokens)
+    # vLLM's kv_transfer_params: ids handed over from a prefill server stand for the render
+    forwarded = request.forwarded_ids()
+    check_token_ids(engine, "kv_transfer_params", forwarded or [])
+    prompt_ids = forwarded or layout.built.ids
+    room = check_room(len(prompt_ids), profile.max_model_len, answer_room, max_tokens)
     _count_hidden(services, memory, layout, engine)
     # 4. the engine's parameters
     scripts = script_ids(engine, request)
@@ -71,7 +75,7 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     calls_tools = profile.tool_call_format == "qwen" and not constraints.json_answer
     return PreparedChat(
         completion_id=f"chatcmpl-{uuid.uuid4().hex}", model=request.model or profile.name,
-        prompt_ids=layout.built.ids, params=params,
+        prompt_ids=prompt_ids, params=params,
         parse_tools=calls_tools and tools_for_template(layout.request) is not None,
         memory=memory, visible=layout.visible,
         # replayed ids bring their hidden spans along: they sit where they were
@@ -81,7 +85,8 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
         json_answer=constraints.json_answer, replayed_tokens=layout.built.replayed_tokens,
         hidden=layout.hidden, choices=request.n,
         return_token_ids=bool(request.return_token_ids),
-        include_reasoning=request.include_reasoning,
+        include_reasoning=request.include_reasoning, echo=request.echoed(),
+        recorded=not request.shapes_its_prompt(),
         tokens_as_ids=bool(request.return_tokens_as_token_ids),
     )
 
@@ -91,9 +96,8 @@ def _resolve(request: ChatCompletionRequest, headers, peer: str | None, profile:
              session: str | None) -> MemoryContext:
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)
-    if request.shows_prompt() and memory.header is None:
-        # The prompt's ids and log-probabilities are the client's to see, hidden parts
-        # are not: a request that asks for them runs as with X-Tandem-Memory: off.
+    if request.runs_without_memory() and memory.header is None:
+        # as with X-Tandem-Memory: off (see ChatCompletionRequest.runs_without_memory)
         memory = dataclasses.replace(memory, header="off")
     return memory
 

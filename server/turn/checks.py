@@ -60,10 +60,12 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
     if switch is not None and switch.strip().lower() not in ("off", "read"):
         raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
                        param="X-Tandem-Memory")
-    vocabulary = len(engine.tokenizer)
-    if any(int(token) >= vocabulary for token in request.logit_bias or {}):
-        raise APIError(400, f"logit_bias: token ids are below {vocabulary}",
-                       code="invalid_value", param="logit_bias")
+    check_token_ids(engine, "logit_bias", [int(token) for token in request.logit_bias or {}])
+    check_token_ids(engine, "logprob_token_ids", request.logprob_token_ids or [])
+    check_token_ids(engine, "allowed_token_ids", request.allowed_token_ids or [])
+    if request.thinking_token_budget not in (None, -1) and engine.tokens.think is None:
+        raise APIError(400, "thinking_token_budget: this model has no <think> token",
+                       code="invalid_value", param="thinking_token_budget")
     forced = forced_choice(request)
     answer_json = answer_schema(request)
     structured = request.structured_outputs
@@ -74,6 +76,14 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
                        "hold: the answer is either the call or the JSON",
                        code="invalid_value", param="response_format")
     return AnswerConstraints(forced, answer_json, structured)
+
+
+def check_token_ids(engine: EngineBackend, param: str, ids: list[int]) -> None:
+    """A 400 naming `param` when an id is not the served model's."""
+    vocabulary = len(engine.tokenizer)
+    if any(not 0 <= token < vocabulary for token in ids):
+        raise APIError(400, f"{param}: token ids are from 0 to {vocabulary - 1}",
+                       code="invalid_value", param=param)
 
 
 def check_room(prompt_tokens: int, max_model_len: int, answer_room: int,

@@ -42,6 +42,10 @@ def generation_params(request: ChatCompletionRequest, profile: Profile, room: in
         logit_bias=tuple((int(t), b) for t, b in (request.logit_bias or {}).items()),
         script_ids=first_script,
         top_logprobs=(request.top_logprobs or 0) if request.logprobs else None,
+        logprob_token_ids=tuple(request.logprob_token_ids or ()) or None,
+        allowed_token_ids=tuple(request.allowed_token_ids or ()) or None,
+        thinking_token_budget=None if request.thinking_token_budget in (None, -1)
+        else request.thinking_token_budget,
         cache_salt=cache_salt,
         min_tokens=request.min_tokens,
         prompt_logprobs=request.prompt_logprobs,

@@ -51,10 +51,12 @@ class PreparedChat:
     return_token_ids: bool = False
     include_reasoning: bool = True
     tokens_as_ids: bool = False
+    echo: str = ""  # vLLM's chat echo: the last (assistant) message, shown before the answer
+    recorded: bool = True  # False: the client shaped the prompt's end; the ledger skips it
 
     @property
     def records(self) -> bool:
-        return self.choice == 0
+        return self.choice == 0 and self.recorded
 
     @property
     def request_id(self) -> str:

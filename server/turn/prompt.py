@@ -143,7 +143,7 @@ class RenderedChat:
     data: tuple[str, ...] = ()
 
 
-def _render(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: bool,
+def render_template(tokenizer, messages: list[dict[str, Any]], tools, enable_thinking: bool,
             generation: bool) -> str:
     return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
                                          add_generation_prompt=generation,
@@ -157,13 +157,21 @@ def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool
     contents that are data (see RenderedChat.data)."""
     messages = [_message_dict(m, as_written) for m in request.messages]
     tools = tools_for_template(request)
-    history = _render(tokenizer, messages, tools, enable_thinking, generation=False)
-    with_prompt = _render(tokenizer, messages, tools, enable_thinking, generation=True)
+    data = tuple(d for d in data if _holds_special_text(tokenizer, d))
+    if request.continue_final_message or not request.add_generation_prompt:
+        # The client ends the prompt (vLLM's add_generation_prompt: false, or the last
+        # message left open): rendered as asked, nothing follows it.
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=False,
+            continue_final_message=request.continue_final_message,
+            enable_thinking=enable_thinking)
+        return RenderedChat(text, "", messages, tools, enable_thinking, data)
+    history = render_template(tokenizer, messages, tools, enable_thinking, generation=False)
+    with_prompt = render_template(tokenizer, messages, tools, enable_thinking, generation=True)
     generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
     if generation_prompt is None:
         history = with_prompt
-    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking,
-                        tuple(d for d in data if _holds_special_text(tokenizer, d)))
+    return RenderedChat(history, generation_prompt, messages, tools, enable_thinking, data)
 
 
 @functools.lru_cache(maxsize=8)
@@ -203,7 +211,7 @@ def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | 
     however the template renders it there (a dropped reasoning, an empty think block)."""
     if match is None or rendered.generation_prompt is None:
         return None
-    prefix = _render(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
+    prefix = render_template(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
                      rendered.enable_thinking, generation=False)
     opened = prefix.count(IM_START_TEXT)
     history = rendered.history
@@ -314,15 +322,6 @@ def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:
     return [*ids[:keep], *(tokenizer.encode(rest, add_special_tokens=False) if rest else [])]
 
 
-CALL_CLOSE_TEXT = "</tool_call>"
-_RESPONSE_MARK = "\x00tandem-tool-response\x00"
-
-
-class TemplateCannotExchange(ValueError):
-    """The chat template cannot render a tool call and its response as a suffix of the
-    answer: the engine's memory tools cannot run inside the model's turn."""
-
-
 def call_arguments(arguments: object) -> object:
     """Tool-call arguments as the chat template expects them: an object, as vLLM passes
     them (Qwen2.5's template applies `tojson` whatever it is given, so a JSON string would
@@ -333,62 +332,3 @@ def call_arguments(arguments: object) -> object:
         except (ValueError, RecursionError):
             return arguments
     return arguments
-
-
-def tool_exchange_text(tokenizer, name: str, arguments: str, response: str,
-                       enable_thinking: bool) -> str:
-    """What follows a tool call's closing tag when the server answers it inside the turn:
-    the end of the assistant's message, the tool message and the next assistant header,
-    as the chat template renders them. The call itself is the model's own text (kept as
-    it wrote it), so only what comes after its closing tag is taken from the template."""
-    before, after = _exchange_parts(tokenizer, enable_thinking)
-    return before + response + after
-
-
-def tool_exchange_ids(tokenizer, response: str, enable_thinking: bool) -> list[int]:
-    """tool_exchange_text's ids, the response encoded as data (see data_ids)."""
-    before, after = _exchange_parts(tokenizer, enable_thinking)
-    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
-    return [*encode(before), *data_ids(tokenizer, response), *encode(after)]
-
-
-@functools.lru_cache(maxsize=8)
-def _exchange_parts(tokenizer, enable_thinking: bool) -> tuple[str, str]:
-    """The exchange around its response, from one render of a whole exchange (a template
-    need not render the call the same way before and after a message follows it)."""
-    call = {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": {}}}
-    exchange = [{"role": "user", "content": "."},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "content": _RESPONSE_MARK, "tool_call_id": "call_0"}]
-    whole = _render(tokenizer, exchange, None, enable_thinking, generation=True)
-    mark = whole.find(_RESPONSE_MARK)
-    close = whole.rfind(CALL_CLOSE_TEXT, 0, max(mark, 0))
-    if mark < 0 or close < 0 or whole.count(_RESPONSE_MARK) != 1:
-        raise TemplateCannotExchange(
-            "the chat template does not render a tool call followed by its response")
-    return whole[close + len(CALL_CLOSE_TEXT):mark], whole[mark + len(_RESPONSE_MARK):]
-
-
-def check_tool_exchange(tokenizer) -> None:
-    """TemplateCannotExchange when the template cannot hold an engine tool's exchange,
-    with thinking on or off: the server says so when it starts, not mid-answer."""
-    for thinking in (False, True):
-        _exchange_parts(tokenizer, thinking)
-        assistant_calls_text(tokenizer, [("f", "{}")], thinking)
-
-
-def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinking: bool) -> str:
-    """An answer that is only tool calls, as the chat template renders it after the
-    generation prompt, up to and with its end-of-turn token."""
-    asked = [{"role": "user", "content": "."}]
-    answered = [*asked, {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"call_{n}", "type": "function",
-         "function": {"name": name, "arguments": call_arguments(args)}}
-        for n, (name, args) in enumerate(calls)]}]
-    prompt = _render(tokenizer, asked, None, enable_thinking, generation=True)
-    whole = _render(tokenizer, answered, None, enable_thinking, generation=False)
-    if not whole.startswith(prompt) or IM_END_TEXT not in whole[len(prompt):]:
-        raise TemplateCannotExchange(
-            "the chat template does not render an answer after its prompt")
-    body = whole[len(prompt):]
-    return body[: body.rindex(IM_END_TEXT) + len(IM_END_TEXT)]

@@ -48,7 +48,9 @@ FLAGS_THAT_HOLD = {
     **dict.fromkeys(("--enable-auto-tool-choice", "--tool-call-parser"),
                     "Qwen's tool calls are always parsed"),
     "--reasoning-parser": "Qwen3's <think> block is always parsed",
-    **dict.fromkeys(("--enable-prompt-tokens-details", "--enable-force-include-usage",
+    "--reasoning-config": "a model with <think> tokens gets vLLM's reasoning config, "
+                          "<think> to </think>, for thinking_token_budget",
+    **dict.fromkeys(("--enable-prompt-tokens-details",
                      "--enable-server-load-tracking", "--enable-tokenizer-info-endpoint"),
                     "always on in Tandem"),
     "--max-logprobs": "Tandem's limit (20) covers the selected tests",
@@ -61,6 +63,9 @@ FLAGS_THAT_HOLD = {
 # own, as Tandem's flag of the same name: the shared server cannot listen on a module's
 # socket, and a root path comes with an API key (VLLM_API_KEY) in the module that uses it.
 OWN_SERVER_FLAGS = ("--uds", "--root-path")
+# vLLM serve switches (no value) that change every response: the module gets a server of
+# its own with Tandem's switch of the same name.
+OWN_SERVER_SWITCHES = ("--enable-force-include-usage", "--return-tokens-as-token-ids")
 OWN_SERVER_ENV = {"VLLM_API_KEY": "--api-key"}
 
 
@@ -75,7 +80,7 @@ def unsupported_flags(args: list[str]) -> list[str]:
             value = value or args[i + 1]
             if int(value) > CONTEXT:
                 bad.append(f"{arg} {value} (the test model's context is {CONTEXT})")
-        elif name not in FLAGS_THAT_HOLD and name not in OWN_SERVER_FLAGS:
+        elif name not in (*FLAGS_THAT_HOLD, *OWN_SERVER_FLAGS, *OWN_SERVER_SWITCHES):
             bad.append(arg)
     return bad
 
@@ -88,6 +93,8 @@ def own_server_args(args: list[str], env: dict[str, str] | None) -> list[str]:
         name, _, value = arg.partition("=")
         if name in OWN_SERVER_FLAGS:
             own += [name, value or args[i + 1]]
+        elif name in OWN_SERVER_SWITCHES:
+            own.append(name)
     for variable, flag in OWN_SERVER_ENV.items():
         if (env or {}).get(variable):
             own += [flag, env[variable]]

@@ -21,7 +21,8 @@ from server.turn.answering.memblock import MemoryFilter
 from server.turn.answering.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.turn.hidden import injections_to_record, record_injections
 from server.turn.memory import MemoryServices
-from server.turn.prompt import Tail, assistant_calls_text, ids_for_text
+from server.turn.prompt import Tail, ids_for_text
+from server.turn.tool_exchange import assistant_calls_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
 
@@ -245,7 +246,7 @@ class Answer:
         client's text ends when `shown_text` (the running generation's engine text it
         saw) is given."""
         chat = self.chat
-        if not chat.records:  # a second choice of n: the first is the turn's record
+        if not chat.records:  # choice 1.. of n, or a prompt the client ended: no record
             return
         output = self.output_ids
         if shown_text is not None:

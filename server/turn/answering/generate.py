@@ -19,7 +19,7 @@ from engine.backend import EngineBackend
 from server.turn.answering.answer import Answer
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.output_parser import ParsedDelta
-from server.turn.prompt import tool_exchange_ids
+from server.turn.tool_exchange import tool_exchange_ids
 
 
 async def answer_deltas(engine: EngineBackend, answer: Answer,

@@ -66,7 +66,8 @@ async def _complete_choice(engine: EngineBackend, services: MemoryServices, chat
         raise
     parts.append(answer.finish())
     reasoning = "".join(p.reasoning for p in parts)
-    message: dict = {"role": "assistant", "content": "".join(p.content for p in parts) or None}
+    message: dict = {"role": "assistant",
+                     "content": chat.echo + "".join(p.content for p in parts) or None}
     if reasoning and chat.include_reasoning:
         message.update(reasoning_fields(reasoning))
     if answer.client_calls:
@@ -179,6 +180,8 @@ async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: 
     if opening is not None:  # the role comes before any token
         opening = {**opening, "completion_tokens": 0, "total_tokens": opening["prompt_tokens"]}
     yield _chunk(chat, {"role": "assistant", "content": ""}, usage=opening)
+    if chat.echo:  # vLLM's echo: the repeated message in a chunk of its own
+        yield _chunk(chat, {"content": chat.echo}, usage=opening)
     last = ParsedDelta()  # the final generation's last text, sent with the finish reason
     try:
         async for parsed in prepended(first, deltas):
