@@ -153,6 +153,7 @@ class Engine:
             enforce_eager=profile.enforce_eager,
             load_format=profile.load_format,
             max_num_seqs=profile.max_num_seqs,
+            max_logprobs=profile.max_logprobs,
             enable_prefix_caching=True,
             # vLLM's CPU sampler cannot rewind a seeded generator after a partial prefill
             # chunk ("CPU Generator does not use offset" kills the engine), so the CPU

@@ -38,6 +38,7 @@ class GenerationParams:
     # thinking_token_budget; the engine counts from the last <think>, the prompt's too).
     thinking_token_budget: int | None = None
     top_logprobs: int | None = None  # each new token's log-probability and the N likeliest
+    # (-1 in either: the whole vocabulary)
     # vLLM's per-request prefix-cache salt: requests share cached blocks only with requests
     # of the same salt (the server gives each user one, so cached_tokens tells nobody what
     # another user's prompts held).
@@ -106,7 +107,7 @@ def token_logprobs(ids: list[int], steps, params: GenerationParams) -> list[Toke
         ranked = sorted(step.items(), key=lambda item: item[1].rank or 0)
         # named ids (logprob_token_ids): every id the step reports, the sampled one with them
         top = tuple((t, lp.decoded_token or "", lp.logprob) for t, lp in ranked
-                    if params.logprob_token_ids
+                    if params.logprob_token_ids or params.top_logprobs == -1
                     or (lp.rank is not None and lp.rank <= (params.top_logprobs or 0)))
         mine = step.get(token)
         out.append(TokenLogprob(token, mine.decoded_token or "" if mine else "",

@@ -85,6 +85,9 @@ class Profile:
     # log-probabilities (--return-tokens-as-token-ids).
     force_include_usage: bool = False
     return_tokens_as_token_ids: bool = False
+    # The most log-probabilities a token a request may ask for (vLLM's --max-logprobs);
+    # -1: the whole vocabulary, which a request asks for with -1.
+    max_logprobs: int = 20
 
     @property
     def builtin_model(self) -> str | None:
@@ -114,6 +117,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "default_max_tokens": (int, type(None)),
     "force_include_usage": (bool,),
     "return_tokens_as_token_ids": (bool,),
+    "max_logprobs": (int,),
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
@@ -264,6 +268,9 @@ def load_profile_file(path: Path) -> Profile:
                 "default_max_tokens"):
         if raw.get(key) is not None and raw[key] < 1:
             raise ProfileError(f"{path}: key '{key}' must be at least 1, got {raw[key]}")
+    if raw.get("max_logprobs") is not None and raw["max_logprobs"] < -1:
+        raise ProfileError(f"{path}: key 'max_logprobs' must be -1 (the whole vocabulary) "
+                           f"or at least 0, got {raw['max_logprobs']}")
     if raw.get("cpu_reserved_cores") is not None and raw["cpu_reserved_cores"] < 0:
         raise ProfileError(f"{path}: key 'cpu_reserved_cores' must be at least 0, "
                            f"got {raw['cpu_reserved_cores']}")
@@ -308,7 +315,8 @@ def default_profile_name() -> str:
 def with_overrides(profile: Profile, memory_mode: str | None = None,
                    writer_mode: str | None = None,
                    served_names: tuple[str, ...] = (), force_include_usage: bool = False,
-                   return_tokens_as_token_ids: bool = False) -> Profile:
+                   return_tokens_as_token_ids: bool = False,
+                   max_logprobs: int | None = None) -> Profile:
     """A copy with the memory switches replaced (the CLI's --memory and --writer),
     `served_names` added (--served-model-name) and vLLM's server-wide switches turned on
     where the CLI names them."""
@@ -324,4 +332,6 @@ def with_overrides(profile: Profile, memory_mode: str | None = None,
     values["force_include_usage"] = profile.force_include_usage or force_include_usage
     values["return_tokens_as_token_ids"] = (profile.return_tokens_as_token_ids
                                             or return_tokens_as_token_ids)
+    if max_logprobs is not None:
+        values["max_logprobs"] = max_logprobs
     return Profile(**values)

@@ -50,6 +50,7 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "device: tpu\n".replace("device: tpu\n", "") + "block_size: 0\n", "'block_size'"),
     (BASE + "cpu_reserved_cores: -1\n", "'cpu_reserved_cores'"),
     (BASE + "force_include_usage: yes please\n", "'force_include_usage'"),
+    (BASE + "max_logprobs: -2\n", "'max_logprobs'"),
     (BASE + "memory:\n  conversation: forever\n", "'memory.conversation'"),
     (BASE + "memory:\n  replay_turns: 1\n", "'memory.replay_turns'"),
     (BASE + "memory:\n  replay_tokens: many\n", "'memory.replay_tokens'"),
@@ -84,16 +85,18 @@ def test_the_conversation_keys_read_with_their_defaults(tmp_path):
             custom.memory.replay_tokens) == ("continuous", 12, 900)
 
 
-def test_vllms_server_switches_come_from_the_profile_or_the_command_line(tmp_path):
+def test_vllms_server_settings_come_from_the_profile_or_the_command_line(tmp_path):
     plain = load_profile_file(write(tmp_path, BASE))
     assert (plain.force_include_usage, plain.return_tokens_as_token_ids) == (False, False)
     keyed = load_profile_file(write(tmp_path, BASE + "return_tokens_as_token_ids: true\n"))
     assert keyed.return_tokens_as_token_ids and not keyed.force_include_usage
+    assert plain.max_logprobs == 20  # vLLM's default
     args = build_parser().parse_args(["serve", "--enable-force-include-usage",
-                                      "--return-tokens-as-token-ids"])
+                                      "--return-tokens-as-token-ids", "--max-logprobs", "-1"])
     flagged = with_overrides(plain, None, None, (), args.enable_force_include_usage,
-                             args.return_tokens_as_token_ids)
-    assert (flagged.force_include_usage, flagged.return_tokens_as_token_ids) == (True, True)
+                             args.return_tokens_as_token_ids, args.max_logprobs)
+    assert (flagged.force_include_usage, flagged.return_tokens_as_token_ids,
+            flagged.max_logprobs) == (True, True, -1)
 
 
 def test_serve_with_a_bad_profile_prints_a_message_not_a_traceback(tmp_path, capsys):

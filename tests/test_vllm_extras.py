@@ -267,6 +267,10 @@ def test_handed_over_prompt_ids_are_the_prompt_as_they_are(app):
     assert body["prompt_token_ids"] == ids and body["usage"]["prompt_tokens"] == len(ids)
     own = post(app, messages=other, return_token_ids=True).json()["prompt_token_ids"]
     assert own != ids
+    chunks = events(post(app, messages=other, stream=True, return_token_ids=True,
+                         kv_transfer_params={"prompt_token_ids": ids}))
+    assert chunks[0]["prompt_token_ids"] == ids  # as vLLM: once, in the first chunk
+    assert all("prompt_token_ids" not in c for c in chunks[1:])
     for bad in ({"prompt_token_ids": [10**9]}, {"prompt_token_ids": []},
                 {"do_remote_prefill": True}):
         refused = post(app, kv_transfer_params=bad)
@@ -293,3 +297,15 @@ def test_a_thinking_budget_closes_the_think_block_after_that_many_tokens(served,
     free, message = answer()
     assert think_end not in free[:6] and message["reasoning"] == "four five six seven"
     assert post(app, thinking_token_budget=-2).status_code == 400
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ({"prompt_logprobs": -1}, "prompt_logprobs"),
+])
+def test_more_log_probabilities_than_the_server_gives_are_a_400(app, fields, param):
+    """vLLM's --max-logprobs (20 by default; the profile's max_logprobs): -1, the whole
+    vocabulary, only on a server started with -1."""
+    response = post(app, **fields)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param

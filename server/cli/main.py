@@ -38,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
                              tuple(args.served_model_name), args.enable_force_include_usage,
-                             args.return_tokens_as_token_ids)
+                             args.return_tokens_as_token_ids, args.max_logprobs)
     started = time.monotonic()
 
     if args.root_path and (not args.root_path.startswith("/") or args.root_path.endswith("/")):
@@ -266,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--enable-force-include-usage", action="store_true",
                        help="usage in every streamed chunk, whatever the request's "
                        "stream_options (as vLLM's flag)")
+    serve.add_argument("--max-logprobs", type=int, metavar="N",
+                       help="the most log-probabilities a token a request may ask for "
+                       "(default 20; -1: the whole vocabulary, asked for with -1)")
     serve.add_argument("--return-tokens-as-token-ids", action="store_true",
                        help="name tokens 'token_id:<id>' in log-probabilities unless a "
                        "request says otherwise (as vLLM's flag)")

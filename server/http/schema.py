@@ -186,7 +186,7 @@ class ChatCompletionRequest(BaseModel):
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     logprobs: StrictBool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=-1)  # bound: profile.max_logprobs
     store: StrictBool | None = None  # false only: a local server stores nothing
     service_tier: str | None = None  # "auto" or "default": there is one tier
     modalities: list[str] | None = None  # ["text"] only
@@ -203,7 +203,7 @@ class ChatCompletionRequest(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's request extras, with vLLM's meaning (the README's table says "as vLLM").
     min_tokens: int = Field(default=0, ge=0)
-    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt_logprobs: int | None = Field(default=None, ge=-1)
     logprob_token_ids: list[int] | None = Field(default=None, min_length=1,
                                                 max_length=MAX_LOGPROB_TOKEN_IDS)
     allowed_token_ids: list[int] | None = Field(default=None, min_length=1)

@@ -34,7 +34,7 @@ from server.http.server_defaults import with_server_defaults
 from server.http.sse import started
 from server.turn.answering.answer import prompt_logprobs_json
 from server.turn.answering.choices import merged
-from server.turn.checks import check_token_ids, model_names
+from server.turn.checks import check_logprobs, check_token_ids, model_names
 from server.turn.memory import request_user
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's and vLLM's default for completions
@@ -57,14 +57,14 @@ class CompletionRequest(BaseModel):
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     # vLLM's extras, as vLLM
     min_tokens: int = Field(default=0, ge=0)
-    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt_logprobs: int | None = Field(default=None, ge=-1)
     return_token_ids: StrictBool | None = None
     return_tokens_as_token_ids: StrictBool | None = None
     truncate_prompt_tokens: int | None = Field(default=None, ge=1)
     truncation_side: Literal["left", "right"] = "left"
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logprobs: int | None = Field(default=None, ge=0, le=20)  # the N likeliest a token
+    logprobs: int | None = Field(default=None, ge=-1)  # the N likeliest a token
     logprob_token_ids: list[int] | None = Field(default=None, min_length=1,
                                                 max_length=MAX_LOGPROB_TOKEN_IDS)
     allowed_token_ids: list[int] | None = Field(default=None, min_length=1)
@@ -212,6 +212,8 @@ def completions_router(state) -> APIRouter:
                            param="logprob_token_ids")
         for name in ("logprob_token_ids", "allowed_token_ids"):
             check_token_ids(engine, name, getattr(request, name) or [])
+        for name in ("logprobs", "prompt_logprobs"):
+            check_logprobs(engine, state.profile, name, getattr(request, name))
         request = with_server_defaults(request, state.profile)
         _check_beam_search(request)
         prompts = request.prompts()

@@ -63,6 +63,8 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
     check_token_ids(engine, "logit_bias", [int(token) for token in request.logit_bias or {}])
     check_token_ids(engine, "logprob_token_ids", request.logprob_token_ids or [])
     check_token_ids(engine, "allowed_token_ids", request.allowed_token_ids or [])
+    check_logprobs(engine, profile, "top_logprobs", request.top_logprobs)
+    check_logprobs(engine, profile, "prompt_logprobs", request.prompt_logprobs)
     if request.thinking_token_budget not in (None, -1) and engine.tokens.think is None:
         raise APIError(400, "thinking_token_budget: this model has no <think> token",
                        code="invalid_value", param="thinking_token_budget")
@@ -83,6 +85,21 @@ def check_token_ids(engine: EngineBackend, param: str, ids: list[int]) -> None:
     vocabulary = len(engine.tokenizer)
     if any(not 0 <= token < vocabulary for token in ids):
         raise APIError(400, f"{param}: token ids are from 0 to {vocabulary - 1}",
+                       code="invalid_value", param=param)
+
+
+def check_logprobs(engine: EngineBackend, profile: Profile, param: str,
+                   asked: int | None) -> None:
+    """A 400 for more log-probabilities a token than the server gives (vLLM's
+    --max-logprobs, the profile's `max_logprobs`); -1 asks for the whole vocabulary."""
+    if asked is None:
+        return
+    vocabulary = len(engine.tokenizer)
+    limit = vocabulary if profile.max_logprobs == -1 else profile.max_logprobs
+    wanted = vocabulary if asked == -1 else asked
+    if wanted > limit:
+        raise APIError(400, f"{param}: at most {limit} a token on this server "
+                       "(tandem serve --max-logprobs N; -1 for the whole vocabulary)",
                        code="invalid_value", param=param)
 
 

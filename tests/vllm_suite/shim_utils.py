@@ -53,7 +53,7 @@ FLAGS_THAT_HOLD = {
     **dict.fromkeys(("--enable-prompt-tokens-details",
                      "--enable-server-load-tracking", "--enable-tokenizer-info-endpoint"),
                     "always on in Tandem"),
-    "--max-logprobs": "Tandem's limit (20) covers the selected tests",
+    "--port": "the shim picks a free port; the tests read it from the server object",
     "--structured-outputs-config.backend": "vLLM's default backend (xgrammar) is Tandem's",
     "--chat-template": "the served model's own template renders every prompt",
     **dict.fromkeys(("--enable-lora", "--lora-modules", "--max-lora-rank", "--max-cpu-loras"),
@@ -61,8 +61,9 @@ FLAGS_THAT_HOLD = {
 }
 # vLLM serve flags that take a value and are passed on to a `tandem serve` of the module's
 # own, as Tandem's flag of the same name: the shared server cannot listen on a module's
-# socket, and a root path comes with an API key (VLLM_API_KEY) in the module that uses it.
-OWN_SERVER_FLAGS = ("--uds", "--root-path")
+# socket, a root path comes with an API key (VLLM_API_KEY) in the module that uses it, and
+# a higher --max-logprobs starts its engine otherwise.
+OWN_SERVER_FLAGS = ("--uds", "--root-path", "--max-logprobs")
 # vLLM serve switches (no value) that change every response: the module gets a server of
 # its own with Tandem's switch of the same name.
 OWN_SERVER_SWITCHES = ("--enable-force-include-usage", "--return-tokens-as-token-ids")

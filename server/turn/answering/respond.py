@@ -93,7 +93,7 @@ def reasoning_fields(reasoning: str) -> dict[str, str]:
 
 def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
            logprobs: list[dict] | None = None, token_ids: list[int] | None = None,
-           usage: dict | None = None) -> str:
+           usage: dict | None = None, first: bool = False) -> str:
     choice: dict = {"index": chat.choice, "delta": delta, "finish_reason": finish_reason}
     if logprobs:
         choice["logprobs"] = {"content": logprobs}
@@ -106,6 +106,8 @@ def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
         "model": chat.model,
         "choices": [choice],
     }
+    if first and chat.return_token_ids:  # as vLLM: the prompt's ids once, in the first chunk
+        body["prompt_token_ids"] = list(chat.prompt_ids)
     if usage is not None:
         body["usage"] = usage
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
@@ -179,7 +181,7 @@ async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: 
     opening = usage()
     if opening is not None:  # the role comes before any token
         opening = {**opening, "completion_tokens": 0, "total_tokens": opening["prompt_tokens"]}
-    yield _chunk(chat, {"role": "assistant", "content": ""}, usage=opening)
+    yield _chunk(chat, {"role": "assistant", "content": ""}, usage=opening, first=True)
     if chat.echo:  # vLLM's echo: the repeated message in a chunk of its own
         yield _chunk(chat, {"content": chat.echo}, usage=opening)
     last = ParsedDelta()  # the final generation's last text, sent with the finish reason
