@@ -91,11 +91,11 @@ async def _alive(stream):
 class Engine:
     """The one vLLM engine of this process. Create with `await Engine.start(...)`."""
 
-    def __init__(self, profile: Profile, llm, model_path: str) -> None:
+    def __init__(self, profile: Profile, llm, model_path: str, tokenizer=None) -> None:
         self.profile = profile
         self.model_path = model_path
         self._llm = llm
-        self.tokenizer = load_tokenizer(profile.tokenizer or model_path)
+        self.tokenizer = tokenizer or load_tokenizer(profile.tokenizer or model_path)
         self.tokens: SpecialTokens = special_tokens(self.tokenizer, profile.tool_call_format)
         self.fingerprint = served_fingerprint(profile.model, self.tokenizer)
         self.stats = EngineStats()
@@ -133,8 +133,8 @@ class Engine:
         model_path = resolve_model_path(profile, home, progress)
         # A model with <think> tokens gets vLLM's reasoning config: a request's
         # thinking_token_budget forces </think> once the budget is spent.
-        thinks = special_tokens(load_tokenizer(profile.tokenizer or model_path),
-                                profile.tool_call_format).think is not None
+        tokenizer = load_tokenizer(profile.tokenizer or model_path)
+        thinks = special_tokens(tokenizer, profile.tool_call_format).think is not None
         if profile.device == "cpu" and profile.cpu_kv_space_gib:
             # vLLM's CPU backend reads its KV-cache size (GiB) from the environment; the
             # spawned engine-core process inherits it.
@@ -182,7 +182,7 @@ class Engine:
                if profile.gpu_memory_utilization is not None else {}),
         )
         llm = AsyncLLM.from_engine_args(args)
-        engine = cls(profile, llm, model_path)
+        engine = cls(profile, llm, model_path, tokenizer)
         progress("warming up the engine")
         await engine._warm_up()
         return engine
