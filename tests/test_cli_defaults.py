@@ -3,6 +3,7 @@ uvicorn replaced by recorders, so these check what it would start, and nothing s
 
 from __future__ import annotations
 
+import socket
 import sys
 import types
 
@@ -11,7 +12,10 @@ import uvicorn
 
 from engine import profiles
 from engine.profiles import load_profile, with_overrides
+from server.cli import main as cli_main
 from server.cli.main import build_parser, main
+
+real_bind_listener = cli_main.bind_listener
 
 
 class Started:
@@ -23,6 +27,8 @@ class Started:
         self.host: str | None = None
         self.port: int | None = None
         self.ran = False
+        self.bound: tuple[str, int] | None = None
+        self.sockets: list | None = None
 
 
 @pytest.fixture
@@ -43,13 +49,18 @@ def started(monkeypatch, tmp_path) -> Started:
         def __init__(self, config) -> None:
             self.should_exit = False
 
-        def run(self) -> None:
-            seen.ran = True
+        def run(self, sockets=None) -> None:
+            seen.ran, seen.sockets = True, sockets
+
+    def bind_listener(host, port):
+        seen.bound = (host, port)
+        return "the listener"
 
     fake_app.create_app = create_app  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "server.app", fake_app)
     monkeypatch.setattr(uvicorn, "Config", Config)
     monkeypatch.setattr(uvicorn, "Server", Server)
+    monkeypatch.setattr(cli_main, "bind_listener", bind_listener)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     for name in ("TANDEM_API_KEY", "TANDEM_NIGHTLY_HOUR", "TANDEM_USER",
                  "TANDEM_TRUSTED_PROXIES"):
@@ -67,6 +78,30 @@ def test_serve_listens_on_127_0_0_1_port_8000_by_default(started, monkeypatch):
     gpu(monkeypatch, False)
     assert main(["serve"]) == 0
     assert started.ran and (started.host, started.port) == ("127.0.0.1", 8000)
+    assert started.bound == ("127.0.0.1", 8000) and started.sockets == ["the listener"]
+
+
+def test_serve_on_a_port_in_use_says_so_before_loading_the_engine(
+        started, monkeypatch, capsys):
+    monkeypatch.setattr(cli_main, "bind_listener", real_bind_listener)
+    gpu(monkeypatch, False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert started.profile is None and not started.ran  # no app was built, no engine loaded
+
+
+def test_the_listener_holds_the_port_while_the_engine_loads():
+    listener = real_bind_listener("127.0.0.1", 0)
+    try:
+        port = listener.getsockname()[1]
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))
+    finally:
+        listener.close()
 
 
 @pytest.mark.parametrize(("present", "name"), [(True, "chat"), (False, "smol")])

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -32,10 +33,6 @@ def _say(message: str) -> None:
 def _serve(args: argparse.Namespace) -> int:
     # vLLM's own INFO logs would bury the progress lines; TANDEM users can raise them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    import uvicorn
-
-    from server.app import create_app
-
     profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
                              tuple(args.served_model_name), args.enable_force_include_usage,
                              args.return_tokens_as_token_ids, args.max_logprobs)
@@ -75,6 +72,13 @@ def _serve(args: argparse.Namespace) -> int:
     problem = exposure_problem(host, auth, args.insecure_no_auth)
     if problem is not None:
         raise ProfileError(problem)
+    # The port is taken now, before the engine's minute of loading: a port in use is told
+    # at once, and no other process can take it while the engine loads.
+    listener = None if args.uds else bind_listener(args.host, args.port)
+    import uvicorn  # the app's imports (vLLM, torch) take seconds: after the port is ours
+
+    from server.app import create_app
+
     engine_died: list[bool] = []
 
     def exit_for_restart() -> None:
@@ -92,7 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
                      memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
                      browser=browser, root_path=args.root_path or "")
     server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
-    server.run()
+    server.run(sockets=None if listener is None else [listener])
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
              "supervisor restarts the server")
@@ -104,6 +108,21 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(ENGINE_DEAD_EXIT)
     return 0
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (not yet listening: a client meanwhile is refused, as
+    by a closed port); uvicorn listens on it once the app has started."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ProfileError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                           "(another server on that port? choose one with --port)") from None
+    return sock
 
 
 def server_config(app, host: str, port: int, uds: str | None = None):
