@@ -66,7 +66,8 @@ def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, ti
     for turn, answer in enumerate(ANSWERS):
         content, usage, token = sdk_turn(sdk, history, answer, stream, extra)
         assert content.startswith(answer.split()[0])
-        tokens.add(token)
+        if turn:  # the first answer names the session from the second turn on
+            tokens.add(token)
         if previous is not None:
             floor = (previous.prompt_tokens + previous.completion_tokens
                      - tiny_profile.block_size)
@@ -76,48 +77,94 @@ def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, ti
         previous = usage
         history += [{"role": "assistant", "content": content},
                     {"role": "user", "content": f"And turn {turn + 2}?"}]
-    assert len(tokens) == 1 and None not in tokens  # one session all along
+    assert len(tokens) == 1 and None not in tokens  # one session from the second turn on
 
 
-def derived(messages: list[dict], **extra) -> str:
+def derived(messages: list[dict], user: str = "tester", project: str | None = None,
+            **extra) -> str:
     from server.http.schema import ChatCompletionRequest
-    from server.turn.memory import derive_session
+    from server.turn.memory import derive_session, request_messages
 
-    return derive_session(ChatCompletionRequest.model_validate(
-        {"model": "tiny", "messages": messages, **extra}))
+    request = ChatCompletionRequest.model_validate({"model": "tiny", "messages": messages,
+                                                    **extra})
+    return derive_session(user, project, request_messages(request))
 
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 FIRST = {"role": "user", "content": "Where is the build script?"}
+ANSWER = {"role": "assistant", "content": "In the Makefile."}
 
 
 def test_another_opening_derives_another_session():
-    """Unit test, no engine: the system prompt and the first user message name the
-    session; change either and it is another session."""
+    """Unit test, no engine: the system prompt, the first user message, the first answer,
+    the user and the project name the session; change any and it is another session."""
     ids = {derived([SYSTEM, FIRST]),
            derived([{"role": "system", "content": "You are verbose."}, FIRST]),
            derived([SYSTEM, {"role": "user", "content": "Where is the test script?"}]),
            derived([FIRST]),
-           derived([{"role": "developer", "content": "Answer in English."}, FIRST])}
-    assert len(ids) == 5
+           derived([{"role": "developer", "content": "Answer in English."}, FIRST]),
+           derived([SYSTEM, FIRST, ANSWER]),
+           derived([SYSTEM, FIRST, {**ANSWER, "content": "In build.sh."}]),
+           derived([SYSTEM, FIRST], user="someone-else"),
+           derived([SYSTEM, FIRST], project="alpha"),
+           derived([SYSTEM, FIRST], project="beta")}
+    assert len(ids) == 10
 
 
-def test_the_same_opening_derives_one_session_whatever_follows():
+def test_conversations_after_the_same_canned_greeting_are_told_apart_by_the_first_question():
+    """Unit test, no engine: a chat app's greeting opens every conversation; the user's
+    first message is what tells them apart."""
+    greeting = {"role": "assistant", "content": "Hi! How can I help?"}
+    assert (derived([SYSTEM, greeting, FIRST])
+            != derived([SYSTEM, greeting, {"role": "user", "content": "hi"}]))
+    # and the answer after the first question, not the greeting, is the first answer
+    assert (derived([SYSTEM, greeting, FIRST, ANSWER])
+            != derived([SYSTEM, greeting, FIRST, {**ANSWER, "content": "In build.sh."}]))
+
+
+def test_the_same_opening_derives_one_session_whatever_follows_the_first_answer():
     """Unit test, no engine: later messages, answers, tool calls and the tools offered
-    change nothing; two conversations with the same opening share the id."""
-    base = derived([SYSTEM, FIRST])
+    change nothing once the first answer is in."""
     call = {"id": "c1", "type": "function",
             "function": {"name": "read_file", "arguments": '{"path": "Makefile"}'}}
-    later = [SYSTEM, FIRST, {"role": "assistant", "content": None, "tool_calls": [call]},
+    first_answer = {"role": "assistant", "content": None, "tool_calls": [call]}
+    base = derived([SYSTEM, FIRST, first_answer])
+    later = [SYSTEM, FIRST, first_answer,
              {"role": "tool", "tool_call_id": "c1", "content": "build: ..."},
              {"role": "assistant", "content": "It is the Makefile."},
              {"role": "user", "content": "And the tests?"}]
     assert derived(later) == base
     assert derived(later, tools=TOOLS) == base
-    assert derived([SYSTEM, FIRST, {"role": "assistant", "content": "Another answer."},
-                    {"role": "user", "content": "Another question."}]) == base
+    # arguments as a JSON string or another spacing are one call
+    spaced = {**call, "function": {**call["function"], "arguments": '{ "path":"Makefile" }'}}
+    assert derived([SYSTEM, FIRST, {**first_answer, "tool_calls": [spaced]}]) == base
     # The developer role is the system prompt under another name.
-    assert derived([{**SYSTEM, "role": "developer"}, FIRST]) == base
+    assert derived([{**SYSTEM, "role": "developer"}, FIRST, first_answer]) == base
+
+
+def test_a_first_turn_is_recorded_under_the_session_its_second_turn_derives():
+    """Unit test, no engine: the record of a first turn is filed where the second turn
+    looks (the session its answer names); a named session is never renamed."""
+    from conductor.ledger.records import VisibleMessage
+    from server.http.schema import ChatCompletionRequest
+    from server.turn.memory import (
+        MemoryContext,
+        derive_session,
+        request_messages,
+        session_after_answer,
+    )
+
+    first = derived([SYSTEM, FIRST])
+    memory = MemoryContext(user="tester", session=first, project=None, mode="on",
+                           header=None, has_user_message=True, derived=True)
+    turn = request_messages(ChatCompletionRequest.model_validate(
+        {"model": "tiny", "messages": [SYSTEM, FIRST]}))
+    answer = VisibleMessage.of("assistant", ANSWER["content"])
+    assert session_after_answer(memory, [*turn, answer]) == derived([SYSTEM, FIRST, ANSWER])
+    assert derive_session("tester", None, turn) == first
+    named = MemoryContext(user="tester", session="mine", project=None, mode="on",
+                          header=None, has_user_message=True)
+    assert session_after_answer(named, [*turn, answer]) == "mine"
 
 
 def shared_span(app: InProcessApp, session: str):

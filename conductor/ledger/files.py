@@ -50,6 +50,7 @@ def encode_record(record: Record) -> dict[str, Any]:
         "ended_cleanly": record.ended_cleanly,
         "spans": [[s.start, s.end, s.kind, list(s.note_ids)] for s in record.spans],
         "fingerprint": record.fingerprint,
+        "project": record.project,
     }
 
 
@@ -62,7 +63,8 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
                   for start, end, kind, notes in data["spans"])
     return Record(user=user, session=session, messages=messages, ids=ids,
                   ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
-                  fingerprint=str(data.get("fingerprint") or ""))
+                  fingerprint=str(data.get("fingerprint") or ""),
+                  project=str(data["project"]) if data.get("project") else None)
 
 
 class LedgerFiles:

@@ -76,6 +76,9 @@ class Record:
     # The model, tokenizer and chat template the ids were made under (a hash): ids of
     # another tokenizer or template mean nothing to this one.
     fingerprint: str = ""
+    # The project the conversation ran in (X-Tandem-Project): its hidden parts hold that
+    # project's notes, so only a request of the same project replays it.
+    project: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,10 @@ class Ledger:
                 return
             self._drop(records, next(iter(records)))
 
-    def find(self, user: str, session: str, messages: list[VisibleMessage]) -> Match | None:
-        """The record of the longest proper prefix of `messages` (the last one is new)."""
+    def find(self, user: str, session: str, messages: list[VisibleMessage],
+             project: str | None = None) -> Match | None:
+        """The record of the longest proper prefix of `messages` (the last one is new),
+        made in `project`."""
         keys = _prefix_keys(user, session, messages)
         with self._lock:
             records = self._sessions.get((user, session))
@@ -167,7 +172,8 @@ class Ledger:
                 return None
             for length in range(len(messages) - 1, 0, -1):
                 record = records.get(keys[length - 1])
-                if record is not None and record.fingerprint == self.fingerprint:
+                if (record is not None and record.fingerprint == self.fingerprint
+                        and record.project == project):
                     self._sessions.move_to_end((user, session))
                     return Match(record, length)
         return None
@@ -196,6 +202,12 @@ class Ledger:
         """The session's records, oldest first."""
         with self._lock:
             return list(self._sessions.get((user, session), {}).values())
+
+    def user_records(self, user: str) -> list[Record]:
+        """All of `user`'s records: sessions least recently used first, each oldest first."""
+        with self._lock:
+            return [r for (owner, _), records in self._sessions.items() if owner == user
+                    for r in records.values()]
 
     def latest(self, user: str, session: str) -> Record | None:
         """The session's most recent record: its end anchor."""

@@ -71,7 +71,8 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
     offered, engine_tools = with_engine_tools(request, memory,
                                               profile.tool_call_format == "qwen")
     visible = visible_messages(offered)
-    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible)
+    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible,
+                                 memory.project)
     if match is not None and offered.tools and tools_for_template(offered):
         match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
     if match is not None and memory.user is not None and _holds_a_deleted_note(

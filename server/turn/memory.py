@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +23,7 @@ from conductor.hidden.shared_context import (
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver
-from conductor.ledger.records import Ledger
+from conductor.ledger.records import Ledger, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
@@ -77,6 +77,7 @@ class MemoryContext:
     mode: str  # the profile's: off, shadow, on
     header: str | None  # the request's X-Tandem-Memory: off, read or None
     has_user_message: bool
+    derived: bool = False  # the session id was derived from the messages (no header)
 
     @property
     def off_reason(self) -> str | None:
@@ -116,23 +117,61 @@ class MemoryContext:
         return ContextGroup(self.user, self.project, self.shows_card, self.reads)
 
 
-def derive_session(request: ChatCompletionRequest) -> str:
-    """A conversation's id, when the client sends none, from what stays the same for the
-    whole conversation: its opening system (or developer) messages and its first user
-    message. Tools, later messages and the answers are left out: they change from turn
-    to turn. Two conversations with the same opening share this id."""
-    opening = []
+def derive_session(user: str | None, project: str | None,
+                   messages: Sequence[VisibleMessage]) -> str:
+    """A conversation's id, when the client sends none: the user, the project and the
+    conversation's opening (see `conversation_opening`). Later messages and the tools
+    offered are left out: they change from turn to turn.
+
+    The first answer is in it so that conversations with the same opening ("hi", a chat
+    app's canned greeting) are told apart from their second turn on; a first turn has no
+    answer yet, so its record is filed under the id its answer makes
+    (`session_after_answer`), which is what the second turn derives."""
+    digest = hashlib.blake2b(json.dumps([user or "", project or ""]).encode(),
+                             digest_size=8)
+    for message in conversation_opening(messages):
+        digest.update(message.digest())
+    return "s-" + digest.hexdigest()
+
+
+def conversation_opening(messages: Sequence[VisibleMessage]) -> list[VisibleMessage]:
+    """The system (and developer) messages and anything else up to the first user message,
+    that message, and the first answer after it once there is one."""
+    opening: list[VisibleMessage] = []
+    asked = False
+    for message in messages:
+        if message.role == "tools":  # the tool definitions' pseudo-message
+            continue
+        if not asked:
+            opening.append(message)
+            asked = message.role == "user"
+        elif message.role == "assistant":
+            opening.append(message)
+            break
+    return opening
+
+
+def request_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
+    """The request's messages in the ledger's terms (as `prompt.visible_messages`, without
+    the tools): what a derived session id is made of."""
+    out = []
     for message in request.messages:
         role = "system" if message.role == "developer" else message.role
         try:
             text = message.text()
         except ValueError:  # non-text parts are refused later, with a clear error
             text = ""
-        opening.append((role, text))
-        if role != "system":
-            break
-    head = json.dumps(opening, ensure_ascii=False)
-    return "s-" + hashlib.blake2b(head.encode(), digest_size=8).hexdigest()
+        calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+        out.append(VisibleMessage.of(role, text, calls))
+    return out
+
+
+def session_after_answer(memory: MemoryContext, messages: Sequence[VisibleMessage]) -> str:
+    """The session a turn's record is filed under: a derived session whose first turn this
+    was is named by its answer too (`messages` end with it); any other is the request's."""
+    if not memory.derived:
+        return memory.session
+    return derive_session(memory.user, memory.project, messages)
 
 
 def request_user(headers, peer: str | None, settings: MemorySettings,
@@ -153,12 +192,16 @@ def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, m
                     session: str | None = None) -> MemoryContext:
     user = request_user(headers, peer, settings, key_user)
     header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
-    session = session or headers.get(SESSION_HEADER) or derive_session(request)
+    project = headers.get(PROJECT_HEADER) or None
+    session = session or headers.get(SESSION_HEADER)
+    derived = not session
+    if not session:
+        session = derive_session(user, project, request_messages(request))
     if not valid_session(session):  # any header value is accepted, filed under its hash
         session = "h-" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
     last_role = request.messages[-1].role
-    return MemoryContext(user=user, session=session, project=headers.get(PROJECT_HEADER) or None,
-                         mode=mode, header=header, has_user_message=last_role == "user")
+    return MemoryContext(user=user, session=session, project=project, mode=mode,
+                         header=header, has_user_message=last_role == "user", derived=derived)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from engine.generation import Delta, TokenLogprob
 from server.turn.answering.memblock import MemoryFilter
 from server.turn.answering.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.turn.hidden import injections_to_record, record_injections
-from server.turn.memory import MemoryServices
+from server.turn.memory import MemoryServices, session_after_answer
 from server.turn.prompt import Tail, ids_for_text
 from server.turn.tool_exchange import assistant_calls_text
 
@@ -95,6 +95,7 @@ class Answer:
     # (output offset, log-probability) of generated tokens not yet given to the client
     pending_logprobs: list[tuple[int, TokenLogprob]] = field(default_factory=list)
     prompt_logprobs: list | None = None  # Delta.prompt_logprobs of the first generation
+    recorded_session: str | None = None  # the session the ledger filed the turn under
 
     @classmethod
     def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
@@ -263,9 +264,11 @@ class Answer:
                   for h in self.memory_filter.hidden if h.end <= len(output)]
         tools = [Span(offset + s.start, offset + s.end, s.kind) for s in self.tool_spans
                  if s.end <= len(output)]
+        messages = (*chat.visible, answer)
+        session = self.recorded_session = session_after_answer(chat.memory, messages)
         self.services.ledger.record(Record(
-            user=chat.ledger_user, session=chat.memory.session,
-            messages=(*chat.visible, answer), ids=(*chat.prompt_ids, *output),
+            user=chat.ledger_user, session=session, project=chat.memory.project,
+            messages=messages, ids=(*chat.prompt_ids, *output),
             ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
             spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
         ))
@@ -279,7 +282,7 @@ class Answer:
             self.services.on_change(chat.memory.user)
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
-            self.services.triggers.turn_done(chat.memory.user, chat.memory.session, new_tokens)
+            self.services.triggers.turn_done(chat.memory.user, session, new_tokens)
         self._hand_over(interrupted)
 
     def _hand_over(self, interrupted: bool) -> None:
@@ -307,7 +310,8 @@ class Answer:
     def gave_up(self) -> None:
         """The client left mid-answer: the writer should look at what it had said."""
         if self.chat.memory.writes and self.chat.records:
-            self.services.triggers.give_up(self.chat.memory.user, self.chat.memory.session)
+            self.services.triggers.give_up(self.chat.memory.user,
+                                           self.recorded_session or self.chat.memory.session)
 
     # -- the response's fields ---------------------------------------------------------------------
     @property

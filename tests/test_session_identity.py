@@ -1,0 +1,86 @@
+"""Conversations a client does not name are told apart (real engine, scripted answers, each
+test once a chat template): by their opening and first answer, by user and by project. A
+conversation replays its own records only, and keeps its prefix cache every turn however
+many others share its opening."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.inprocess import InProcessApp
+
+
+@pytest.fixture
+def app(template_served, tmp_path) -> InProcessApp:
+    return InProcessApp(template_served, tmp_path)
+
+
+def floor(previous: dict, block_size: int) -> int:
+    """What a turn that extends the previous one must find cached."""
+    return previous["prompt_tokens"] + previous["completion_tokens"] - block_size
+
+
+def test_five_conversations_opening_with_hi_keep_their_cache_interleaved(app, tiny_profile):
+    opening = [{"role": "user", "content": "hi"}]
+    histories, previous = [], []
+    for n in range(5):  # five chats, no session header, the same first message
+        content, usage, _ = app.chat(opening, f"Hello, chat number {n}.")
+        histories.append([*opening, {"role": "assistant", "content": content}])
+        previous.append(usage)
+    tokens: list[set[str]] = [set() for _ in range(5)]
+    for turn in range(2):
+        for n in range(5):  # interleaved: each chat's turn between the others'
+            histories[n].append({"role": "user", "content": f"Turn {turn} of chat {n}?"})
+            content, usage, response = app.chat(histories[n], f"Answer {turn} for chat {n}.")
+            assert usage["prompt_tokens_details"]["cached_tokens"] >= floor(
+                previous[n], tiny_profile.block_size), (n, turn, usage, previous[n])
+            histories[n].append({"role": "assistant", "content": content})
+            previous[n] = usage
+            tokens[n].add(response.headers["x-tandem-memory-token"])
+    assert all(len(t) == 1 for t in tokens) and len(set.union(*tokens)) == 5
+    records = {r.session: r for r in app.memory.ledger.user_records("tester")}
+    assert len(records) == 5
+    for record in records.values():  # each replays its own turns, none of another chat's
+        text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
+        (mine,) = {n for n in range(5) if f"chat number {n}." in text}
+        assert all(f"chat {other}" not in text for other in range(5) if other != mine)
+
+
+def project_note(app: InProcessApp, project: str, title: str) -> None:
+    store = app.memory.store("tester")
+    result = store.add(title=title, body=f"{title}: only {project} uses it.",
+                       kind="reference", scope="project", project=project, source="cli",
+                       has_user_message=True)
+    assert result.ok
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["derived", "named-session"])
+def test_two_projects_with_the_same_opening_never_replay_each_others_notes(
+        app, tiny_profile, named):
+    tag = uuid.uuid4().hex[:6]
+    project_note(app, "/w/alpha", f"alpha deploy key {tag}")
+    opening = [{"role": "user", "content": "What do we deploy with?"}]
+    session = {"X-Tandem-Session": f"same-name-{tag}"} if named else {}
+    alpha = {"X-Tandem-Project": "/w/alpha", **session}
+    beta = {"X-Tandem-Project": "/w/beta", **session}
+    content, first_alpha, _ = app.chat(opening, "With the key.", headers=alpha)
+    app.chat(opening, "With the key.", headers=beta)
+    second = [*opening, {"role": "assistant", "content": content},
+              {"role": "user", "content": "Thanks."}]
+    _, usage, _ = app.chat(second, "Welcome.", headers=beta)
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    beta_text = tokenizer.decode(list(latest(app, "/w/beta").ids))
+    assert f"alpha deploy key {tag}" not in beta_text
+    _, usage, _ = app.chat(second, "Welcome.", headers=alpha)
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= floor(first_alpha,
+                                                                    tiny_profile.block_size)
+    assert f"alpha deploy key {tag}" in tokenizer.decode(list(latest(app, "/w/alpha").ids))
+
+
+def latest(app: InProcessApp, project: str):
+    """The most recent record made in `project`."""
+    (record, *_) = [r for r in reversed(app.memory.ledger.user_records("tester"))
+                    if r.project == project]
+    return record
