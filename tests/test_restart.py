@@ -138,3 +138,28 @@ def test_the_ledger_saver_waits_while_clients_run_but_not_past_its_limit(served,
     assert not files.path_for(("tester", "busy")).exists(), "no save while clients run"
     served.run(run_for(0.9))
     assert files.path_for(("tester", "busy")).exists(), "saved once the deferral ran out"
+
+
+BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {title}\n\n'
+         "{title} is a fact worth keeping.\n</tandem_memory>")
+
+
+def test_after_a_restart_a_status_line_sent_back_on_a_miss_is_still_taken_off(
+        template_served, tmp_path):
+    served = template_served  # once a chat template
+    home = tmp_path / "home"
+    first = InProcessApp(served, home)
+    title = f"cache host {uuid.uuid4().hex[:6]}"
+    messages = [{"role": "user", "content": "Remember the cache host."}]
+    shown, _, _ = first.chat(messages, "Noted. " + BLOCK.format(title=title),
+                             headers={"X-Tandem-Session": "before"})
+    assert shown.endswith(f"› remembered: {title}")
+    first.memory.ledger_saver.save_now()
+
+    second = InProcessApp(served, home)  # the restart; another session: a miss
+    follow_up = [*messages, {"role": "assistant", "content": shown},
+                 {"role": "user", "content": "Thanks."}]
+    second.chat(follow_up, "Ok.", headers={"X-Tandem-Session": "after"})
+    text = served.app.state.tandem.engine.tokenizer.decode(
+        list(second.memory.ledger.latest("tester", "after").ids))
+    assert "Noted." in text and "› remembered" not in text

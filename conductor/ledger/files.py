@@ -7,6 +7,8 @@ once; without the record, the prompt would be rendered afresh, its notes moved, 
 later turn would pay for it.
 
     memory/ledger/<hash of user and session>.json   one session's latest records
+    memory/ledger/shown/<hash of user>.json         the user's answers as shown and as
+                                                    written (conductor/ledger/shown_answers)
 
 Written behind, not through: `LedgerSaver` writes the sessions that changed every
 `SAVE_INTERVAL_S` when no client request runs (at the latest every `MAX_DEFER_S`) and
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.ledger.records import Ledger, Record, SessionKey, Span, VisibleMessage
+from conductor.ledger.shown_answers import ShownAnswers
 from conductor.storage.atomic import atomic_write, remove_file
 
 log = logging.getLogger("tandem.memory")
@@ -116,6 +119,52 @@ class LedgerFiles:
         return loaded
 
 
+class ShownAnswerFiles:
+    """One file a user under ``<memory root>/ledger/shown``: its answers with status lines."""
+
+    def __init__(self, memory_root: Path) -> None:
+        self.folder = memory_root / "ledger" / "shown"
+
+    def path_for(self, user: str | None) -> Path:
+        name = hashlib.blake2b(f"{user}".encode("utf-8", "surrogatepass"),
+                               digest_size=16).hexdigest()
+        return self.folder / f"{name}.json"
+
+    def save(self, changed: dict[str | None, list[tuple[str, str]]]) -> None:
+        for user, pairs in changed.items():
+            if not pairs:
+                remove_file(self.path_for(user), kind="ledger")
+                continue
+            payload = {"version": FORMAT_VERSION, "user": user,
+                       "answers": [list(pair) for pair in pairs]}
+            atomic_write(self.path_for(user),
+                         json.dumps(payload, ensure_ascii=False, separators=(",", ":")),
+                         kind="ledger", durable=False)
+
+    def load_into(self, shown: ShownAnswers) -> int:
+        """The saved answers back, least recently saved user first; an unreadable file is
+        skipped and removed (a cache). Returns the answers loaded."""
+        if not self.folder.is_dir():
+            return 0
+        loaded = 0
+        for path in sorted(self.folder.glob("*.json"), key=_mtime):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+                if data.get("version") != FORMAT_VERSION:
+                    raise ValueError("another format")
+                user = data["user"]
+                pairs = [(str(a), str(b)) for a, b in data["answers"]]
+                if user is not None and not isinstance(user, str):
+                    raise TypeError("user")
+            except (OSError, ValueError, KeyError, TypeError):
+                log.warning("ledger: an unreadable shown-answers file skipped")
+                remove_file(path)
+                continue
+            shown.load(user, pairs)
+            loaded += len(pairs)
+        return loaded
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -134,9 +183,11 @@ class LedgerSaver:
 
     def __init__(self, ledger: Ledger, files: LedgerFiles,
                  interval: float = SAVE_INTERVAL_S,
-                 also: Callable[[], None] | None = None) -> None:
+                 also: Callable[[], None] | None = None,
+                 shown: tuple[ShownAnswers, ShownAnswerFiles] | None = None) -> None:
         self.ledger = ledger
         self.files = files
+        self.shown = shown
         self.interval = interval
         self.also = also  # another write-behind on the same beat (the session-token list)
         self.busy: Callable[[], bool] = lambda: False  # the app says: clients are running
@@ -157,6 +208,9 @@ class LedgerSaver:
             changed, gone = self.ledger.take_changes()
             try:
                 self.files.save(changed, gone)
+                if self.shown is not None:
+                    answers, files = self.shown
+                    files.save(answers.take_changes())
             except OSError as exc:  # disk full, read-only: a cache, the turn is served
                 log.warning("ledger: session files not saved (%s)", exc.strerror or exc)
             if self.also is not None:

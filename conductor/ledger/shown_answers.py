@@ -25,28 +25,59 @@ def _key(user: str | None, text: str) -> bytes:
 
 @dataclass
 class ShownAnswers:
-    """(user, answer as shown with status lines) -> the answer as the model wrote it (LRU)."""
+    """(user, answer as shown with status lines) -> the answer as the model wrote it (LRU).
+
+    Saved with the ledger's files (`conductor/ledger/files.py`, one file a user): after a
+    restart a client still sends its answers back with the lines, and a miss renders them
+    afresh; without the map the lines would reach the model inside its own answers."""
 
     max_answers: int = MAX_ANSWERS
-    _answers: OrderedDict[bytes, str] = field(default_factory=OrderedDict)
+    # key -> (user, shown, written)
+    _answers: OrderedDict[bytes, tuple[str | None, str, str]] = field(
+        default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _changed: set[str | None] = field(default_factory=set)  # users, since `take_changes`
 
     def remember(self, user: str | None, shown: str, written: str) -> None:
         if shown.strip() == written.strip():
             return
         with self._lock:
             key = _key(user, shown)
-            self._answers[key] = written
+            self._answers[key] = (user, shown, written)
             self._answers.move_to_end(key)
+            self._changed.add(user)
             while len(self._answers) > self.max_answers:
-                self._answers.popitem(last=False)
+                gone_user, _, _ = self._answers.popitem(last=False)[1]
+                self._changed.add(gone_user)
 
     def as_written(self, user: str | None, content: str) -> str:
         """The answer without the status lines the server added to `user`'s answer;
         unchanged otherwise."""
         with self._lock:
-            return self._answers.get(_key(user, content), content)
+            found = self._answers.get(_key(user, content))
+            return content if found is None else found[2]
 
     def for_user(self, user: str | None):
         """`as_written` for one user's messages (what render_chat takes)."""
         return lambda content: self.as_written(user, content)
+
+    def take_changes(self) -> dict[str | None, list[tuple[str, str]]]:
+        """The users whose answers changed since the last call, each with all of its
+        (shown, written) pairs, oldest first (an empty list: none left)."""
+        with self._lock:
+            changed = {user: [] for user in self._changed}
+            for owner, shown, written in self._answers.values():
+                if owner in changed:
+                    changed[owner].append((shown, written))
+            self._changed.clear()
+        return changed
+
+    def load(self, user: str | None, pairs: list[tuple[str, str]]) -> None:
+        """Saved pairs back, as `remember` made them (not marked as changed)."""
+        with self._lock:
+            for shown, written in pairs:
+                key = _key(user, shown)
+                self._answers[key] = (user, shown, written)
+                self._answers.move_to_end(key)
+            while len(self._answers) > self.max_answers:
+                self._answers.popitem(last=False)

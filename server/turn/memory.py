@@ -22,7 +22,7 @@ from conductor.hidden.shared_context import (
 )
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
-from conductor.ledger.files import LedgerFiles, LedgerSaver
+from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
 from conductor.ledger.records import Ledger, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.notes import NoteStore
@@ -228,9 +228,11 @@ class MemoryServices:
         # What a restart keeps: session tokens and the ledger's records (saved behind
         # by `ledger_saver`, started and stopped with the app).
         self.tokens = SessionTokens(self.root)
-        ledger_files = LedgerFiles(self.root)
+        ledger_files, shown_files = LedgerFiles(self.root), ShownAnswerFiles(self.root)
         ledger_files.load_into(self.ledger)
-        self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save)
+        shown_files.load_into(self.shown)
+        self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
+                                        shown=(self.shown, shown_files))
 
     @property
     def root(self) -> Path:

@@ -29,3 +29,37 @@ def test_a_record_keeps_its_project_across_a_restart_and_is_found_only_there(tmp
     assert again.find("u", "s", query, "/w/alpha").record.project == "/w/alpha"
     assert again.find("u", "s", query, "/w/beta") is None
     assert again.find("u", "s", query) is None
+
+
+def test_shown_answers_come_back_per_user_and_a_forgotten_user_loses_the_file(tmp_path):
+    from conductor.ledger.files import ShownAnswerFiles
+    from conductor.ledger.shown_answers import ShownAnswers
+
+    answers, files = ShownAnswers(max_answers=2), ShownAnswerFiles(tmp_path)
+    answers.remember("ann", "Noted.\n› remembered: x", "Noted.")
+    answers.remember(None, "Ok.\n› remembered: y", "Ok.")
+    files.save(answers.take_changes())
+    assert len(list(files.folder.glob("*.json"))) == 2
+    again = ShownAnswers()
+    assert files.load_into(again) == 2
+    assert again.as_written("ann", "Noted.\n› remembered: x") == "Noted."
+    assert again.as_written("bob", "Noted.\n› remembered: x") == "Noted.\n› remembered: x"
+    assert again.as_written(None, "Ok.\n› remembered: y") == "Ok."
+    answers.remember("bob", "A.\n› remembered: z", "A.")
+    answers.remember("bob", "B.\n› remembered: z", "B.")  # the bound drops ann's and None's
+    files.save(answers.take_changes())
+    assert len(list(files.folder.glob("*.json"))) == 1
+    (path,) = files.folder.glob("*.json")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_an_unreadable_shown_answers_file_is_skipped_and_removed(tmp_path):
+    from conductor.ledger.files import ShownAnswerFiles
+    from conductor.ledger.shown_answers import ShownAnswers
+
+    files = ShownAnswerFiles(tmp_path)
+    files.folder.mkdir(parents=True)
+    broken = files.folder / "broken.json"
+    broken.write_text('{"version": 1, "user": 5, "answers": []}')
+    assert files.load_into(ShownAnswers()) == 0
+    assert not broken.exists()
