@@ -208,11 +208,68 @@ def test_memory_off_on_converse_reads_and_writes_no_layer(app, tokenizer, tmp_pa
 
 def test_a_read_only_message_is_answered_with_the_history_and_leaves_no_turn(
         app, tokenizer, tmp_path):
-    app.converse("the plan is Tuesday", "ok")
+    _, first, _ = app.converse("the plan is Tuesday", "ok")
     eventually(lambda: len(turn_files(tmp_path)) == 1)
-    app.converse("when is the plan?", "Tuesday", headers={"X-Tandem-Memory": "read"})
+    _, usage, _ = app.converse("when is the plan?", "Tuesday",
+                               headers={"X-Tandem-Memory": "read"})
+    # it started with the conversation so far: the first message's prompt and answer
+    floor = first["prompt_tokens"] + first["completion_tokens"] - 32
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= floor
     assert "the plan is Tuesday" in prompt_text(app, tokenizer)
     assert len(turn_files(tmp_path)) == 1
+
+
+def test_read_only_messages_leave_the_last_real_record_to_the_next_message(app):
+    app.converse("first real message", "first answer")
+    _, real, _ = app.converse("second real message", "second answer")
+    for n in range(4):  # more than a session's records
+        app.converse(f"just looking {n}", "ok", headers={"X-Tandem-Memory": "read"})
+    _, usage, _ = app.converse("third real message", "third answer")
+    floor = real["prompt_tokens"] + real["completion_tokens"] - 32
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (usage, real)
+
+
+def test_the_same_message_again_replaces_the_last_turn(app, tokenizer, tmp_path):
+    _, first, _ = app.converse("first question", "first answer")
+    app.converse("second question", "a first try")
+    eventually(lambda: len(turn_files(tmp_path)) == 2)
+    _, again, _ = app.converse("second question", "a second try")  # the client regenerates
+    floor = first["prompt_tokens"] + first["completion_tokens"] - 32
+    assert again["prompt_tokens_details"]["cached_tokens"] >= floor  # up to the first turn
+    text = prompt_text(app, tokenizer)
+    assert "a second try" in text and "a first try" not in text
+    eventually(lambda: "a second try" in turn_files(tmp_path)[-1].read_text())
+    assert len(turn_files(tmp_path)) == 2
+    _, usage, _ = app.converse("third question", "third answer")
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= (
+        again["prompt_tokens"] + again["completion_tokens"] - 32)
+    text = prompt_text(app, tokenizer)
+    assert "a second try" in text and "a first try" not in text
+    page = app.request("GET", "/v1/conductor/converse/history").json()
+    assert [t["seq"] for t in page["data"]] == [1, 2, 3]
+
+
+def test_a_message_said_twice_with_the_answer_between_is_two_turns():
+    """Unit test, no engine: a client that sends its copy of the history shows a repeat on
+    purpose; one that sends the message alone again regenerates."""
+    from datetime import UTC, datetime
+
+    from conductor.layers.turn_format import Part, Turn, TurnMessage
+    from server.http.schema import ChatCompletionRequest
+    from server.turn.continuous import is_regenerate
+
+    last = Turn(1, datetime.now(UTC), 0, (TurnMessage("user", (Part("text", "ok"),)),
+                                          TurnMessage("assistant", (Part("text", "Done."),))))
+
+    def sent(*messages: tuple[str, str]) -> ChatCompletionRequest:
+        return ChatCompletionRequest(model="tiny", messages=[
+            {"role": role, "content": text} for role, text in messages])
+
+    assert is_regenerate(sent(("user", "ok")), last)
+    assert is_regenerate(sent(("user", "earlier"), ("assistant", "x"), ("user", "ok")), last)
+    assert not is_regenerate(sent(("user", "ok"), ("assistant", "Done."), ("user", "ok")), last)
+    assert not is_regenerate(sent(("user", "okay")), last)
+    assert not is_regenerate(sent(("user", "ok")), None)
 
 
 @pytest.mark.parametrize("body, param", [

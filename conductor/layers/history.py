@@ -137,10 +137,22 @@ class HistoryStore:
             self._pending[turn.seq] = turn
             return turn
 
+    def replace(self, turn: Turn) -> Turn:
+        """`turn` in the place of the turn of its number (a regenerated answer), readable
+        now; `write` puts its file down over the old one (same number, same day)."""
+        with self._mutex:
+            self._cache[turn.seq] = turn
+            self._pending[turn.seq] = turn
+            return turn
+
     def write(self, turn: Turn) -> None:
-        """The reserved turn's file, written atomically (it may run in a worker thread)."""
+        """The reserved turn's file, written atomically (it may run in a worker thread).
+        A turn replaced meanwhile is not written: its replacement is what stays."""
         path = self._path_for(turn)
         with self._lock:
+            with self._mutex:
+                if self._cache.get(turn.seq, turn) is not turn:
+                    return
             atomic_write(path, json.dumps(turn.to_json(), ensure_ascii=False, indent=1) + "\n",
                          kind="history")
         with self._mutex:

@@ -75,11 +75,15 @@ def prepare_continuous(engine: EngineBackend, profile: Profile, services: Memory
     now = datetime.now(UTC)
     offset = local_offset_minutes(now) if utc_offset_minutes is None else utc_offset_minutes
     previous = layers.last_turn()
+    replaced = previous if is_regenerate(request, previous) else None
+    if replaced is not None:  # the answer before it is the one a new message follows
+        previous = layers.history.read(replaced.seq - 1) if replaced.seq > 1 else None
     time_tail = Tail(TIME_KIND, time_line(now, offset, previous.time if previous else None))
     room = min(request.requested_max_tokens() or ANSWER_ROOM, profile.max_model_len // 4)
     bounds = window_bounds(profile)
     for attempt in range(FIT_TRIES):
-        prefix, window = _conversation_so_far(engine, profile, services, layers, bounds)
+        prefix, window = _conversation_so_far(engine, profile, services, layers, bounds,
+                                              leave_out=replaced)
         messages = [*(ChatMessage.model_validate(m) for m in prefix), last]
         assembled = request.model_copy(update={"messages": messages})
         try:
@@ -102,17 +106,40 @@ def prepare_continuous(engine: EngineBackend, profile: Profile, services: Memory
     if prepared.memory.writes:
         text = last.text()
         prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
-                                                             recorded)
+                                                             recorded, replaced)
+    else:
+        # A message that leaves no history turn (X-Tandem-Memory: read) is not a step of
+        # the conversation: no later message starts with it, and its record would take
+        # the place of the last real one.
+        prepared.ledger_kept = False
     return prepared
 
 
+def is_regenerate(request: ChatCompletionRequest, last: Turn | None) -> bool:
+    """The last turn's user message again, right after its answer: the client asks for
+    another answer to it, which replaces the last turn. A client that sends its copy of
+    the history shows a message said twice on purpose (its last answer comes between)."""
+    if last is None:
+        return False
+    text = request.messages[-1].text().strip()
+    if text != last.user_text.strip():
+        return False
+    earlier = request.messages[:-1]
+    said_twice = (len(earlier) >= 2 and earlier[-1].role == "assistant"
+                  and earlier[-2].role == "user" and earlier[-2].text().strip() == text)
+    return not said_twice
+
+
 def _conversation_so_far(engine: EngineBackend, profile: Profile, services: MemoryServices,
-                         layers: UserLayers, bounds: WindowBounds | None = None
+                         layers: UserLayers, bounds: WindowBounds | None = None,
+                         leave_out: Turn | None = None
                          ) -> tuple[list[dict[str, Any]], list[Turn]]:
-    """The layers and the replay window as chat messages, and the window's turns; each
-    replayed answer's status lines are made known, so rendering takes them off (after a
-    restart too)."""
+    """The layers and the replay window as chat messages, and the window's turns (without
+    `leave_out`, a turn being regenerated); each replayed answer's status lines are made
+    known, so rendering takes them off (after a restart too)."""
     window = layers.replay(bounds or window_bounds(profile), engine.count_tokens)
+    if leave_out is not None:
+        window = [turn for turn in window if turn.seq != leave_out.seq]
     for turn in window:
         for message in turn.messages:
             if message.role == "assistant":
@@ -151,7 +178,9 @@ def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: M
 
 
 def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
-                 recorded: RecordedTurn) -> None:
+                 recorded: RecordedTurn, replaced: Turn | None = None) -> None:
+    """The turn into the history: a new one, or in the place of `replaced` (a regenerate
+    keeps its number and its file)."""
     user_parts = [Part("text", text)]
     user_parts += [Part("hidden", kind=t.kind, note_ids=t.note_ids) for t in recorded.hidden
                    if t.note_ids]
@@ -165,8 +194,13 @@ def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
     answer += [Part("tool_call", name=name, arguments=arguments, call_id=call_id)
                for call_id, name, arguments in recorded.tool_calls]
     messages = (TurnMessage("user", tuple(user_parts)), TurnMessage("assistant", tuple(answer)))
-    turn = layers.history.reserve(lambda seq: Turn(seq, at, offset, messages,
-                                                   recorded.interrupted))
+    if replaced is not None:
+        turn = layers.history.replace(Turn(replaced.seq, replaced.time,
+                                           replaced.utc_offset_minutes, messages,
+                                           recorded.interrupted))
+    else:
+        turn = layers.history.reserve(lambda seq: Turn(seq, at, offset, messages,
+                                                       recorded.interrupted))
     asyncio.get_running_loop().run_in_executor(None, _write_turn, layers, turn)
 
 

@@ -53,6 +53,7 @@ class PreparedChat:
     tokens_as_ids: bool = False
     echo: str = ""  # vLLM's chat echo: the last (assistant) message, shown before the answer
     recorded: bool = True  # False: the client shaped the prompt's end; the ledger skips it
+    ledger_kept: bool = True  # False: the turn is answered and counted, but not a record
 
     @property
     def records(self) -> bool:

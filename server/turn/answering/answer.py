@@ -266,12 +266,13 @@ class Answer:
                  if s.end <= len(output)]
         messages = (*chat.visible, answer)
         session = self.recorded_session = session_after_answer(chat.memory, messages)
-        self.services.ledger.record(Record(
-            user=chat.ledger_user, session=session, project=chat.memory.project,
-            messages=messages, ids=(*chat.prompt_ids, *output),
-            ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
-            spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
-        ))
+        if chat.ledger_kept:
+            self.services.ledger.record(Record(
+                user=chat.ledger_user, session=session, project=chat.memory.project,
+                messages=messages, ids=(*chat.prompt_ids, *output),
+                ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
+                spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
+            ))
         memory = chat.memory
         self._note_head()
         added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
