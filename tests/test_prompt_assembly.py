@@ -42,7 +42,7 @@ def test_assembled_ids_are_the_whole_prompt_encoded(template_tokenizer, name):
     whole = tokenizer.encode(rendered.history + (rendered.generation_prompt or ""),
                              add_special_tokens=False)
     for _ in range(2):  # the second time the head comes from the memo
-        assert assemble(tokenizer, rendered, None, None, None, []).ids == whole
+        assert assemble(tokenizer, rendered, None, None, []).ids == whole
 
 
 def test_the_head_is_encoded_once_for_many_requests(tokenizer):
@@ -51,6 +51,6 @@ def test_the_head_is_encoded_once_for_many_requests(tokenizer):
         request = ChatCompletionRequest(model="tiny", tools=[TOOL], messages=[
             {"role": "system", "content": "Shared head."}, {"role": "user", "content": user}])
         assemble(tokenizer, render_chat(tokenizer, request, enable_thinking=False), None,
-                 None, None, [])
+                 None, [])
     info = _head_ids.cache_info()
     assert (info.misses, info.hits) == (1, 2)

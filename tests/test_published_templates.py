@@ -12,7 +12,8 @@ import pytest
 
 from conductor.ledger.records import Match, Record
 from server.http.schema import ChatCompletionRequest
-from server.turn.prompt import assemble, render_chat, replay_cut
+from server.turn.prompt import assemble, render_chat
+from server.turn.replay import replay_of
 from server.turn.tool_exchange import (
     TemplateCannotExchange,
     check_tool_exchange,
@@ -34,7 +35,7 @@ def first_turn(tokenizer, messages: list[dict], answer: str, thinking: bool,
                ended_cleanly: bool = True, **extra) -> Record:
     """The record of a turn: its prompt and the answer's ids as the model wrote them."""
     built = assemble(tokenizer, render_chat(tokenizer, request(messages, **extra), thinking),
-                     None, None, None, [])
+                     None, None, [])
     written = answer + ("<|im_end|>" if ended_cleanly else "")
     return Record("u", "s", (), [*built.ids, *tokenizer.encode(written,
                                                                add_special_tokens=False)],
@@ -52,9 +53,9 @@ def test_the_next_turn_is_the_record_then_the_new_message_as_the_template_render
         answer["reasoning_content"] = "Ports."
     second = [*first, answer, {"role": "user", "content": "And TLS?"}]
     rendered = render_chat(tokenizer, request(second), True)
-    cut = replay_cut(tokenizer, rendered, Match(record, 2))
-    assert cut is not None
-    built = assemble(tokenizer, rendered, Match(record, 2), cut, None, [])
+    replay = replay_of(tokenizer, rendered, Match(record, 2))
+    assert replay is not None
+    built = assemble(tokenizer, rendered, replay, None, [])
     assert built.ids[: len(record.ids)] == list(record.ids)
     rest = tokenizer.decode(built.ids[len(record.ids):])
     assert rest == "\n<|im_start|>user\nAnd TLS?<|im_end|>\n" + rendered.generation_prompt
@@ -67,8 +68,8 @@ def test_a_record_cut_by_a_stop_string_is_closed_by_the_next_turn(template_token
     second = [*first, {"role": "assistant", "content": "One two"},
               {"role": "user", "content": "Go on."}]
     rendered = render_chat(tokenizer, request(second), False)
-    built = assemble(tokenizer, rendered, Match(record, 2),
-                     replay_cut(tokenizer, rendered, Match(record, 2)), None, [])
+    built = assemble(tokenizer, rendered, replay_of(tokenizer, rendered, Match(record, 2)),
+                     None, [])
     assert tokenizer.decode(built.ids[len(record.ids):]).startswith(
         "<|im_end|>\n<|im_start|>user\nGo on.<|im_end|>")
 
@@ -82,8 +83,7 @@ def test_a_tool_loop_step_replays_the_call_and_renders_the_response(template_tok
             {"role": "tool", "tool_call_id": "c1", "content": "rain"}]
     rendered = render_chat(tokenizer, request(loop, tools=[TOOL]), False)
     match = Match(record, 2)  # the tools pseudo-message is not a message of the template's
-    built = assemble(tokenizer, rendered, match, replay_cut(tokenizer, rendered, match), None,
-                     [])
+    built = assemble(tokenizer, rendered, replay_of(tokenizer, rendered, match), None, [])
     assert built.ids[: len(record.ids)] == list(record.ids)
     assert tokenizer.decode(built.ids[len(record.ids):]).startswith(
         "\n<|im_start|>user\n<tool_response>\nrain\n</tool_response><|im_end|>")
@@ -142,7 +142,7 @@ def test_a_data_message_holding_special_token_text_is_encoded_as_text(template_t
     as_data = render_chat(tokenizer, request(messages), False, data=[layer])
     plain = render_chat(tokenizer, request(messages), False)
     opened = tokenizer.convert_tokens_to_ids("<|im_start|>")
-    data_ids_ = assemble(tokenizer, as_data, None, None, None, []).ids
+    data_ids_ = assemble(tokenizer, as_data, None, None, []).ids
     whole = plain.history + plain.generation_prompt
     # the template's own opening tags only, not the one written in the layer
     assert data_ids_.count(opened) == whole.count("<|im_start|>") - layer.count("<|im_start|>")

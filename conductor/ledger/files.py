@@ -54,6 +54,7 @@ def encode_record(record: Record) -> dict[str, Any]:
         "spans": [[s.start, s.end, s.kind, list(s.note_ids)] for s in record.spans],
         "fingerprint": record.fingerprint,
         "project": record.project,
+        "bare": record.bare,
     }
 
 
@@ -67,7 +68,8 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
     return Record(user=user, session=session, messages=messages, ids=ids,
                   ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
                   fingerprint=str(data.get("fingerprint") or ""),
-                  project=str(data["project"]) if data.get("project") else None)
+                  project=str(data["project"]) if data.get("project") else None,
+                  bare=bool(data.get("bare")))
 
 
 class LedgerFiles:

@@ -12,6 +12,7 @@ Engine-agnostic: messages come in already normalised by the caller (`VisibleMess
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -79,12 +80,24 @@ class Record:
     # The project the conversation ran in (X-Tandem-Project): its hidden parts hold that
     # project's notes, so only a request of the same project replays it.
     project: str | None = None
+    # Made with memory off (X-Tandem-Memory: off, a profile without memory): no hidden part
+    # in it. A request with memory on replays only records with memory on, and the other
+    # way round: neither loses nor gains memory's parts by a replay.
+    bare: bool = False
+
+    @functools.cached_property
+    def digests(self) -> tuple[bytes, ...]:
+        """Each message's digest, made once (a partial match compares them)."""
+        return tuple(m.digest() for m in self.messages)
 
 
 @dataclass(frozen=True)
 class Match:
     record: Record
     matched_messages: int  # the client's first N messages are this record's
+    # The record goes on past them with other messages (the client edited one): only the
+    # ids before its message N+1 stand for the client's (server/turn/replay.py).
+    partial: bool = False
 
 
 def _prefix_keys(user: str, session: str,
@@ -97,6 +110,20 @@ def _prefix_keys(user: str, session: str,
         running.update(message.digest())
         keys.append(running.copy().digest())
     return keys
+
+
+def _shared_run(record: Record, wanted: list[bytes]) -> int:
+    """How many leading messages of `record` are `wanted`'s, short of its last (that is a
+    whole-record match) and backed off past tool results: consecutive tool results may
+    share one block of the template, which a cut must not split."""
+    digests = record.digests
+    shared = 0
+    limit = min(len(digests) - 1, len(wanted))
+    while shared < limit and digests[shared] == wanted[shared]:
+        shared += 1
+    while shared and record.messages[shared - 1].role == "tool":
+        shared -= 1
+    return shared
 
 
 SessionKey = tuple[str, str]
@@ -162,21 +189,37 @@ class Ledger:
             self._drop(records, next(iter(records)))
 
     def find(self, user: str, session: str, messages: list[VisibleMessage],
-             project: str | None = None) -> Match | None:
-        """The record of the longest proper prefix of `messages` (the last one is new),
-        made in `project`."""
+             project: str | None = None, bare: bool = False) -> Match | None:
+        """The record made in `project` (with memory off when `bare`) that shares the
+        longest run of leading messages with `messages` (the last one is new, never
+        shared): a record that is all of the run (the client added messages after it)
+        before one that goes on past it with other messages (the client changed one: a
+        partial match)."""
         keys = _prefix_keys(user, session, messages)
         with self._lock:
             records = self._sessions.get((user, session))
             if not records:
                 return None
+            found = None
             for length in range(len(messages) - 1, 0, -1):
                 record = records.get(keys[length - 1])
-                if (record is not None and record.fingerprint == self.fingerprint
-                        and record.project == project):
-                    self._sessions.move_to_end((user, session))
-                    return Match(record, length)
-        return None
+                if record is not None and self._usable(record, project, bare):
+                    found = Match(record, length)
+                    break
+            longest = found.matched_messages if found is not None else 0
+            if longest < len(messages) - 1:
+                wanted = [m.digest() for m in messages[:-1]]
+                for record in records.values():
+                    shared = _shared_run(record, wanted)
+                    if shared > longest and self._usable(record, project, bare):
+                        found, longest = Match(record, shared, partial=True), shared
+            if found is not None:
+                self._sessions.move_to_end((user, session))
+            return found
+
+    def _usable(self, record: Record, project: str | None, bare: bool) -> bool:
+        return (record.fingerprint == self.fingerprint and record.project == project
+                and record.bare == bare)
 
     def serve_fingerprint(self, fingerprint: str) -> int:
         """From now on records are made and found under `fingerprint`; the records made

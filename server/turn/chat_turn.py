@@ -108,5 +108,5 @@ def _count_hidden(services: MemoryServices, memory: MemoryContext, layout: Layou
     if services.metrics is not None:
         for span in layout.built.spans:  # what this turn adds; replayed ones were counted
             services.metrics.hidden(span.kind, span.end - span.start)
-    if layout.replayed is None and memory.off_reason is None:
+    if (layout.replayed is None or layout.partial) and memory.off_reason is None:
         note_miss(services, memory, layout.visible, engine.count_tokens)

@@ -18,11 +18,12 @@ back. Only when the client's own request does not fit is it refused.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from conductor.ledger.records import Match, Span, VisibleMessage
+from conductor.ledger.records import Span, VisibleMessage
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
@@ -35,10 +36,10 @@ from server.turn.prompt import (
     Tail,
     assemble,
     render_chat,
-    replay_cut,
     tools_for_template,
     visible_messages,
 )
+from server.turn.replay import replay_of
 
 log = logging.getLogger("tandem.chat")
 
@@ -54,6 +55,7 @@ class Layout:
     replayed: tuple[Span, ...] | None  # the ledger record's spans, when its ids lead
     hidden: HiddenContext  # what this turn adds
     built: BuiltPrompt
+    partial: bool = False  # the record's ids stop at a message the client changed
 
     @property
     def tokens(self) -> int:
@@ -72,37 +74,38 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
                                               profile.tool_call_format == "qwen")
     visible = visible_messages(offered)
     match = services.ledger.find(memory.user or "-relayed-", memory.session, visible,
-                                 memory.project)
+                                 memory.project, bare=memory.off_reason is not None)
     if match is not None and offered.tools and tools_for_template(offered):
-        match = Match(match.record, match.matched_messages - 1)  # the tools pseudo-message
-    if match is not None and memory.user is not None and _holds_a_deleted_note(
-            services, memory.user, match.record.spans):
-        match = None  # its ids hold a deleted note's text: rendered afresh, without it
+        # the tools pseudo-message
+        match = dataclasses.replace(match, matched_messages=match.matched_messages - 1)
     as_written = services.shown.for_user(memory.user)
     rendered = render_chat(tokenizer, offered, enable_thinking, as_written, data)
-    cut = replay_cut(tokenizer, rendered, match)
-    replayed = match.record.spans if cut is not None and match is not None else None
-    hidden = choose_hidden(services, memory, replayed, offered, engine.count_tokens)
+    replay = replay_of(tokenizer, rendered, match)
+    if replay is not None and memory.user is not None and _holds_a_deleted_note(
+            services, memory.user, replay.spans):
+        replay = None  # its ids hold a deleted note's text: rendered afresh, without it
+    replayed = replay.spans if replay is not None else None
+    hidden = choose_hidden(services, memory, replay, offered, engine.count_tokens)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
-                   assemble(tokenizer, rendered, match, cut, hidden.head,
-                            [*leading_tails, *hidden.tails]))
+                   assemble(tokenizer, rendered, replay, hidden.head,
+                            [*leading_tails, *hidden.tails]),
+                   partial=replay is not None and bool(match and match.partial))
     yield whole
     if not gives_way:
         return
     if hidden.tails:
         without_tails = replace(hidden, tails=[])
         yield replace(whole, hidden=without_tails,
-                      built=assemble(tokenizer, rendered, match, cut, hidden.head,
+                      built=assemble(tokenizer, rendered, replay, hidden.head,
                                      list(leading_tails)))
     bare = HiddenContext(token=hidden.token)
     if hidden.head is not None or replayed is not None:
-        yield replace(whole, replayed=None, hidden=bare,
-                      built=assemble(tokenizer, rendered, None, None, None,
-                                     list(leading_tails)))
+        yield replace(whole, replayed=None, hidden=bare, partial=False,
+                      built=assemble(tokenizer, rendered, None, None, list(leading_tails)))
     if engine_tools:
         plain = render_chat(tokenizer, request, enable_thinking, as_written, data)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
-                     assemble(tokenizer, plain, None, None, None, list(leading_tails)))
+                     assemble(tokenizer, plain, None, None, list(leading_tails)))
 
 
 def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:

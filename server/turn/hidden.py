@@ -25,11 +25,12 @@ from conductor.hidden.shared_context import (
     shared_notes,
 )
 from conductor.hidden.tail_notes import build_matches
-from conductor.ledger.records import Record, Span, VisibleMessage
+from conductor.ledger.records import Record, VisibleMessage
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
 from server.turn.memory import MemoryContext, MemoryServices
 from server.turn.prompt import Tail, tools_for_template
+from server.turn.replay import Replay
 
 
 @dataclass
@@ -40,34 +41,36 @@ class HiddenContext:
     version: str | None = None  # the shared context's version, when the head carries it
 
 
-def choose_hidden(services: MemoryServices, memory: MemoryContext,
-                  replayed: tuple[Span, ...] | None, request: ChatCompletionRequest,
-                  count_tokens) -> HiddenContext:
-    """The hidden messages of one request. `replayed`: the hidden spans of the ledger
-    record the prompt starts with (which hold the shared context already), None when the
-    prompt is rendered whole."""
+def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Replay | None,
+                  request: ChatCompletionRequest, count_tokens) -> HiddenContext:
+    """The hidden messages of one request. `replay`: the part of a ledger record the
+    prompt starts with (which holds the shared context already), None when the prompt is
+    rendered whole."""
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
-        _choose(services, memory, replayed, request, count_tokens, hidden)
+        _choose(services, memory, replay, request, count_tokens, hidden)
     return hidden
 
 
-def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Span, ...] | None,
+def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | None,
             request: ChatCompletionRequest, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
     # Listed once a request: the shared index and the matching notes choose from them.
     notes = shared_notes(store, memory.project) if store is not None else None
     own = session_notes(store, memory.session) if store is not None else []
-    if replayed is None:
+    if replay is None:
         shared = build_shared_context(memory.shows_card, notes, count_tokens)
         if shared is not None:
             hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
             hidden.version = shared.version
-        # The token only helps a model that can call the memory routes, i.e. one with
-        # tools; the client has it in the response header either way.
+    if replay is None or any(s.kind == SESSION_KIND for s in replay.dropped):
+        # A fresh render, or an edit that cut the session's tail off: it comes after
+        # this turn's new messages. The token only helps a model that can call the
+        # memory routes, i.e. one with tools; the client has it in the response header
+        # either way.
         client_tools = [t for t in tools_for_template(request) or ()
                         if t["function"]["name"] not in ENGINE_TOOLS]
         token = hidden.token if memory.shows_card and client_tools else None
@@ -77,7 +80,8 @@ def _choose(services: MemoryServices, memory: MemoryContext, replayed: tuple[Spa
     if store is not None and notes is not None and memory.has_user_message:
         # "Already injected" belongs to this branch of the conversation: the notes in the
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
-        already = {i for s in replayed or () if s.kind == "notes" for i in s.note_ids}
+        already = {i for s in (replay.spans if replay else ()) if s.kind == "notes"
+                   for i in s.note_ids}
         found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
                               count_tokens)
         if found is not None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conductor.ledger.records import Match, Span, VisibleMessage
+from conductor.ledger.records import Span, VisibleMessage
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
 
@@ -199,42 +199,6 @@ def encode_with_data(tokenizer, text: str, data: Sequence[str]) -> list[int]:
     return ids + (encode(text[at:]) if at < len(text) else [])
 
 
-def replay_cut(tokenizer, rendered: RenderedChat, match: Match | None) -> int | None:
-    """Where the ledger's record ends in the whole history's render, or None when its
-    exact ids cannot stand in for that part (no match, a template we cannot split).
-
-    Found by message boundaries, never by comparing renders: a template need not render
-    a prefix of the messages as a prefix of the whole (Qwen3's shows an answer's think
-    block only after the last user message). The matched messages alone, rendered, say
-    how many messages the template opens for them; the record's last message is the one
-    the whole render opens last among those, and the record's ids stand in for all of it
-    however the template renders it there (a dropped reasoning, an empty think block)."""
-    if match is None or rendered.generation_prompt is None:
-        return None
-    prefix = render_template(tokenizer, rendered.messages[: match.matched_messages], rendered.tools,
-                     rendered.enable_thinking, generation=False)
-    opened = prefix.count(IM_START_TEXT)
-    history = rendered.history
-    starts = _nth_occurrences(history, IM_START_TEXT, opened + 1)
-    if opened == 0 or len(starts) <= opened:
-        return None  # the template did not open the client's next message after it
-    last, following = starts[opened - 1], starts[opened]
-    end = history.rfind(IM_END_TEXT, last, following)
-    if end < 0:
-        return None
-    return end + len(IM_END_TEXT) if match.record.ended_cleanly else end
-
-
-def _nth_occurrences(text: str, needle: str, count: int) -> list[int]:
-    """Where the first `count` occurrences of `needle` start."""
-    found: list[int] = []
-    at = text.find(needle)
-    while at >= 0 and len(found) < count:
-        found.append(at)
-        at = text.find(needle, at + len(needle))
-    return found
-
-
 def head_end(history: str) -> int:
     """Where the system prompt and tool definitions end: the start of the first message
     that is not a system message (0 when the conversation opens with one)."""
@@ -271,10 +235,11 @@ def _head_ids(tokenizer, head: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(head, add_special_tokens=False)) if head else ()
 
 
-def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | None,
-             head: Tail | None, tails: list[Tail]) -> BuiltPrompt:
-    """The prompt ids: the record's exact ids (when `cut`) or the head with the shared
-    context after it, then the new messages, the tails and the generation prompt."""
+def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
+             tails: list[Tail]) -> BuiltPrompt:
+    """The prompt ids: the record's exact ids (`replay`, a server.turn.replay.Replay) or
+    the head with the shared context after it, then the new messages, the tails and the
+    generation prompt."""
 
     def encode(text: str) -> list[int]:
         if rendered.data:
@@ -285,8 +250,8 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
     if rendered.generation_prompt is None:  # a template we cannot split: nothing hidden
         return BuiltPrompt(encode(history), [], 0)
     spans: list[Span] = []
-    if cut is not None and match is not None:
-        ids, new_text = list(match.record.ids), history[cut:]
+    if replay is not None:
+        ids, new_text = list(replay.ids), history[replay.text_cut:]
     else:  # the client's system prompt and tools, encoded once (memoised)
         split = head_end(history)
         if head is None and split == len(history):
@@ -297,7 +262,7 @@ def assemble(tokenizer, rendered: RenderedChat, match: Match | None, cut: int | 
             start = len(ids)
             ids += shared_context_ids(tokenizer, head.text)
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
-    replayed = len(ids) if cut is not None else 0
+    replayed = len(ids) if replay is not None else 0
     ids += encode(new_text)
     spans += [_append_hidden(tokenizer, ids, tail) for tail in tails]
     ids += encode(rendered.generation_prompt)

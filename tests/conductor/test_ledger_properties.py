@@ -108,23 +108,41 @@ def assert_bounds(ledger: Ledger, written: dict, last_owner) -> None:
         list(sessions) == [last_owner] and len(sessions[last_owner]) == 1)
 
 
+def shared_run(messages: tuple, query: list) -> int:
+    """The model of a partial match: the leading messages a record shares with the query,
+    short of the record's last and the query's last, backed off past tool results."""
+    n = 0
+    while n < min(len(messages) - 1, len(query) - 1) and messages[n] == query[n]:
+        n += 1
+    while n and messages[n - 1].role == "tool":
+        n -= 1
+    return n
+
+
 def assert_found_by_rule(ledger: Ledger, user: str, session: str, query: list,
                          written: dict) -> None:
     match = ledger.find(user, session, query)
     mine = {r.messages for r in held(ledger).get((user, session), [])}
     proper = [tuple(query[:n]) for n in range(1, len(query))]
+    whole = max((n for n in range(1, len(query)) if tuple(query[:n]) in mine), default=0)
+    partial = max((shared_run(m, query) for m in mine), default=0)
     if match is None:
         event("find: no record" + (" (one held under another owner)" if any(
             r.messages in proper for rs in held(ledger).values() for r in rs) else ""))
-        assert not any(prefix in mine for prefix in proper)
+        assert whole == 0 and partial == 0
         return
-    event("find: matched" + (" the longest of several held prefixes" if sum(
-        prefix in mine for prefix in proper) > 1 else ""))
     record, n = match.record, match.matched_messages
     assert (record.user, record.session) == (user, session)  # never another's
-    assert 1 <= n < len(query)  # a proper prefix: the last message is the new one
-    assert record.messages == tuple(query[:n])  # exactly the query's first n messages
-    assert not any(prefix in mine for prefix in proper[n:])  # the longest held
+    assert 1 <= n < len(query)  # the last message is the new one, never shared
+    assert record.messages[:n] == tuple(query[:n])  # the query's first n messages
+    assert n == max(whole, partial)  # the longest run any record shares
+    if match.partial:  # it goes on with other messages: a whole record would be preferred
+        event("find: a partial match")
+        assert partial > whole and len(record.messages) > n
+    else:
+        event("find: matched" + (" the longest of several held prefixes" if sum(
+            prefix in mine for prefix in proper) > 1 else ""))
+        assert record.messages == tuple(query[:n]) and n == whole
     ids, spans = written[(user, session, record.messages)]
     assert tuple(record.ids) == ids and record.spans == spans
 

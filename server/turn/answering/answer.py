@@ -269,6 +269,7 @@ class Answer:
         if chat.ledger_kept:
             self.services.ledger.record(Record(
                 user=chat.ledger_user, session=session, project=chat.memory.project,
+                bare=chat.memory.off_reason is not None,
                 messages=messages, ids=(*chat.prompt_ids, *output),
                 ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
                 spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
