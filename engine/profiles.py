@@ -37,6 +37,9 @@ class MemorySettings:
     conversation: str = "sessions"
     replay_turns: int = 40  # the continuous conversation's replay window, in turns
     replay_tokens: int | None = None  # ... and in tokens (None: a third of the context)
+    # The ids the session ledger holds in all, each shared block once (its memory is
+    # about 4 bytes an id): past it, idle sessions' records go first.
+    ledger_max_tokens: int = 4_000_000
     jobs_mode: str = "on"  # the cognition jobs: on, or off (they run only when asked)
     # (job, base_url, model, api_key_env): jobs that run on an OpenAI-compatible endpoint
     job_endpoints: tuple[tuple[str, str, str, str | None], ...] = ()
@@ -122,7 +125,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
-                "search")
+                "search", "ledger_max_tokens")
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 
@@ -165,14 +168,20 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     conversation = raw.get("conversation", "sessions")
     _check_type(path, "memory.conversation", conversation, (str,))
     _choice(path, "memory.conversation", conversation, CONVERSATIONS)
-    window = {}
+    sizes = {}  # the replay window's and the ledger's
     for key, types in (("replay_turns", (int,)), ("replay_tokens", (int, type(None)))):
         if key in raw:
             _check_type(path, f"memory.{key}", raw[key], types)
             if raw[key] is not None and raw[key] < 2:
                 raise ProfileError(f"{path}: key 'memory.{key}' must be at least 2, "
                                    f"got {raw[key]}")
-            window[key] = raw[key]
+            sizes[key] = raw[key]
+    if "ledger_max_tokens" in raw:
+        _check_type(path, "memory.ledger_max_tokens", raw["ledger_max_tokens"], (int,))
+        if raw["ledger_max_tokens"] < 0:
+            raise ProfileError(f"{path}: key 'memory.ledger_max_tokens' must be 0 or more, "
+                               f"got {raw['ledger_max_tokens']}")
+        sizes["ledger_max_tokens"] = raw["ledger_max_tokens"]
     jobs_mode, endpoints = _jobs(path, raw.get("jobs") or {})
     search = raw.get("search") or {}
     _check_type(path, "memory.search", search, (dict,))
@@ -198,7 +207,7 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
         qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
-        allowed_roots=_allowed_roots(path, search.get("allowed_roots")), **window,
+        allowed_roots=_allowed_roots(path, search.get("allowed_roots")), **sizes,
     )
 
 

@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.background.nightly import nightly_loop
+from conductor.ledger.records import Ledger
 from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
@@ -125,7 +126,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     `browser`: the host names the server answers as and the web origins it lets in
     (default: loopback names and addresses, no web origin)."""
     browser = browser or BrowserPolicy()
-    memory = MemoryServices(home, memory_settings or MemorySettings())
+    memory = MemoryServices(home, memory_settings or MemorySettings(),
+                            ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory)

@@ -204,3 +204,23 @@ def test_a_bad_fact_set_is_a_message_naming_the_line(tmp_path):
                    '"question": "q", "answers": ["a"]}\n{"question": "no note"}\n')
     with pytest.raises(FactSetError, match="facts.jsonl:2"):
         load_facts(bad)
+
+
+def test_the_ledger_bench_runs_interleaved_agents_without_a_miss_and_writes_its_files(
+        tmp_path):
+    from bench.ledger.run import run_ledger_bench
+
+    results = run_ledger_bench(tmp_path, quick=True)
+    assert results["misses"] == 0 and results["turns_run"] == 8 * 10
+    assert results["ids_held"] <= results["max_tokens"]
+    assert results["flat_ids"] > 3 * results["ids_held"]  # the branches share their prefix
+    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "summary.md",
+                                                    "ledger_ids.png"}
+    assert json.loads((tmp_path / "results.json").read_text())["misses"] == 0
+
+
+def test_the_ledger_bench_counts_the_misses_of_a_ledger_too_small(tmp_path):
+    from bench.ledger.run import run_ledger_bench
+
+    results = run_ledger_bench(tmp_path, quick=True, max_tokens=40_000)
+    assert results["misses"] > 0 and results["flat_ledger"]["misses"] > results["misses"]

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Ledger, Record, SessionKey, Span, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.storage.atomic import atomic_write, remove_file
@@ -45,7 +46,7 @@ FORMAT_VERSION = 1
 
 
 def encode_record(record: Record) -> dict[str, Any]:
-    ids = record.ids if isinstance(record.ids, array) else array("i", record.ids)
+    ids = flat_ids(record.ids)
     return {
         "messages": [[m.role, m.content, [list(c) for c in m.tool_calls]]
                      for m in record.messages],

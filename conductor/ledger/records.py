@@ -16,13 +16,14 @@ import functools
 import hashlib
 import json
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from conductor.ledger.id_blocks import IdBlocks
+
 MAX_TOKENS = 4_000_000  # ids held in all (4 bytes each: 16 MB)
-RECORDS_PER_SESSION = 4
+RECORDS_PER_SESSION = 8
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Record:
     user: str
     session: str
     messages: tuple[VisibleMessage, ...]
-    ids: Sequence[int]  # held as array("i") by the ledger: 4 bytes an id
+    ids: Sequence[int]  # held as shared blocks by the ledger (id_blocks.BlockIds)
     ended_cleanly: bool  # the answer ended with the end-of-turn token
     spans: tuple[Span, ...] = ()
     # The model, tokenizer and chat template the ids were made under (a hash): ids of
@@ -133,7 +134,9 @@ SessionKey = tuple[str, str]
 class Ledger:
     """Records per (user, session): a session's latest few (its end anchor, and what a
     regenerate or a branch needs: the turns before it), bounded by the ids held in all.
-    When over, whole sessions go first, least recently used first.
+    Records hold their ids in shared blocks (`id_blocks.py`): a record costs only the
+    ids it does not share with another. When over, whole sessions go first, least
+    recently used first.
 
     The session is part of the key: a record carries its session's hidden context, which
     another session with the same messages must not inherit.
@@ -146,25 +149,24 @@ class Ledger:
     fingerprint: str = ""
     _sessions: OrderedDict[SessionKey, OrderedDict[bytes, Record]] = field(
         default_factory=OrderedDict)
-    _tokens: int = 0
+    _ids: IdBlocks = field(default_factory=IdBlocks)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # What changed since `take_changes` (conductor/ledger/files.py saves it to disk)
     _changed: set[SessionKey] = field(default_factory=set)
     _gone: set[SessionKey] = field(default_factory=set)
 
     def record(self, record: Record) -> None:
-        record = replace(record, ids=array("i", record.ids),
-                         fingerprint=record.fingerprint or self.fingerprint)
         key = _prefix_keys(record.user, record.session, record.messages)[-1]
         owner = (record.user, record.session)
         with self._lock:
+            record = replace(record, ids=self._ids.hold(record.ids),
+                             fingerprint=record.fingerprint or self.fingerprint)
             records = self._sessions.setdefault(owner, OrderedDict())
             self._sessions.move_to_end(owner)
             if key in records:
-                self._tokens -= len(records[key].ids)
+                self._ids.release(records[key].ids)
             records[key] = record
             records.move_to_end(key)
-            self._tokens += len(record.ids)
             while len(records) > self.per_session:
                 self._drop(records, next(iter(records)))
             self._changed.add(owner)
@@ -172,14 +174,15 @@ class Ledger:
             self._evict(keep=owner)
 
     def _drop(self, records: OrderedDict[bytes, Record], key: bytes) -> None:
-        self._tokens -= len(records.pop(key).ids)
+        self._ids.release(records.pop(key).ids)
 
     def _evict(self, keep: SessionKey) -> None:
         """Idle sessions go whole; the session just written keeps at least its latest."""
-        while self._tokens > self.max_tokens:
+        while self._ids.ids_held > self.max_tokens:
             oldest = next(iter(self._sessions))
             if oldest != keep:
-                self._tokens -= sum(len(r.ids) for r in self._sessions.pop(oldest).values())
+                for gone in self._sessions.pop(oldest).values():
+                    self._ids.release(gone.ids)
                 self._changed.discard(oldest)
                 self._gone.add(oldest)
                 continue
@@ -271,8 +274,8 @@ class Ledger:
 
     @property
     def tokens(self) -> int:
-        """Ids held in all records."""
-        return self._tokens
+        """Ids held in all records, each shared block once."""
+        return self._ids.ids_held
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._sessions.values())

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from conductor.ledger.records import MAX_TOKENS
 from engine.home import tandem_home
 from engine.profiles import (
     MEMORY_MODES,
@@ -208,6 +209,13 @@ def _bench(args: argparse.Namespace) -> int:
                        [4] if quick else _client_counts(args.clients), args.against_vllm,
                        rounds=1 if quick else args.rounds, out_dir=args.out)
         return 0
+    if args.ledger:
+        from bench.ledger.run import run_ledger_bench
+
+        bound = _resolve_profile(args.profile).memory.ledger_max_tokens if args.profile \
+            else MAX_TOKENS
+        results = run_ledger_bench(args.out, args.quick, bound)
+        return 0 if results["misses"] == 0 else 1
     if args.soak:
         from bench.soak.drive import SoakPlan
         from bench.soak.run import run_soak_bench
@@ -330,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--facts", type=Path, help="the fact set (JSON Lines) for --quality")
     bench.add_argument("--load", action="store_true", help="many clients at once against "
                        "Tandem, memory off and on (default profile: tiny)")
+    bench.add_argument("--ledger", action="store_true", help="the session ledger at agent "
+                       "scale: 64 interleaved sessions of 30k ids, record misses and memory "
+                       "(no engine; the bound is --profile's memory.ledger_max_tokens)")
     bench.add_argument("--soak", action="store_true", help="clients for a fixed time with "
                        "memory, the writer and the jobs on, then every acknowledged note "
                        "checked on disk and the engine idle (default profile: tiny)")

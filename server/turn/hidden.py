@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import hashlib
-from array import array
 from dataclasses import dataclass, field
 
 from conductor.hidden.shared_context import (
@@ -25,6 +24,7 @@ from conductor.hidden.shared_context import (
     shared_notes,
 )
 from conductor.hidden.tail_notes import build_matches
+from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, VisibleMessage
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
@@ -112,7 +112,7 @@ def note_miss(services: MemoryServices, memory: MemoryContext,
 def history_key(record: Record) -> bytes:
     """Names one session's history: two sessions with the same ids are two histories."""
     digest = hashlib.blake2b(f"{record.user}\0{record.session}\0".encode(), digest_size=16)
-    digest.update(array("i", record.ids).tobytes())
+    digest.update(flat_ids(record.ids).tobytes())
     return digest.digest()
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Span, VisibleMessage
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
@@ -251,7 +252,7 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
         return BuiltPrompt(encode(history), [], 0)
     spans: list[Span] = []
     if replay is not None:
-        ids, new_text = list(replay.ids), history[replay.text_cut:]
+        ids, new_text = list(flat_ids(replay.ids)), history[replay.text_cut:]
     else:  # the client's system prompt and tools, encoded once (memoised)
         split = head_end(history)
         if head is None and split == len(history):

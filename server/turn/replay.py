@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Match, Span
 from server.turn.prompt import IM_END_TEXT, IM_START_TEXT, RenderedChat, render_template
 
@@ -68,6 +69,7 @@ def replay_of(tokenizer, rendered: RenderedChat, match: Match | None) -> Replay 
 def _visible_block_start(ids: Sequence[int], spans: Sequence[Span], im_start: int,
                          nth: int) -> int | None:
     """Where the `nth` `<|im_start|>` outside every hidden span is in `ids`."""
+    ids = flat_ids(ids)  # one flat copy to search, not one a block
     hidden = sorted((s.start, s.end) for s in spans)
     seen, at, index = 0, -1, 0
     while True:

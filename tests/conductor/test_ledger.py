@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from conductor.ledger.id_blocks import BLOCK_SIZE, flat_ids
 from conductor.ledger.records import Ledger, Record, VisibleMessage
 
 
@@ -35,21 +36,24 @@ def test_whitespace_and_argument_formatting_do_not_break_a_match():
     assert tuple(ledger.find("u", "s", sent_back).record.ids) == (7,)
 
 
-def test_a_different_user_session_or_message_finds_nothing():
+def test_a_different_user_or_session_finds_nothing_and_a_changed_message_the_part_before():
     ledger = Ledger()
     shown = [msg("user", "a"), msg("assistant", "b")]
     ledger.record(record("u", shown, [7]))
     assert ledger.find("v", "s", [*shown, msg("user", "c")]) is None
     assert ledger.find("u", "other", [*shown, msg("user", "c")]) is None
     changed = [msg("user", "a"), msg("assistant", "B"), msg("user", "c")]
-    assert ledger.find("u", "s", changed) is None
+    match = ledger.find("u", "s", changed)
+    assert match.partial and match.matched_messages == 1
+    assert ledger.find("u", "s", [msg("user", "A"), *changed[1:]]) is None
 
 
 def test_the_last_message_is_never_matched_against_itself():
     ledger = Ledger()
     shown = [msg("user", "a"), msg("assistant", "b")]
     ledger.record(record("u", shown, [7]))
-    assert ledger.find("u", "s", shown) is None
+    match = ledger.find("u", "s", shown)  # only the messages before it are shared
+    assert match.partial and match.matched_messages == 1
 
 
 def turns(n: int) -> list[VisibleMessage]:
@@ -66,7 +70,9 @@ def test_a_session_keeps_its_latest_records_for_regenerates_and_drops_older_ones
     assert len(ledger) == 2 and tuple(ledger.latest("u", "s").ids) == tuple(range(30))
     regenerate = [*turns(2), msg("user", "q2")]  # turn 3's question again
     assert ledger.find("u", "s", regenerate).matched_messages == 4
-    assert ledger.find("u", "s", [*turns(1), msg("user", "q1")]) is None  # the oldest: gone
+    # the oldest is gone: a later record stands in for its turn, a partial match
+    again = ledger.find("u", "s", [*turns(1), msg("user", "q1")])
+    assert again.partial and again.matched_messages == 2
 
 
 def test_over_the_token_bound_whole_idle_sessions_go_first():
@@ -94,7 +100,8 @@ def test_records_hold_their_ids_compactly():
     ledger = Ledger()
     ledger.record(record("u", turns(1), list(range(1000))))
     ids = ledger.latest("u", "s").ids
-    assert ids.itemsize == 4 and list(ids) == list(range(1000))
+    assert flat_ids(ids).itemsize == 4 and list(ids) == list(range(1000))
+    assert len(ids.blocks) == 1000 // BLOCK_SIZE  # whole blocks, shared with any branch
 
 
 def test_a_record_made_under_another_fingerprint_is_never_found_and_is_dropped():

@@ -11,13 +11,13 @@ both seed "u\\0\\0s"): the (user, session) lookup, not the hash, must keep them 
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import replace
 
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from text_strategies import WITH_SURROGATE
 
+from conductor.ledger.id_blocks import BLOCK_SIZE, BlockIds
 from conductor.ledger.records import (
     MAX_TOKENS,
     RECORDS_PER_SESSION,
@@ -92,13 +92,15 @@ def assert_bounds(ledger: Ledger, written: dict, last_owner) -> None:
     """The bounds the ledger documents, after any operation."""
     sessions = held(ledger)
     all_records = [r for rs in sessions.values() for r in rs]
-    assert ledger.tokens == sum(len(r.ids) for r in all_records)
+    # each shared block once, each record's tail of its own
+    blocks = {key for r in all_records for key in r.ids.keys}
+    assert ledger.tokens == len(blocks) * BLOCK_SIZE + sum(len(r.ids.tail) for r in all_records)
     assert len(ledger) == len(all_records)
     for (user, session), rs in sessions.items():
         assert 1 <= len(rs) <= ledger.per_session
         for r in rs:
             assert (r.user, r.session) == (user, session)  # filed under its own owner
-            assert isinstance(r.ids, array) and r.ids.itemsize == 4
+            assert isinstance(r.ids, BlockIds) and r.ids.tail.itemsize == 4
             # the latest version recorded under this owner and these messages, ids as given
             ids, spans = written[(user, session, r.messages)]
             assert tuple(r.ids) == ids and r.spans == spans
