@@ -137,19 +137,37 @@ def add_note(memory, title: str, body: str) -> str:
 @pytest.mark.parametrize("send_back", ["reasoning_content", "reasoning", None],
                          ids=["reasoning-sent-back", "reasoning-sent-back-by-vllms-name",
                               "reasoning-dropped"])
-def test_reasoning_sent_back_or_dropped_keeps_the_replay(talk, send_back):
+def test_reasoning_sent_back_or_dropped_keeps_the_replay(talk, send_back, tiny_profile):
+    """An answer's reasoning is replayed the turn after it; where the template drops it
+    once a user message follows (Qwen3's, Qwen2.5's), the turn after that renders the
+    answer afresh without it, once, so the prompt never grows by reasoning."""
+    from server.turn.replay import _drops_earlier_reasoning
+
     chat = talk(chat_template_kwargs={"enable_thinking": True})
+    drops = _drops_earlier_reasoning(chat.tokenizer)
     history = [{"role": "user", "content": "Which port does the api use?"}]
-    for turn in range(3):
-        message, _ = chat.send(history, f"<think>\nLet me think, turn {turn}.\n</think>\n\n"
-                                        f"Port 80{turn}.")
+    usages = []
+    for turn in range(4):
+        # turn 2 is the one that drops turn 0's reasoning: it extends turn 0 only
+        extends = turn != 2 or not drops
+        message, usage = chat.send(history, f"<think>\nLet me think, turn {turn}.\n</think>"
+                                            f"\n\nPort 80{turn}.", extends=extends)
+        usages.append(usage)
         assert message["reasoning_content"] == f"Let me think, turn {turn}."
         sent = {"role": "assistant", "content": message["content"]}
         if send_back:
             sent[send_back] = message["reasoning_content"]
         history += [sent, {"role": "user", "content": f"And question {turn + 2}?"}]
+        if turn == 1:
+            assert "Let me think, turn 0." in chat.prompt_text()  # replayed once
+        if turn == 2 and drops:
+            assert usage["prompt_tokens_details"]["cached_tokens"] >= (
+                usages[0]["prompt_tokens"] - tiny_profile.block_size)
+            text = chat.prompt_text()
+            assert "turn 0." not in text and "turn 1." not in text  # dropped, once
+            assert "Port 800." in text and "Port 801." in text
     assert chat.kinds().count("shared") == 1
-    assert "Let me think, turn 0." in chat.prompt_text()  # the real reasoning, replayed
+    assert ("Let me think, turn 0." in chat.prompt_text()) is not drops
 
 
 def test_a_tool_loop_with_parallel_calls_keeps_the_replay(talk):

@@ -3,11 +3,14 @@ own messages fit the model's context is served, as plain vLLM would serve it."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from server.http.schema import ChatCompletionRequest
 from server.turn.chat_turn import prepare
 from server.turn.checks import ContextOverflow
+from server.turn.fit import answer_reserve
 from tests.inprocess import InProcessApp
 
 QUESTION = "Which port does component 3 of the service listen on today?"
@@ -85,3 +88,55 @@ def test_a_request_that_fits_alone_is_served_with_memory_left_out(app, tiny_prof
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
     assert str(own["prompt_tokens"]) in response.json()["error"]["message"]
+
+
+@pytest.fixture
+def template_app(template_served, tmp_path) -> InProcessApp:
+    """Each test that takes it runs once a chat template."""
+    return InProcessApp(template_served, tmp_path)
+
+
+def first_turn(app: InProcessApp, session: str):
+    """(messages, the record, its shared span) of a short first turn."""
+    first = [{"role": "user", "content": "Hello there."}]
+    content, _, _ = app.chat(first, "Hi.", headers={"X-Tandem-Session": session})
+    record = app.memory.ledger.latest("tester", session)
+    (shared,) = [s for s in record.spans if s.kind == "shared"]
+    return [*first, {"role": "assistant", "content": content}], record, shared
+
+
+def test_a_card_left_out_to_fit_comes_back_when_there_is_room(template_app, tiny_profile):
+    app, session = template_app, f"back-{uuid.uuid4().hex[:6]}"
+    headers = {"X-Tandem-Session": session}
+    history, record, shared = first_turn(app, session)
+    # an answer so long that only the card's leaving makes room for it (half its size)
+    max_tokens = (tiny_profile.max_model_len - len(record.ids)
+                  + (shared.end - shared.start) // 2)
+    history.append({"role": "user", "content": "Go on."})
+    content, _, _ = app.chat(history, "Going.", headers=headers, max_tokens=max_tokens)
+    assert "shared" not in {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+    history += [{"role": "assistant", "content": content},
+                {"role": "user", "content": "And now?"}]
+    app.chat(history, "Now.", headers=headers)  # room again: the card is back
+    assert "shared" in {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+
+
+def test_without_max_tokens_memory_leaves_the_answer_its_reserve(template_app, tiny_profile):
+    app = template_app
+    _, record, shared = first_turn(app, f"measure-{uuid.uuid4().hex[:6]}")
+    context, reserve = tiny_profile.max_model_len, answer_reserve(tiny_profile.max_model_len)
+    size = shared.end - shared.start
+    base = len(record.ids) - size  # the catalog, a short message and its answer
+    # with the card, less than the reserve is left (but room enough on a plain server)
+    words = context - reserve - base - min(size, reserve) // 2
+    big = [{"role": "user", "content": "word " * words}]
+    for max_tokens, card in ((None, False), (16, True)):
+        session = f"reserve-{uuid.uuid4().hex[:6]}"
+        extra = {} if max_tokens is None else {"max_tokens": max_tokens}
+        _, usage, response = app.chat(big, "Ok.", headers={"X-Tandem-Session": session},
+                                      **extra)
+        assert response.status_code == 200
+        kinds = {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+        assert ("shared" in kinds) is card, (max_tokens, usage)
+        if not card:
+            assert context - usage["prompt_tokens"] >= reserve

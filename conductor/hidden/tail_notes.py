@@ -91,7 +91,8 @@ def build_index(notes: Iterable[Note], count_tokens: CountTokens,
     return TailNote("index", "\n".join([INDEX_FRAME, *lines]), tuple(n.id for n in chosen))
 
 
-def _note_block(note: Note) -> str:
+def note_block(note: Note) -> str:
+    """A note as the hidden context shows it: id, title, kind, status, then its body."""
     status = "ratified" if note.status == "ratified" else "provisional"
     return f"[{note.id}] {note.title} ({note.kind}, {status})\n{note.body}".rstrip()
 
@@ -114,7 +115,7 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
         shared = words & content_words(" ".join([note.title, " ".join(note.tags), note.body]))
         if len(shared) < MIN_SHARED_WORDS:
             continue
-        cost = count_tokens("\n\n" + _note_block(note))
+        cost = count_tokens("\n\n" + note_block(note))
         if used + cost > budget:
             continue
         chosen.append(note)
@@ -123,5 +124,5 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
             break
     if not chosen:
         return None
-    text = "\n\n".join([MATCH_FRAME, *(_note_block(n) for n in chosen)])
+    text = "\n\n".join([MATCH_FRAME, *(note_block(n) for n in chosen)])
     return TailNote("notes", text, tuple(n.id for n in chosen))

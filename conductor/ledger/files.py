@@ -52,7 +52,9 @@ def encode_record(record: Record) -> dict[str, Any]:
                      for m in record.messages],
         "ids": base64.b64encode(ids.tobytes()).decode("ascii"),
         "ended_cleanly": record.ended_cleanly,
-        "spans": [[s.start, s.end, s.kind, list(s.note_ids)] for s in record.spans],
+        "spans": [[s.start, s.end, s.kind, list(s.note_ids), *([list(s.versions)]
+                                                                if s.versions else [])]
+                  for s in record.spans],
         "fingerprint": record.fingerprint,
         "project": record.project,
         "bare": record.bare,
@@ -64,8 +66,9 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
     ids.frombytes(base64.b64decode(data["ids"]))
     messages = tuple(VisibleMessage(role, content, tuple((n, a) for n, a in calls))
                      for role, content, calls in data["messages"])
-    spans = tuple(Span(start, end, kind, tuple(notes))
-                  for start, end, kind, notes in data["spans"])
+    spans = tuple(Span(start, end, kind, tuple(notes), tuple(int(v) for v in versions[0])
+                       if versions else ())
+                  for start, end, kind, notes, *versions in data["spans"])
     return Record(user=user, session=session, messages=messages, ids=ids,
                   ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
                   fingerprint=str(data.get("fingerprint") or ""),

@@ -65,6 +65,8 @@ class Span:
     end: int
     kind: str
     note_ids: tuple[str, ...] = ()
+    # A correction's: the version of each of its notes it gave (hidden/corrections.py)
+    versions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

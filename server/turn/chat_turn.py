@@ -29,7 +29,7 @@ from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 from server.turn.checks import check_request, check_room, check_token_ids
-from server.turn.fit import Layout, fitting, layouts
+from server.turn.fit import Layout, answer_reserve, fitting, layouts
 from server.turn.hidden import note_miss
 from server.turn.memory import MemoryContext, MemoryServices, resolve_context
 from server.turn.params import generation_params, script_ids
@@ -58,9 +58,13 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     thinking = request.enable_thinking(profile.thinking)
     max_tokens = request.requested_max_tokens()
     need = max(answer_room, max_tokens or 0)
+    # memory's parts leave the answer room even when the client names none
+    memory_need = need if max_tokens is not None else max(
+        need, answer_reserve(profile.max_model_len))
     layout = fitting(layouts(engine, profile, services, memory, request, thinking,
                              leading_tails, hidden_gives_way, data),
-                     lambda laid: profile.max_model_len - laid.tokens >= need)
+                     lambda laid: profile.max_model_len - laid.tokens >= (
+                         memory_need if laid.holds_memory else need))
     # vLLM's kv_transfer_params: ids handed over from a prefill server stand for the render
     forwarded = request.forwarded_ids()
     check_token_ids(engine, "kv_transfer_params", forwarded or [])

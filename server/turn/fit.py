@@ -6,14 +6,17 @@ vLLM serves any request whose own messages fit; so must Tandem. When the whole l
 leaves too little room for the answer, memory's parts give way, least needed first:
 
 1. the matched notes and the session's tail;
-2. the shared context, and the ledger's replayed ids that hold it (the prompt is rendered
-   whole, as the client sent it);
-3. the engine's tool catalog.
+2. the ledger's replayed ids (with the notes, blocks and tool exchanges of earlier turns
+   in them): the prompt is rendered whole, with the shared context after the head;
+3. the shared context (card and index);
+4. the engine's tool catalog.
 
 Each step costs this turn a prefix-cache miss. The ledger records the prompt as it was
-sent, so the conversation's next turns replay it without the parts left out (they would
-not fit any better); a new session, or a client that shortens its history, gets them
-back. Only when the client's own request does not fit is it refused.
+sent, and a part left out comes back as soon as it fits again: a replayed record without
+the shared context, when this turn would show one, is laid out afresh with it first.
+Only when the client's own request does not fit is it refused. Memory's layouts must leave
+the answer its room: the client's `max_tokens`, or without one `ANSWER_RESERVE` (the
+client's own request needs one token, as on vLLM).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.records import Span, VisibleMessage
 from engine.backend import EngineBackend
 from engine.profiles import Profile
@@ -39,7 +43,7 @@ from server.turn.prompt import (
     tools_for_template,
     visible_messages,
 )
-from server.turn.replay import replay_of
+from server.turn.replay import replay_without_stale_reasoning
 
 log = logging.getLogger("tandem.chat")
 
@@ -61,6 +65,22 @@ class Layout:
     def tokens(self) -> int:
         return len(self.built.ids)
 
+    @property
+    def holds_memory(self) -> bool:
+        """Whether memory put anything in it (the last layout is the client's own)."""
+        return bool(self.engine_tools or self.replayed is not None or self.hidden.head
+                    or self.hidden.tails)
+
+
+# Without a max_tokens, memory's parts leave the answer this many tokens (an eighth of a
+# small context): a chat answer's usual length. Less, and a long conversation would keep
+# the card and notes until the answer had almost no room.
+ANSWER_RESERVE = 1024
+
+
+def answer_reserve(max_model_len: int) -> int:
+    return min(ANSWER_RESERVE, max_model_len // 8)
+
 
 def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
             memory: MemoryContext, request: ChatCompletionRequest, enable_thinking: bool,
@@ -80,16 +100,24 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
         match = dataclasses.replace(match, matched_messages=match.matched_messages - 1)
     as_written = services.shown.for_user(memory.user)
     rendered = render_chat(tokenizer, offered, enable_thinking, as_written, data)
-    replay = replay_of(tokenizer, rendered, match)
+    replay = replay_without_stale_reasoning(tokenizer, rendered, match)
     if replay is not None and memory.user is not None and _holds_a_deleted_note(
             services, memory.user, replay.spans):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
+    fresh = None
+    if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans):
+        # A record laid out without the shared context: afresh with it, when it fits
+        fresh = _rendered_whole(tokenizer, services, memory, rendered, offered, engine,
+                                engine_tools, visible, leading_tails)
+        if fresh is not None and fresh.hidden.head is not None:
+            yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = choose_hidden(services, memory, replay, offered, engine.count_tokens)
+    hidden = choose_hidden(services, memory, replay, offered, engine.count_tokens,
+                           tokenizer.decode)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
                             [*leading_tails, *hidden.tails]),
-                   partial=replay is not None and bool(match and match.partial))
+                   partial=replay is not None and replay.partial)
     yield whole
     if not gives_way:
         return
@@ -98,6 +126,13 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
         yield replace(whole, hidden=without_tails,
                       built=assemble(tokenizer, rendered, replay, hidden.head,
                                      list(leading_tails)))
+    if replay is not None:  # the record's earlier turns go; the shared context stays
+        fresh = fresh or _rendered_whole(tokenizer, services, memory, rendered, offered,
+                                         engine, engine_tools, visible, leading_tails)
+        if fresh is not None and fresh.hidden.head is not None:
+            yield replace(fresh, hidden=replace(fresh.hidden, tails=[]),
+                          built=assemble(tokenizer, rendered, None, fresh.hidden.head,
+                                         list(leading_tails)))
     bare = HiddenContext(token=hidden.token)
     if hidden.head is not None or replayed is not None:
         yield replace(whole, replayed=None, hidden=bare, partial=False,
@@ -106,6 +141,20 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
         plain = render_chat(tokenizer, request, enable_thinking, as_written, data)
         yield Layout(request, False, visible_messages(request), plain, None, bare,
                      assemble(tokenizer, plain, None, None, list(leading_tails)))
+
+
+def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
+                    rendered: RenderedChat, offered: ChatCompletionRequest,
+                    engine: EngineBackend, engine_tools: bool, visible: list[VisibleMessage],
+                    leading_tails: Sequence[Tail]) -> Layout | None:
+    """The conversation rendered whole, with the shared context and this turn's tails, as
+    a new session would get it; None when memory is off."""
+    if memory.off_reason is not None:
+        return None
+    hidden = choose_hidden(services, memory, None, offered, engine.count_tokens)
+    return Layout(offered, engine_tools, visible, rendered, None, hidden,
+                  assemble(tokenizer, rendered, None, hidden.head,
+                           [*leading_tails, *hidden.tails]))
 
 
 def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -42,17 +44,37 @@ class HiddenContext:
 
 
 def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Replay | None,
-                  request: ChatCompletionRequest, count_tokens) -> HiddenContext:
+                  request: ChatCompletionRequest, count_tokens,
+                  decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
     """The hidden messages of one request. `replay`: the part of a ledger record the
     prompt starts with (which holds the shared context already), None when the prompt is
-    rendered whole."""
+    rendered whole. `decode` reads the replayed notes back (for their corrections)."""
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
         _choose(services, memory, replay, request, count_tokens, hidden)
+        if replay is not None and memory.reads and decode is not None:
+            _correct(store, replay, decode, hidden)
     return hidden
+
+
+def _correct(store, replay: Replay, decode: Callable[[list[int]], str],
+             hidden: HiddenContext) -> None:
+    """The update of the replayed notes that changed since they went in, first among the
+    tails (conductor/hidden/corrections.py)."""
+    flat = None
+
+    def span_text(span) -> str:
+        nonlocal flat
+        flat = flat if flat is not None else flat_ids(replay.ids)
+        return decode(list(flat[span.start:span.end]))
+
+    found = build_corrections(store, replay.spans, span_text)
+    if found is not None:
+        hidden.tails.insert(0, Tail(CORRECTION_KIND, found.text, found.note_ids,
+                                    found.versions))
 
 
 def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | None,

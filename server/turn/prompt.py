@@ -37,6 +37,7 @@ class Tail:
     kind: str
     text: str
     note_ids: tuple[str, ...] = ()
+    versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
 
 
 def _text(message: ChatMessage) -> str:
@@ -273,7 +274,7 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
 def _append_hidden(tokenizer, ids: list[int], hidden: Tail) -> Span:
     start = len(ids)
     ids += hidden_message_ids(tokenizer, hidden.text)
-    return Span(start, len(ids), hidden.kind, hidden.note_ids)
+    return Span(start, len(ids), hidden.kind, hidden.note_ids, hidden.versions)
 
 
 def ids_for_text(tokenizer, ids: list[int], text: str) -> list[int]:

@@ -18,9 +18,12 @@ no hidden span holds.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Match, Span
 from server.turn.prompt import IM_END_TEXT, IM_START_TEXT, RenderedChat, render_template
@@ -34,6 +37,7 @@ class Replay:
     spans: tuple[Span, ...]  # its hidden spans among them
     dropped: tuple[Span, ...]  # its hidden spans past the cut (an edit dropped them)
     text_cut: int  # where, in the whole history's render, the fresh part starts
+    partial: bool = False  # the record goes on past the ids kept
 
 
 def replay_of(tokenizer, rendered: RenderedChat, match: Match | None) -> Replay | None:
@@ -63,7 +67,94 @@ def replay_of(tokenizer, rendered: RenderedChat, match: Match | None) -> Replay 
         return None
     kept = tuple(s for s in record.spans if s.end <= at)
     dropped = tuple(s for s in record.spans if s.end > at)
-    return Replay(record.ids[:at], kept, dropped, starts[opened])
+    if any(s.kind == SHARED_KIND for s in dropped):
+        # a change among the system messages: the shared context goes after all of them,
+        # so the prompt is rendered whole (the unchanged ids before it are cached anyway)
+        return None
+    return Replay(record.ids[:at], kept, dropped, starts[opened], partial=True)
+
+
+THINK_TEXT, THINK_END_TEXT = "<think>", "</think>"
+_THINK_BLOCK = re.compile(re.escape(THINK_TEXT) + r"(.*?)" + re.escape(THINK_END_TEXT), re.S)
+
+
+def replay_without_stale_reasoning(tokenizer, rendered: RenderedChat,
+                                   match: Match | None) -> Replay | None:
+    """`replay_of`, but following the template's rule for earlier reasoning: where the
+    template drops an answer's reasoning once a later user message follows it (Qwen3's
+    does, and Qwen2.5's never shows any), an answer's reasoning is replayed once (the turn
+    right after it, from the prefix cache) and then dropped: the next turn's prompt stops
+    at that answer and renders it afresh, without it, with what follows. That re-prefill
+    (the answer and the turn after it) is paid once; the prompt never carries reasoning a
+    fresh render would not. An empty think block (thinking off) is no reasoning."""
+    replay = replay_of(tokenizer, rendered, match)
+    if replay is None or match is None or match.partial or not _drops_earlier_reasoning(
+            tokenizer):
+        return replay
+    record = match.record
+    flat = flat_ids(record.ids)
+    if _think_ids(tokenizer) is not None and _reasoning_blocks(tokenizer, flat, 0,
+                                                               len(flat)) < 2:
+        return replay  # at most the last answer's own: replayed this once
+    offset = match.matched_messages - len(record.messages)  # a tools pseudo-message: -1
+    im_start = tokenizer.convert_tokens_to_ids(IM_START_TEXT)
+    for index in _answers_followed_by_a_user(record.messages):
+        earlier = replay_of(tokenizer, rendered, Match(record, index + offset, partial=True))
+        if earlier is None:
+            continue
+        start = len(earlier.ids)
+        following = _visible_block_start(flat[start + 1:], [], im_start, 1)
+        end = len(flat) if following is None else start + 1 + following
+        if _reasoning_blocks(tokenizer, flat, start, end):
+            return earlier
+    return replay
+
+
+def _answers_followed_by_a_user(messages) -> list[int]:
+    """The record's answers that a user message follows, since the user message before
+    the last one: their reasoning has been replayed once (earlier ones were dropped)."""
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    if len(users) < 2:
+        return []
+    return [i for i in range(users[-2], users[-1]) if messages[i].role == "assistant"]
+
+
+def _reasoning_blocks(tokenizer, ids: Sequence[int], start: int, end: int) -> int:
+    """How many think blocks with reasoning in them `ids[start:end]` holds."""
+    pair = _think_ids(tokenizer)
+    if pair is None:  # a tokenizer without think tokens (Qwen2.5's): the text says
+        text = tokenizer.decode(list(ids[start:end]))
+        return sum(1 for found in _THINK_BLOCK.finditer(text) if found.group(1).strip())
+    think, think_end = pair
+    count, at = 0, start
+    while True:
+        try:
+            opened = ids.index(think, at, end)
+            closed = ids.index(think_end, opened, end)
+        except ValueError:
+            return count
+        count += bool(tokenizer.decode(list(ids[opened + 1:closed])).strip())
+        at = closed
+
+
+@functools.lru_cache(maxsize=8)
+def _think_ids(tokenizer) -> tuple[int, int] | None:
+    """The ids of `<think>` and `</think>` when the tokenizer has each as one token."""
+    pair = tokenizer.convert_tokens_to_ids([THINK_TEXT, THINK_END_TEXT])
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    return None if any(i is None or i == unknown for i in pair) else tuple(pair)
+
+
+@functools.lru_cache(maxsize=8)
+def _drops_earlier_reasoning(tokenizer) -> bool:
+    """Whether the chat template leaves an answer's reasoning out once a user message
+    follows it (it is then never part of a fresh render)."""
+    marker = "R3AS0N1NG-MARK"
+    text = render_template(tokenizer, [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning_content": marker},
+        {"role": "user", "content": "q2"}], None, True, generation=True)
+    return marker not in text
 
 
 def _visible_block_start(ids: Sequence[int], spans: Sequence[Span], im_start: int,

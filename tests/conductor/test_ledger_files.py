@@ -63,3 +63,16 @@ def test_an_unreadable_shown_answers_file_is_skipped_and_removed(tmp_path):
     broken.write_text('{"version": 1, "user": 5, "answers": []}')
     assert files.load_into(ShownAnswers()) == 0
     assert not broken.exists()
+
+
+def test_a_corrections_versions_come_back_and_older_files_read_without_them(tmp_path):
+    from conductor.ledger.files import decode_record, encode_record
+    from conductor.ledger.records import Span
+
+    spans = (Span(0, 1, "notes", ("n1",)), Span(1, 2, "correction", ("n1", "n2"), (6, 3)))
+    made = Record(user="u", session="s", messages=ASKED, ids=[1, 2, 3], ended_cleanly=True,
+                  spans=spans)
+    encoded = encode_record(made)
+    assert decode_record("u", "s", encoded).spans == spans
+    encoded["spans"] = [[0, 1, "notes", ["n1"]]]  # as written before versions
+    assert decode_record("u", "s", encoded).spans == (Span(0, 1, "notes", ("n1",)),)
