@@ -97,7 +97,10 @@ def _serve(args: argparse.Namespace) -> int:
                      memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
                      browser=browser, root_path=args.root_path or "")
     server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
-    server.run(sockets=None if listener is None else [listener])
+    if listener is None:
+        server.run()
+    else:
+        server.run(sockets=[listener])
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
              "supervisor restarts the server")
