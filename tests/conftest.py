@@ -129,6 +129,15 @@ def template_served(_template_apps, template):
     return _template_apps(template)
 
 
+@pytest.fixture
+def template_app(template_served, tmp_path):
+    """An app of its own (a fresh home, user `tester`) rendering with `template`, on the
+    session's engine: each test that takes it runs once a chat template."""
+    from tests.inprocess import InProcessApp
+
+    return InProcessApp(template_served, tmp_path)
+
+
 @pytest.fixture(scope="session")
 def engine(served):
     return served.app.state.tandem.engine

@@ -13,8 +13,8 @@ from tests.inprocess import InProcessApp
 
 
 @pytest.fixture
-def app(template_served, tmp_path) -> InProcessApp:
-    return InProcessApp(template_served, tmp_path)
+def app(template_app) -> InProcessApp:
+    return template_app
 
 
 class Chat:

@@ -15,8 +15,8 @@ SYSTEM = {"role": "system", "content": "You are a terse assistant for the ops te
 
 
 @pytest.fixture
-def app(template_served, tmp_path) -> InProcessApp:
-    return InProcessApp(template_served, tmp_path)
+def app(template_app) -> InProcessApp:
+    return template_app
 
 
 class Chat:

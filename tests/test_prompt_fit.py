@@ -90,12 +90,6 @@ def test_a_request_that_fits_alone_is_served_with_memory_left_out(app, tiny_prof
     assert str(own["prompt_tokens"]) in response.json()["error"]["message"]
 
 
-@pytest.fixture
-def template_app(template_served, tmp_path) -> InProcessApp:
-    """Each test that takes it runs once a chat template."""
-    return InProcessApp(template_served, tmp_path)
-
-
 def first_turn(app: InProcessApp, session: str):
     """(messages, the record, its shared span) of a short first turn."""
     first = [{"role": "user", "content": "Hello there."}]
