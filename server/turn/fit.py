@@ -67,8 +67,10 @@ class Layout:
 
     @property
     def holds_memory(self) -> bool:
-        """Whether memory put anything in it (the last layout is the client's own)."""
-        return bool(self.engine_tools or self.replayed is not None or self.hidden.head
+        """Whether memory put anything in it (the last layout is the client's own; a
+        replayed record made with memory off holds no hidden span, and is the client's
+        own prompt too)."""
+        return bool(self.engine_tools or self.replayed or self.hidden.head
                     or self.hidden.tails)
 
 
