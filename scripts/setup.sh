@@ -39,6 +39,20 @@ else
   echo "$want" > "$stamp"
 fi
 
+# The Memory screen's browser tests drive Debian's chromium (Playwright, from the dev
+# extras, cannot download its own browser here); without root they are skipped.
+if command -v chromium >/dev/null 2>&1; then
+  say "chromium is installed (the Memory screen's browser tests)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "installing Debian's chromium for the Memory screen's browser tests"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+         >/dev/null; }; then
+    say "chromium could not be installed: the browser tests will be skipped"
+  fi
+else
+  say "no chromium, and no root to install it: the browser tests will be skipped"
+fi
+
 say "building the embedded models under ${TANDEM_HOME:-~/.tandem}/models"
 .venv/bin/tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template
 say "fetching vLLM's own server tests (its source distribution, 44 MB) for make test"

@@ -19,6 +19,8 @@ from conductor.ledger.records import Ledger
 from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
+from server.access.admin import AdminGate
+from server.access.admin_password import AdminPassword
 from server.access.auth import Auth
 from server.access.browser_guard import BrowserGuard, BrowserPolicy
 from server.access.key_check import KeyCheckAndCount
@@ -39,9 +41,13 @@ from server.routes.chat import answerer, chat_router
 from server.routes.chat_batch import chat_batch_router
 from server.routes.completions import completions_router
 from server.routes.conductor import conductor_router
+from server.routes.context_view import context_router
 from server.routes.jobs import job_router
 from server.routes.layers import layer_router
 from server.routes.memory import memory_router
+from server.routes.memory_admin import memory_admin_router
+from server.routes.notes_admin import notes_admin_router
+from server.routes.screen import screen_router
 from server.routes.vllm import vllm_router
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.memory import MemoryServices, MemorySettings
@@ -55,6 +61,7 @@ class ServerState:
     profile: Profile
     home: Path
     memory: MemoryServices
+    admin: AdminGate
     engine: Engine | None = None
     load_error: str | None = None
     writer: WriterService | None = None
@@ -130,7 +137,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
-    state = ServerState(profile=profile, home=home, memory=memory)
+    state = ServerState(profile=profile, home=home, memory=memory,
+                        admin=AdminGate(AdminPassword(home), memory.settings))
     if engine is not None:
         state.engine_ready(engine)
 
@@ -166,6 +174,10 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(memory_router(memory, lambda: state.search))
     app.include_router(conductor_router(state))
     app.include_router(job_router(state))
+    app.include_router(notes_admin_router(state))
+    app.include_router(memory_admin_router(state))
+    app.include_router(context_router(state))
+    app.include_router(screen_router(state))
     app.include_router(completions_router(state))
     load = ServerLoad()  # vLLM's /load: generation requests in flight
     app.include_router(vllm_router(state, load))
@@ -178,7 +190,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     # inside the key check: a refused request is neither counted nor reported on
     app.add_middleware(OrcaLoadReport)
     app.add_middleware(TrackServerLoad, load=load)
-    app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http)
+    app.add_middleware(KeyCheckAndCount, auth=auth, counters=state.http, admin=state.admin)
     if browser.allowed_origins:  # CORS for the origins the operator named, and only them
         app.add_middleware(CORSMiddleware, allow_origins=sorted(browser.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"],

@@ -35,6 +35,14 @@ class InProcessApp:
         self._served = served
         self._client_host = client_host
 
+    @classmethod
+    def over(cls, served, app, client_host: str = "127.0.0.1") -> InProcessApp:
+        """Requests to an app made elsewhere (one served over HTTP too, say)."""
+        wrapped = cls.__new__(cls)
+        wrapped.app, wrapped.memory = app, app.state.tandem.memory
+        wrapped._served, wrapped._client_host = served, client_host
+        return wrapped
+
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app, client=(self._client_host, 5000))

@@ -224,3 +224,17 @@ def test_the_ledger_bench_counts_the_misses_of_a_ledger_too_small(tmp_path):
 
     results = run_ledger_bench(tmp_path, quick=True, max_tokens=40_000)
     assert results["misses"] > 0 and results["flat_ledger"]["misses"] > results["misses"]
+
+
+def test_the_screen_bench_times_the_screens_requests_on_a_large_store_and_writes_its_files(
+        tmp_path):
+    from bench.screen.run import run_screen_bench
+
+    results = run_screen_bench(tmp_path, quick=True)
+    assert results["store"]["notes"] == 2_000
+    rows = results["requests"]
+    assert {"list, first page", "tree", "search as you type (each prefix)"} <= set(rows)
+    assert all(row["median_ms"] > 0 and row["p95_ms"] >= row["median_ms"]
+               for row in rows.values())
+    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "summary.md",
+                                                    "screen_latency.png"}

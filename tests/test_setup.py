@@ -56,17 +56,37 @@ def sandbox(tmp_path: Path) -> Path:
     return repo
 
 
-def setup(repo: Path, gpu: bool = False) -> tuple[str, list[str]]:
-    """Run scripts/setup.sh; its output and the fake tools' calls."""
+SYSTEM_TOOLS = ("dirname", "sha256sum", "cut", "cat", "id")  # what setup.sh runs besides the fakes
+
+
+def setup(repo: Path, gpu: bool = False, chromium: bool = True) -> tuple[str, list[str]]:
+    """Run scripts/setup.sh; its output and the fake tools' calls. `chromium`: whether a
+    (fake) chromium is on the PATH; without one the PATH holds only the fakes, a fake
+    apt-get and the few system tools the script needs, so nothing is installed."""
     fake_bin = repo.parent / "bin"
     fake_bin.mkdir(exist_ok=True)
     (fake_bin / "nvidia-smi").write_text(f"#!/bin/sh\nexit {0 if gpu else 1}\n")
     (fake_bin / "nvidia-smi").chmod(0o755)
+    for name in ("chromium", "apt-get"):
+        (fake_bin / name).unlink(missing_ok=True)
+    (fake_bin / "apt-get").write_text(LOGGING_TOOL.format(name="apt-get"))
+    (fake_bin / "apt-get").chmod(0o755)
+    if chromium:
+        (fake_bin / "chromium").write_text("#!/bin/sh\nexit 0\n")
+        (fake_bin / "chromium").chmod(0o755)
+        path = f"{fake_bin}:/usr/bin:/bin"
+    else:
+        tools = repo.parent / "tools"
+        tools.mkdir(exist_ok=True)
+        for name in SYSTEM_TOOLS:
+            if not (tools / name).exists():
+                (tools / name).symlink_to(shutil.which(name))
+        path = f"{fake_bin}:{tools}"
     log = repo.parent / "calls.log"
     log.unlink(missing_ok=True)
     done = subprocess.run(
-        ["bash", str(repo / "scripts" / "setup.sh")],
-        env={"PATH": f"{fake_bin}:/usr/bin:/bin", "SETUP_LOG": str(log),
+        [shutil.which("bash"), str(repo / "scripts" / "setup.sh")],
+        env={"PATH": path, "SETUP_LOG": str(log),
              "TANDEM_HOME": str(repo.parent / "home"), "HOME": str(repo.parent)},
         capture_output=True, text=True, timeout=60, check=False,
     )
@@ -118,3 +138,16 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     _, calls = setup(sandbox, gpu=True)  # the other engine: install again
     assert 'python -m pip install --progress-bar off -e .[gpu,dev]' in calls
 
+
+
+def test_setup_installs_debians_chromium_for_the_browser_tests_when_it_is_missing(
+    sandbox: Path,
+) -> None:
+    out, calls = setup(sandbox)
+    assert "[setup] chromium is installed" in out and not [c for c in calls if "apt-get" in c]
+    out, calls = setup(sandbox, chromium=False)
+    installs = [c for c in calls if c.startswith("apt-get")]
+    if "[setup] installing Debian's chromium" in out:  # as root (CI, the dev machines)
+        assert installs == ["apt-get update -qq", "apt-get install -y -qq chromium"]
+    else:
+        assert "the browser tests will be skipped" in out and not installs

@@ -9,14 +9,13 @@ from typing import Any
 
 from conductor.background.job_state import Flag, JobState
 from conductor.layers.conversation import turn_messages
-from conductor.layers.sections import Entry, all_entries, entry_id
+from conductor.layers.sections import UNVERIFIED, Entry, all_entries, entry_id
 from conductor.layers.state import ConversationState
 from conductor.layers.turn_format import Turn
 from conductor.layers.user_layers import UserLayers
 from conductor.notes.secrets import has_secret
 
 PROBLEMS = ("stale", "unsupported", "contradicted")
-UNVERIFIED = "unverified: "
 
 
 @dataclass(frozen=True)

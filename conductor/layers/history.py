@@ -72,6 +72,10 @@ class HistoryStore:
                 paths[int(stem)] = path
         return paths
 
+    def paths(self) -> dict[int, Path]:
+        """Each written turn's file by seq (a turn's folder is its UTC day)."""
+        return dict(self._index())
+
     @property
     def last_seq(self) -> int:
         """The highest sequence number given out; 0 before the first turn."""

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conductor.layers.core import CORE_FILES
-from conductor.layers.semantic import SEMANTIC_FILES
+from conductor.layers.sections import UNVERIFIED
+from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic, read_semantic
 from conductor.layers.user_layers import UserLayers
+from conductor.layers.working import parse_working_memory, read_working_memory
 
 LAYER_NAMES = ("core", "working", "semantic", "history")
 
@@ -62,3 +64,29 @@ def summary(layers: UserLayers, count: Callable[[str], int] | None = None) -> di
         "checkpoint_seq": state.checkpoint_seq,
         "window_start": state.window_start,
     }
+
+
+def layer_entries(layers: UserLayers, flagged: dict[str, str]) -> list[dict]:
+    """Working and semantic memory's entries with their ids and flags: `unverified` (a
+    review found no support), `pending_check` (a review flagged it: `flagged` maps the
+    entry id to the problem; the next job resolves it)."""
+    files = layers.files
+    parsed = [("working", files.working_memory.name,
+               parse_working_memory(read_working_memory(files)))]
+    parsed += [("semantic", name, parse_semantic(name, read_semantic(files, name)))
+               for name in SEMANTIC_FILES]
+    return [{"layer": layer, "file": name, "section": section, "id": entry.id,
+             "text": entry.text, "unverified": entry.text.startswith(UNVERIFIED),
+             "pending_check": flagged.get(entry.id)}
+            for layer, name, sections in parsed
+            for section, entries in sections.items() for entry in entries]
+
+
+def history_days(layers: UserLayers) -> list[dict]:
+    """The continuous conversation's history by day (UTC): turns and their seq range."""
+    days: dict[str, list[int]] = {}
+    for seq, path in layers.history.paths().items():
+        day = "-".join(path.parent.parts[-3:])
+        days.setdefault(day, []).append(seq)
+    return [{"day": day, "turns": len(seqs), "first_seq": min(seqs), "last_seq": max(seqs)}
+            for day, seqs in sorted(days.items(), reverse=True)]

@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# An entry a review found no support for keeps its place with this mark (cognition jobs)
+UNVERIFIED = "unverified: "
 _BULLET = re.compile(r"^\s*[-*]\s+(?:\[([a-z]-[0-9a-f]{6})\]\s*)?(.*?)\s*$")
 _HEADING = re.compile(r"^##\s+(.+?)\s*$")
 

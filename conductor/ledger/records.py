@@ -257,6 +257,25 @@ class Ledger:
             return [r for (owner, _), records in self._sessions.items() if owner == user
                     for r in records.values()]
 
+    def sessions_of(self, user: str) -> list[str]:
+        """`user`'s sessions with records, most recently used first."""
+        with self._lock:
+            return [session for owner, session in reversed(self._sessions) if owner == user]
+
+    def forget_user(self, user: str) -> int:
+        """Drop every record of `user` (their memory was deleted: a replay must not bring
+        its notes back); returns how many."""
+        with self._lock:
+            dropped = 0
+            for owner in [key for key in self._sessions if key[0] == user]:
+                records = self._sessions.pop(owner)
+                for record in records.values():
+                    self._ids.release(record.ids)
+                dropped += len(records)
+                self._changed.discard(owner)
+                self._gone.add(owner)
+            return dropped
+
     def latest(self, user: str, session: str) -> Record | None:
         """The session's most recent record: its end anchor."""
         with self._lock:

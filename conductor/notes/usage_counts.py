@@ -37,3 +37,10 @@ class NoteUsage(StoreCore):
         """How many requests this note went into in the last ``days`` days."""
         entry = self._usage.load().get(note_id)
         return UsageBook.uses_within(entry, now or self._now(), days)
+
+    def uses_of(self, note_ids: Iterable[str], days: int = 7,
+                now: datetime | None = None) -> dict[str, int]:
+        """Uses in the last ``days`` days of each of ``note_ids``, from one read of the book
+        (a page of the Memory screen's list)."""
+        book, at = self._usage.load(), now or self._now()
+        return {i: UsageBook.uses_within(book.get(i), at, days) for i in note_ids}

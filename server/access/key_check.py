@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from server.access.admin import AdminGate, is_admin_path, is_screen_path
 from server.access.auth import Auth, is_loopback
 from server.http.asgi import route_path, scope_header
 from server.http.errors import APIError, error_response
@@ -29,12 +30,24 @@ class KeyCheckAndCount:
     needs a valid key when auth is on: the `/v1` routes, the API docs, vLLM's utility
     routes (`/tokenize`, `/version`, `/invocations`...), and a path no route answers. The
     key's user goes in `request.state.key_user`. Every response is counted by route and
-    status."""
+    status. The Memory screen's page and sign-in routes pass without a key, and so do the
+    admin routes once an admin password is set: the admin password guards them then
+    (`server.access.admin`)."""
 
-    def __init__(self, app: ASGIApp, auth: Auth, counters: HTTPCounters) -> None:
+    def __init__(self, app: ASGIApp, auth: Auth, counters: HTTPCounters,
+                 admin: AdminGate | None = None) -> None:
         self.app = app
         self.auth = auth
         self.counters = counters
+        self.admin = admin
+
+    def _needs_key(self, path: str, peer: str | None) -> bool:
+        if path in OPEN_ROUTES or (path == "/metrics" and is_loopback(peer)):
+            return False
+        if self.admin is not None and (is_screen_path(path) or (
+                is_admin_path(path) and self.admin.password.is_set())):
+            return False
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,7 +62,7 @@ class KeyCheckAndCount:
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
         state["key_user"] = None
-        if path not in OPEN_ROUTES and (path != "/metrics" or not is_loopback(peer)):
+        if self._needs_key(path, peer):
             try:
                 state["key_user"] = await self.auth.user_for(
                     scope_header(scope, b"authorization"), peer)

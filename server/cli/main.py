@@ -22,6 +22,7 @@ from engine.profiles import (
     profile_names,
     with_overrides,
 )
+from server.cli import admin as admin_cli
 from server.cli import jobs as jobs_cli
 from server.cli import memory as memory_cli
 from server.cli import notes as notes_cli
@@ -219,6 +220,10 @@ def _bench(args: argparse.Namespace) -> int:
             else MAX_TOKENS
         results = run_ledger_bench(args.out, args.quick, bound)
         return 0 if results["misses"] == 0 else 1
+    if args.screen:
+        from bench.screen.run import run_screen_bench
+
+        return 0 if run_screen_bench(args.out, args.quick)["within_target"] else 1
     if args.soak:
         from bench.soak.drive import SoakPlan
         from bench.soak.run import run_soak_bench
@@ -344,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--ledger", action="store_true", help="the session ledger at agent "
                        "scale: 64 interleaved sessions of 30k ids, record misses and memory "
                        "(no engine; the bound is --profile's memory.ledger_max_tokens)")
+    bench.add_argument("--screen", action="store_true", help="the Memory screen's requests on "
+                       "a store of 10,000 notes (no engine)")
     bench.add_argument("--soak", action="store_true", help="clients for a fixed time with "
                        "memory, the writer and the jobs on, then every acknowledged note "
                        "checked on disk and the engine idle (default profile: tiny)")
@@ -373,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys_commands.add_parser("revoke", help="the key stops working at once")
     revoke.add_argument("label")
     keys.set_defaults(func=_keys)
+    admin_cli.register(commands)
     return parser
 
 

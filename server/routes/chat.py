@@ -49,10 +49,10 @@ def answerer(state) -> Answerer:
 
 def chat_router(state, answer: Answerer) -> APIRouter:
     router = APIRouter()
-    profile = state.profile
 
     @router.get("/v1/models")
     async def models() -> dict:
+        profile = state.profile
         return {"object": "list", "data": [{
             "id": name, "object": "model", "created": int(state.started_at),
             "owned_by": "tandem", "root": profile.model,
@@ -66,6 +66,7 @@ def chat_router(state, answer: Answerer) -> APIRouter:
             parsed = ChatCompletionRequest.model_validate(body)
         except ValidationError as exc:
             raise validation_error(exc) from None
+        profile = state.profile  # per request: the Memory screen may switch memory mode
         parsed = with_server_defaults(parsed, profile)
         engine = state.ready_engine()
         peer = request.client.host if request.client else None

@@ -1,6 +1,7 @@
 """Admin routes for the conductor: run the writer on a session now, read or set its mode.
 
-Admin means the machine itself: only loopback clients that are not relayed by a proxy.
+The admin rule (`server.access.admin`): this machine's own clients while no admin password
+is set, the password's holder once one is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from server.access.auth import is_loopback
 from server.http.errors import APIError
 
 
@@ -26,24 +26,11 @@ class WriterModeRequest(BaseModel):
     mode: Literal["off", "shadow", "on"]
 
 
-def check_admin(request: Request, settings) -> None:
-    """The admin rule: a loopback client, not relayed by a proxy, with the engine user's key
-    (or none where the server has no keys)."""
-    peer = request.client.host if request.client else None
-    if not is_loopback(peer) or peer in settings.trusted_proxies:
-        raise APIError(403, "conductor routes answer local clients only",
-                       code="admin_only", kind="permission_error")
-    key_user = getattr(request.state, "key_user", None)
-    if key_user is not None and key_user.lower() != settings.user_name.lower():
-        raise APIError(403, "conductor routes answer the engine's own user only",
-                       code="admin_only", kind="permission_error")
-
-
 def conductor_router(state) -> APIRouter:
     router = APIRouter(prefix="/v1/conductor")
 
-    def admin(request: Request):
-        check_admin(request, state.memory.settings)
+    async def admin(request: Request):
+        await state.admin.check(request)
         if state.writer is None:
             raise APIError(503, "the engine is still loading", code="engine_not_ready",
                            kind="server_error")
@@ -51,19 +38,19 @@ def conductor_router(state) -> APIRouter:
 
     @router.get("/writer")
     async def writer_status(request: Request) -> dict:
-        service = admin(request)
+        service = await admin(request)
         due = [{"session": s, "trigger": t} for _u, s, t in state.memory.triggers.due()]
         return {"mode": service.writer.mode, "due": due}
 
     @router.put("/writer")
     async def set_writer_mode(body: WriterModeRequest, request: Request) -> dict:
-        service = admin(request)
+        service = await admin(request)
         service.writer.mode = body.mode
         return {"mode": body.mode}
 
     @router.post("/writer/run")
     async def run_writer(body: WriterRunRequest, request: Request) -> dict:
-        service = admin(request)
+        service = await admin(request)
         if (body.script is not None or body.gate_script is not None) and not state.profile.scripted:
             raise APIError(400, "scripts are only accepted by scripted profiles",
                            code="invalid_value", param="script")

@@ -1,5 +1,5 @@
 """Admin routes of the cognition jobs: list them, run one now, choose its model, read the
-run records. Admin rule: loopback, not relayed, the engine's own user."""
+run records. The admin rule: `server.access.admin`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from conductor.background.runner import recent_runs
 from conductor.storage.paths import valid_user
 from server.background.jobs import JobBusy, JobService, profile_key_envs
 from server.http.errors import APIError
-from server.routes.conductor import check_admin
 
 MAX_RUNS_PAGE = 200
 
@@ -37,8 +36,8 @@ class JobModelRequest(BaseModel):
 def job_router(state) -> APIRouter:
     router = APIRouter(prefix="/v1/conductor/jobs")
 
-    def service(request: Request) -> JobService:
-        check_admin(request, state.memory.settings)
+    async def service(request: Request) -> JobService:
+        await state.admin.check(request)
         if state.jobs is None:
             raise APIError(503, "the engine is still loading", code="engine_not_ready",
                            kind="server_error")
@@ -57,7 +56,7 @@ def job_router(state) -> APIRouter:
 
     @router.get("")
     async def list_jobs(request: Request, user: str | None = None) -> dict:
-        jobs = service(request)
+        jobs = await service(request)
         who = user_of(user)
         running = jobs.controller.running()
         job_state = read_job_state(jobs.memory.layers(who).files)
@@ -70,7 +69,7 @@ def job_router(state) -> APIRouter:
 
     @router.post("/{job}/run")
     async def run_job(job: str, body: JobRunRequest, request: Request) -> dict:
-        jobs = service(request)
+        jobs = await service(request)
         if body.script is not None and not state.profile.scripted:
             raise APIError(400, "scripts are only accepted by scripted profiles",
                            code="invalid_value", param="script")
@@ -82,7 +81,7 @@ def job_router(state) -> APIRouter:
 
     @router.put("/{job}/model")
     async def set_model(job: str, body: JobModelRequest, request: Request) -> dict:
-        jobs = service(request)
+        jobs = await service(request)
         known(job)
         if body.inherit:
             model = INHERIT
@@ -100,7 +99,7 @@ def job_router(state) -> APIRouter:
 
     @router.get("/runs")
     async def runs(request: Request, limit: int = 20, user: str | None = None) -> dict:
-        jobs = service(request)
+        jobs = await service(request)
         if not 1 <= limit <= MAX_RUNS_PAGE:
             raise APIError(400, f"limit must be between 1 and {MAX_RUNS_PAGE}",
                            code="invalid_value", param="limit")

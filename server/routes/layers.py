@@ -12,11 +12,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from conductor.layers.inventory import LAYER_NAMES, layer_file_path, summary
+from conductor.background.job_state import read_job_state
+from conductor.layers.inventory import (
+    LAYER_NAMES,
+    history_days,
+    layer_entries,
+    layer_file_path,
+    summary,
+)
 from conductor.storage.paths import valid_user
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, StreamOptions
-from server.routes.conductor import check_admin
 from server.routes.memory import hybrid_search
 from server.turn.continuous import prepare_continuous
 from server.turn.memory import request_user
@@ -85,8 +91,8 @@ def layer_router(state, answer) -> APIRouter:
         page = page[-limit:]
         return {"object": "list", "data": [t.to_json() for t in page], "has_more": has_more}
 
-    def admin_layers(request: Request, user: str | None):
-        check_admin(request, memory.settings)
+    async def admin_layers(request: Request, user: str | None):
+        await state.admin.check(request)
         name = user or memory.settings.user_name
         if not valid_user(name):
             raise APIError(400, "not a user name", code="invalid_value", param="user")
@@ -94,16 +100,20 @@ def layer_router(state, answer) -> APIRouter:
 
     @router.get("/memory/layers")
     async def layers(request: Request, user: str | None = None) -> dict:
-        found = admin_layers(request, user)
+        found = await admin_layers(request, user)
         count = state.engine.count_tokens if state.engine is not None else None
-        return summary(found, count)
+        job_state = read_job_state(found.files)
+        flagged = {f.id: f.problem for f in job_state.flags} if job_state else {}
+        # the screen's Layers: each entry with its id and flags, the history by day
+        return {**summary(found, count), "entries": layer_entries(found, flagged),
+                "history_days": history_days(found)}
 
     @router.get("/memory/search")
     async def admin_search(request: Request, q: str, mode: str = "hybrid",
                            collection: str | None = None, limit: int = 10,
                            user: str | None = None) -> dict:
         """The dashboard's search over a user's every layer (admin rule)."""
-        found = admin_layers(request, user)
+        found = await admin_layers(request, user)
         if not 1 <= limit <= 100:
             raise APIError(400, "limit must be between 1 and 100", code="invalid_value",
                            param="limit")
@@ -112,7 +122,7 @@ def layer_router(state, answer) -> APIRouter:
     @router.get("/memory/layers/{layer}/{name}")
     async def layer_file(layer: str, name: str, request: Request,
                          user: str | None = None) -> dict:
-        found = admin_layers(request, user)
+        found = await admin_layers(request, user)
         if layer not in LAYER_NAMES:
             raise APIError(404, f"no layer {layer!r}; layers: {', '.join(LAYER_NAMES)}",
                            code="not_found")

@@ -1,0 +1,185 @@
+"""The Memory screen's other admin routes: what memory did (the journal's writes and
+refusals, the writer's runs), the running profile's switches, export, the user's delete,
+and the bench's latest figures.
+
+    GET  /v1/conductor/memory/journal?op=&refused=&limit=   writes and refusals, newest first
+    GET  /v1/conductor/memory/writer/runs?limit=            the writer's runs, newest first
+    GET  /v1/conductor/memory/settings                      memory and writer switches
+    PUT  /v1/conductor/memory/settings                      change them for this run
+    GET  /v1/conductor/memory/export?user=                  the user's notes as a zip
+    POST /v1/conductor/memory/delete-user                   {"user", "confirm": the name}
+    GET  /v1/conductor/bench                                each bench's summary and plots
+    GET  /v1/conductor/bench/{path}                         one plot (PNG) or summary
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel, ConfigDict
+from starlette.background import BackgroundTask
+
+from server.http.errors import APIError
+
+MAX_PAGE = 200
+# The bench's results beside the package (a source checkout; an installed wheel has none).
+BENCH_RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+BENCH_FILES = (".png", ".md", ".json")
+MEMORY_OPS = ("inject", "inject_index")  # the per-request entries: uses, not writes
+
+
+class SettingsChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    memory_mode: Literal["off", "shadow", "on"] | None = None
+    writer_mode: Literal["off", "shadow", "on"] | None = None
+
+
+class UserDelete(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str
+    confirm: str
+
+
+def memory_admin_router(state) -> APIRouter:
+    router = APIRouter(prefix="/v1/conductor")
+    memory = state.memory
+
+    @router.get("/memory/journal")
+    async def journal(request: Request, user: str | None = None, op: str | None = None,
+                      refused: bool | None = None, limit: int = 50) -> dict:
+        name = await state.admin.user(request, user)
+        if not 1 <= limit <= MAX_PAGE:
+            raise APIError(400, f"limit must be between 1 and {MAX_PAGE}",
+                           code="invalid_value", param="limit")
+        store = memory.store(name)
+
+        def newest() -> list[dict]:
+            out = []
+            for entry in reversed(list(store.journal.entries())):
+                if entry.get("op") in MEMORY_OPS or (op is not None and entry.get("op") != op):
+                    continue
+                if refused is not None and bool(entry.get("ok")) == refused:
+                    continue
+                out.append(entry)
+                if len(out) >= limit:
+                    break
+            return out
+
+        return {"object": "list", "user": name, "data": await asyncio.to_thread(newest)}
+
+    @router.get("/memory/writer/runs")
+    async def writer_runs(request: Request, limit: int = 20) -> dict:
+        await state.admin.check(request)
+        if not 1 <= limit <= MAX_PAGE:
+            raise APIError(400, f"limit must be between 1 and {MAX_PAGE}",
+                           code="invalid_value", param="limit")
+        folder = memory.root / "cognition" / "runs"
+        return {"object": "list", "data": await asyncio.to_thread(_newest_json, folder, limit)}
+
+    @router.get("/memory/settings")
+    async def settings(request: Request) -> dict:
+        await state.admin.check(request)
+        return _settings(state)
+
+    @router.put("/memory/settings")
+    async def change_settings(body: SettingsChange, request: Request) -> dict:
+        await state.admin.check(request)
+        if body.memory_mode is not None:
+            # For this run only: the profile's file is the operator's and stays as it is.
+            state.profile = replace(state.profile, memory=replace(
+                state.profile.memory, mode=body.memory_mode))
+        if body.writer_mode is not None:
+            if state.writer is None:
+                raise APIError(503, "the engine is still loading", code="engine_not_ready",
+                               kind="server_error")
+            state.writer.writer.mode = body.writer_mode
+        return _settings(state)
+
+    @router.get("/memory/export")
+    async def export(request: Request, user: str | None = None) -> FileResponse:
+        name = await state.admin.user(request, user)
+        store = memory.store(name)
+        folder = Path(tempfile.mkdtemp(prefix="tandem-export-"))
+        stamp = datetime.now(UTC).strftime("%Y%m%d")
+        path = await asyncio.to_thread(store.export_zip, folder / f"tandem-notes-{name}-"
+                                       f"{stamp}.zip", via="dashboard")
+        return FileResponse(path, media_type="application/zip", filename=path.name,
+                            background=BackgroundTask(_remove_tree, folder))
+
+    @router.post("/memory/delete-user")
+    async def delete_user(body: UserDelete, request: Request) -> dict:
+        name = await state.admin.user(request, body.user)
+        if body.confirm.strip().lower() != name:
+            raise APIError(400, "type the user's name in confirm to delete their memory",
+                           code="confirmation_mismatch", param="confirm")
+        result = await asyncio.to_thread(memory.store(name).delete_all, via="dashboard")
+        if not result.ok:
+            raise APIError(500, f"delete refused ({result.reason})", code=str(result.reason))
+        records = memory.ledger.forget_user(name)  # a replay must not bring the notes back
+        memory.on_change(name)
+        return {"ok": True, "user": name, "notes_deleted": result.count,
+                "records_dropped": records}
+
+    @router.get("/bench")
+    async def bench(request: Request) -> dict:
+        await state.admin.check(request)
+        return {"object": "list", "data": await asyncio.to_thread(_bench_runs)}
+
+    @router.get("/bench/{path:path}")
+    async def bench_file(path: str, request: Request) -> Response:
+        await state.admin.check(request)
+        target = (BENCH_RESULTS / path).resolve()
+        if not target.is_relative_to(BENCH_RESULTS.resolve()) or not target.is_file() \
+                or target.suffix not in BENCH_FILES:
+            raise APIError(404, f"no bench file {path!r}", code="not_found")
+        return FileResponse(target)
+
+    return router
+
+
+def _settings(state) -> dict:
+    writer = state.writer.writer.mode if state.writer is not None else None
+    return {"profile": state.profile.name, "memory_mode": state.profile.memory.mode,
+            "writer_mode": writer, "conversation": state.profile.memory.conversation,
+            "for_this_run": True}
+
+
+def _newest_json(folder: Path, limit: int) -> list[dict]:
+    paths = sorted(folder.rglob("*.json"), reverse=True) if folder.is_dir() else []
+    out = []
+    for path in paths[:limit * 2]:
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _bench_runs() -> list[dict]:
+    """Each folder under bench/results with a summary.md: its text and its plots."""
+    if not BENCH_RESULTS.is_dir():
+        return []
+    runs = []
+    for summary in sorted(BENCH_RESULTS.rglob("summary.md")):
+        folder = summary.parent
+        rel = folder.relative_to(BENCH_RESULTS).as_posix()
+        runs.append({"name": rel, "summary": summary.read_text(encoding="utf-8")[:20_000],
+                     "updated": datetime.fromtimestamp(summary.stat().st_mtime, UTC)
+                     .isoformat(timespec="seconds"),
+                     "plots": [f"{rel}/{p.name}" for p in sorted(folder.glob("*.png"))]})
+    return runs
+
+
+def _remove_tree(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
