@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ from conductor.storage.paths import Layout, StoreRootError, git_work_tree_of, va
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
+NOTE_ID = re.compile(r"[0-9a-z_-]{1,40}")  # the shapes ids have (new ones: 10 hex digits)
 
 
 def _guard(op: str) -> Callable[[Callable[P, WriteResult]], Callable[P, WriteResult]]:
@@ -246,12 +248,13 @@ class StoreCore:
         via: str | None = None,
         by: str = "model",
     ) -> WriteResult:
-        # Unknown kinds and scopes came from model text: they are not journaled.
+        # Unknown kinds and scopes came from model text: they are not journaled; nor is an
+        # id of no note's shape (a caller's text, a hostile path: not a code).
         self._journal(
             op,
             ok=False,
             reason=refusal.reason,
-            id=note_id,
+            id=note_id if note_id is not None and NOTE_ID.fullmatch(note_id) else None,
             kind=kind if kind in KINDS else None,
             scope=scope if scope in SCOPES else None,
             source=source,

@@ -137,11 +137,11 @@ def memory_admin_router(state) -> APIRouter:
     @router.get("/bench/{path:path}")
     async def bench_file(path: str, request: Request) -> Response:
         await state.admin.check(request)
-        target = (BENCH_RESULTS / path).resolve()
-        if not target.is_relative_to(BENCH_RESULTS.resolve()) or not target.is_file() \
-                or target.suffix not in BENCH_FILES:
-            raise APIError(404, f"no bench file {path!r}", code="not_found")
-        return FileResponse(target)
+        # Only a file the listing has: the request's path never reaches the file system.
+        files = await asyncio.to_thread(_bench_files)
+        if path not in files:
+            raise APIError(404, "no such bench file", code="not_found")
+        return FileResponse(files[path])
 
     return router
 
@@ -179,6 +179,14 @@ def _bench_runs() -> list[dict]:
                      .isoformat(timespec="seconds"),
                      "plots": [f"{rel}/{p.name}" for p in sorted(folder.glob("*.png"))]})
     return runs
+
+
+def _bench_files() -> dict[str, Path]:
+    """Every result file under bench/results, by its path relative to it."""
+    if not BENCH_RESULTS.is_dir():
+        return {}
+    return {p.relative_to(BENCH_RESULTS).as_posix(): p for p in BENCH_RESULTS.rglob("*")
+            if p.suffix in BENCH_FILES and p.is_file()}
 
 
 def _remove_tree(folder: Path) -> None:

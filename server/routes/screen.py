@@ -42,6 +42,10 @@ class Login(BaseModel):
     password: str = Field(min_length=1, max_length=1024)
 
 
+class Logout(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # no fields: a body, if any, is `{}`
+
+
 def screen_router(state) -> APIRouter:
     router = APIRouter()
     gate = state.admin
@@ -86,7 +90,7 @@ def screen_router(state) -> APIRouter:
         return response
 
     @router.post("/v1/conductor/admin/logout")
-    async def logout(request: Request) -> JSONResponse:
+    async def logout(request: Request, body: Logout | None = None) -> JSONResponse:
         gate.logout(request)
         response = JSONResponse({"ok": True})
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")

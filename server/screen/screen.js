@@ -290,6 +290,8 @@ async function openNote(id) {
     const note = await api("GET", `/v1/conductor/memory/notes/${encodeURIComponent(id)}` + query({ user: view.user }));
     view.note = note;
     renderNote(note);
+    // on a narrow screen the note is below the list: bring it into view
+    if (window.matchMedia("(max-width: 1100px)").matches) $("#note").scrollIntoView();
   });
 }
 
