@@ -29,6 +29,16 @@ class EngineDead(RuntimeError):
         super().__init__("the engine core process stopped")
 
 
+class BackendFailed(RuntimeError):
+    """An engine over HTTP lost a request to its backend (unreachable, a 5xx, a cut
+    stream, a timeout): the client gets a 502 (504 for a timeout) with `reason`."""
+
+    def __init__(self, reason: str, status: int = 502) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
 @runtime_checkable
 class EngineBackend(Protocol):
     """An engine that takes prompt token ids and streams deltas back."""

@@ -18,6 +18,7 @@ from engine.backend import EngineDead, RequestRejected
 from engine.generation import (
     Delta,
     GenerationParams,
+    close_timings,
     prompt_logprobs,
     structured_outputs,
     token_logprobs,
@@ -281,10 +282,7 @@ class Engine:
                     if out.prompt_logprobs else None,
                 )
                 if out.finished:
-                    timings.cached_tokens = delta.cached_tokens
-                    timings.finish_reason = delta.finish_reason
-                    delta.timings = timings
-                    self.stats.finished(timings)
+                    close_timings(delta, timings, self.stats)
                 yield delta
         finally:
             self._running.pop(request_id, None)

@@ -78,6 +78,15 @@ class Delta:
     prompt_logprobs: list[dict[int, tuple[float, int | None, str | None]] | None] | None = None
 
 
+def close_timings(delta: Delta, timings: RequestTimings, stats) -> None:
+    """A generation's last delta: its timings completed, handed to it and to the engine's
+    statistics (`EngineStats`)."""
+    timings.cached_tokens = delta.cached_tokens
+    timings.finish_reason = delta.finish_reason
+    delta.timings = timings
+    stats.finished(timings)
+
+
 def structured_outputs(params: GenerationParams):
     from vllm.sampling_params import StructuredOutputsParams
 

@@ -97,7 +97,15 @@ class ServerState:
     def engine_dead(self) -> bool:
         return self.engine is not None and self.engine.dead
 
+    @property
+    def over_http(self) -> bool:
+        """Proxy mode: the engine is a backend over HTTP, which goes down and comes back."""
+        return hasattr(self.engine, "check_health")
+
     def ready_engine(self) -> Engine:
+        if self.engine_dead and self.over_http:
+            raise APIError(503, "the backend does not answer its health checks",
+                           code="backend_unreachable", kind="server_error")
         if self.engine_dead:
             raise engine_dead_error()
         if self.engine is None:
@@ -152,6 +160,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready))
+        elif on_ready is not None:  # an engine given (proxy mode's backend): ready now
+            on_ready()
         background = asyncio.create_task(_run_background_when_ready(state))
         nightly = asyncio.create_task(nightly_loop(memory.root, memory.settings.nightly_hour))
         watchdog = asyncio.create_task(_watch_engine(state, on_engine_dead))
@@ -165,6 +175,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                 loader.cancel()
             if engine is None and state.engine is not None:
                 state.engine.shutdown()
+            elif state.over_http:  # proxy mode: the backend's connections
+                await state.engine.close()
             saver.cancel()
             memory.ledger_saver.save_now()  # the last records
 
@@ -203,6 +215,9 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        if state.engine_dead and state.over_http:
+            return JSONResponse({"status": "backend_down", "profile": profile.name},
+                                status_code=503)
         if state.engine_dead:
             return JSONResponse({"status": "engine_dead",
                                  "error": engine_dead_error().message}, status_code=503)
@@ -224,14 +239,23 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
 LOADING_TICK_S = 5.0
 BACKGROUND_CHECK_S = 1.0
 ENGINE_CHECK_S = 0.25
+BACKEND_CHECK_S = 2.0
 
 
 async def _watch_engine(state: ServerState, on_dead: Callable[[], None] | None) -> None:
     """Notice at once when the engine core process dies (an out-of-memory kill): vLLM's
     monitor thread marks it, nothing else tells the server. From then /readyz and every
-    request answer 503, and the server is told to exit so a supervisor restarts it."""
-    while not state.engine_dead:
-        await asyncio.sleep(ENGINE_CHECK_S)
+    request answer 503, and the server is told to exit so a supervisor restarts it.
+    A backend over HTTP is looked at every `BACKEND_CHECK_S` instead: /readyz follows its
+    health, and the server waits for it to come back."""
+    while True:
+        if getattr(state, "over_http", False):
+            await state.engine.check_health()
+            await asyncio.sleep(BACKEND_CHECK_S)
+        elif state.engine_dead:
+            break
+        else:
+            await asyncio.sleep(ENGINE_CHECK_S)
     log.error("the engine core process stopped: answering 503 and exiting")
     if on_dead is not None:
         on_dead()
@@ -244,8 +268,10 @@ async def _run_background_when_ready(state: ServerState) -> None:
     while state.writer is None or state.prewarm is None or state.jobs is None \
             or state.search is None:
         await asyncio.sleep(0.5)
-    while not state.engine_dead:
+    while not state.engine_dead or state.over_http:
         await asyncio.sleep(BACKGROUND_CHECK_S)
+        if state.engine_dead:  # a backend that is down: its work waits for it
+            continue
         for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick),
                            ("jobs", state.jobs.tick), ("search", state.search.tick)):
             try:

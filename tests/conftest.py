@@ -153,11 +153,15 @@ def tokenizer(built_models: Path):
 @pytest.fixture(scope="session")
 def plain_vllm_server(built_models):
     """The endpoint session's one engine: plain vLLM's own server on the tiny model, with
-    compact JSON (as a small model's endpoint should be)."""
+    compact JSON (as a small model's endpoint should be) and Tandem's logits processors
+    loaded (they act only on a request that names them in `vllm_xargs`: the proxy's
+    scripted answers and tool-call ban)."""
+    import kernels
     from bench.load.plain_vllm import plain_vllm
 
     with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
-                    '{"backend": "xgrammar", "disable_any_whitespace": true}') as url:
+                    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+                    "--logits-processors", *kernels.ALL) as url:
         yield url
 
 

@@ -12,10 +12,10 @@ import uvicorn
 
 from engine import profiles
 from engine.profiles import load_profile, with_overrides
-from server.cli import main as cli_main
+from server.cli import serve as cli_serve
 from server.cli.main import build_parser, main
 
-real_bind_listener = cli_main.bind_listener
+real_bind_listener = cli_serve.bind_listener
 
 
 class Started:
@@ -60,7 +60,7 @@ def started(monkeypatch, tmp_path) -> Started:
     monkeypatch.setitem(sys.modules, "server.app", fake_app)
     monkeypatch.setattr(uvicorn, "Config", Config)
     monkeypatch.setattr(uvicorn, "Server", Server)
-    monkeypatch.setattr(cli_main, "bind_listener", bind_listener)
+    monkeypatch.setattr(cli_serve, "bind_listener", bind_listener)
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
     for name in ("TANDEM_API_KEY", "TANDEM_NIGHTLY_HOUR", "TANDEM_USER",
                  "TANDEM_TRUSTED_PROXIES"):
@@ -83,7 +83,7 @@ def test_serve_listens_on_127_0_0_1_port_8000_by_default(started, monkeypatch):
 
 def test_serve_on_a_port_in_use_says_so_before_loading_the_engine(
         started, monkeypatch, capsys):
-    monkeypatch.setattr(cli_main, "bind_listener", real_bind_listener)
+    monkeypatch.setattr(cli_serve, "bind_listener", real_bind_listener)
     gpu(monkeypatch, False)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -167,3 +167,19 @@ def test_nightly_hour_reaches_the_apps_memory_settings(started, monkeypatch):
     assert started.app_kwargs["memory_settings"].nightly_hour == 7
     assert main(["serve", "--profile", "tiny", "--nightly-hour", "5"]) == 0
     assert started.app_kwargs["memory_settings"].nightly_hour == 5  # the flag wins
+
+
+def test_proxy_refuses_a_backend_that_is_no_url_or_does_not_answer_with_a_clear_line(
+        started, monkeypatch, capsys):
+    from bench.load.plain_vllm import free_port
+
+    gpu(monkeypatch, False)
+    assert main(["proxy", "--backend", "localhost:8001"]) == 2
+    assert "give a URL (http://host:port)" in capsys.readouterr().err
+    assert main(["proxy", "--backend", f"http://127.0.0.1:{free_port()}"]) == 2
+    assert "its /v1/models cannot be read" in capsys.readouterr().err
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    assert main(["proxy", "--backend", "http://127.0.0.1:1",
+                 "--backend-key-env", "NO_SUCH_KEY_VAR"]) == 2
+    assert "that variable is not set" in capsys.readouterr().err
+    assert not started.ran  # nothing served

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.backend import EngineDead, RequestRejected
+from engine.backend import BackendFailed, EngineDead, RequestRejected
 
 
 class APIError(Exception):
@@ -47,10 +47,21 @@ def engine_dead_error() -> APIError:
                     "supervisor restarts it", code="engine_dead", kind="server_error")
 
 
+def backend_error(exc: BackendFailed) -> APIError:
+    """Proxy mode: the backend lost the request; nothing of it was recorded."""
+    return APIError(exc.status, f"the backend failed: {exc.reason}",
+                    code="backend_timeout" if exc.status == 504 else "backend_error",
+                    kind="server_error")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EngineDead)
     async def _engine_dead(_request: Request, _exc: EngineDead) -> JSONResponse:
         return error_response(engine_dead_error())
+
+    @app.exception_handler(BackendFailed)
+    async def _backend(_request: Request, exc: BackendFailed) -> JSONResponse:
+        return error_response(backend_error(exc))
 
     @app.exception_handler(RequestRejected)
     async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:

@@ -7,8 +7,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from engine.backend import EngineDead
-from server.http.errors import engine_dead_error
+from engine.backend import BackendFailed, EngineDead
+from server.http.errors import backend_error, engine_dead_error
 
 T = TypeVar("T")
 
@@ -30,12 +30,25 @@ async def events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
     except EngineDead:
         yield f"data: {json.dumps(engine_dead_error().body())}\n\n"
         yield "data: [DONE]\n\n"
+    except BackendFailed as exc:  # proxy mode: the backend cut the stream or failed it
+        yield f"data: {json.dumps(backend_error(exc).body())}\n\n"
+        yield "data: [DONE]\n\n"
 
 
 async def started(events: AsyncIterator[str]) -> AsyncIterator[str]:
     """The stream, with its first event already produced: a stream's first event waits for
     the engine's first delta, so the route that awaits this answers only once the engine
     has the request, and requests reach the engine in their arrival order, streamed or
-    not. Errors before the first event are the route's own (a 4xx, not a broken stream)."""
-    guarded = events_or_error(events)
-    return prepended(await anext(guarded), guarded)
+    not. Errors before the first event are the route's own (a 4xx, or proxy mode's 502
+    for a backend that failed the request, not a broken stream); an engine that died
+    then still ends a stream with its error event, as vLLM's does."""
+    try:
+        first = await anext(events)
+    except EngineDead:
+        return _error_events(engine_dead_error().body())
+    return events_or_error(prepended(first, events))
+
+
+async def _error_events(body: dict) -> AsyncIterator[str]:
+    yield f"data: {json.dumps(body)}\n\n"
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,1 @@
+"""Proxy mode's engines: `EngineBackend`s over another server's HTTP API."""

@@ -1,0 +1,294 @@
+"""An engine over HTTP: `EngineBackend` on another server's `/v1/completions`, prompts as
+token ids (proxy mode).
+
+The memory path hands an engine the prompt's exact ids; a backend that takes token ids
+(vLLM's OpenAI server, llama.cpp's) reads exactly those, so the ids a turn replays are
+the ids its prefix cache holds, as in-process. Each generation is one streamed
+completions request: `prompt` the ids, `return_token_ids` for the answer's ids (the
+ledger records them), the usage chunk for the prompt's size and, where the backend
+reports it (vLLM with `--enable-prompt-tokens-details`), its cached tokens.
+
+What cannot cross the wire is said where it goes: the tool-call ban becomes a logit bias
+on the tool-call token, a script (test profiles) goes as `vllm_xargs` to a backend
+started with Tandem's kernels, and a background request gives way to a client by having
+its stream closed when a client request starts (no scheduler of ours runs there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from engine.backend import BackendFailed, RequestRejected
+from engine.engine import served_fingerprint
+from engine.generation import Delta, GenerationParams, TokenLogprob, close_timings
+from engine.profiles import Profile
+from engine.request_kind import RequestKind
+from engine.special_tokens import SpecialTokens, special_tokens
+from engine.stats import EngineStats, RequestTimings
+
+BAN_BIAS = -100.0  # OpenAI's floor for logit_bias: the token is never sampled
+CONNECT_TIMEOUT_S = 5.0
+HEALTH_FAILURES_DEAD = 3  # health checks failed in a row before the backend counts as down
+
+
+@dataclass
+class _Running:
+    kind: RequestKind
+    task: asyncio.Task | None = None
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class HttpEngine:
+    """`EngineBackend` over an OpenAI-compatible server that takes token-id prompts."""
+
+    def __init__(self, profile: Profile, tokenizer, base_url: str, model: str,
+                 api_key: str | None = None, scripted_kernels: bool = False,
+                 timeout_s: float = 600.0) -> None:
+        self.profile = profile
+        self.tokenizer = tokenizer
+        self.tokens: SpecialTokens = special_tokens(tokenizer, profile.tool_call_format)
+        self.fingerprint = served_fingerprint(f"{base_url}|{model}", tokenizer)
+        self.stats = EngineStats()
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.scripted_kernels = scripted_kernels  # the backend runs Tandem's kernels
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        self._running: dict[str, _Running] = {}
+        self._health_failures = 0
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    # -- the seam ------------------------------------------------------------------------
+    async def generate(self, prompt_token_ids: list[int], params: GenerationParams,
+                       kind: RequestKind = "client",
+                       request_id: str | None = None) -> AsyncIterator[Delta]:
+        request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
+        if kind == "client":  # a client arrives: background work on the backend gives way
+            for running in list(self._running.values()):
+                if running.kind == "background":
+                    running.closed.set()
+        body = self.completion_body(prompt_token_ids, params, kind)
+        timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
+                                 request_id=request_id)
+        running = _Running(kind)
+        self._running[request_id] = running
+        self.stats.started(kind)
+        finished = False
+        try:
+            async for delta in self._stream(body, request_id, len(prompt_token_ids), running,
+                                            params):
+                timings.tokens(len(delta.token_ids))
+                if delta.finished:
+                    finished = True
+                    close_timings(delta, timings, self.stats)
+                yield delta
+        finally:
+            self._running.pop(request_id, None)
+            if not finished:
+                self.stats.aborted(kind)
+
+    async def _stream(self, body: dict, request_id: str, prompt_tokens: int,
+                      running: _Running, params: GenerationParams) -> AsyncIterator[Delta]:
+        try:
+            async with self._client.stream("POST", "/v1/completions", json=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _refusal(response)
+                last: Delta | None = None
+                async for event in _events(response, running):
+                    usage = event.get("usage")
+                    if event.get("choices"):
+                        if last is not None:
+                            yield last
+                        last = self._delta(event["choices"][0], request_id, prompt_tokens,
+                                           params)
+                    if usage and last is not None:  # the last event: the totals
+                        details = usage.get("prompt_tokens_details") or {}
+                        last.prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                        last.cached_tokens = details.get("cached_tokens") or 0
+                if running.closed.is_set():
+                    # closed by the server (a client came, an abort): ended as vLLM's
+                    # scheduler ends a preempted request, so callers see "abort"
+                    ended = last or Delta(request_id, "", [], prompt_tokens=prompt_tokens)
+                    ended.finished, ended.finish_reason = True, "abort"
+                    yield ended
+                    return
+                if last is None or last.finish_reason is None:
+                    raise BackendFailed("the backend's stream ended before the answer did")
+                last.finished = True
+                yield last
+        except httpx.TimeoutException:
+            raise BackendFailed("the backend did not answer in time", 504) from None
+        except httpx.TransportError as error:
+            raise BackendFailed(f"the backend cannot be reached: {error}") from None
+
+    def _delta(self, choice: dict, request_id: str, prompt_tokens: int,
+               params: GenerationParams) -> Delta:
+        ids = list(choice.get("token_ids") or [])
+        steps = _logprob_steps(choice.get("logprobs"))
+        return Delta(request_id=request_id, text=choice.get("text") or "", token_ids=ids,
+                     finish_reason=choice.get("finish_reason"),
+                     stop_reason=choice.get("stop_reason"), prompt_tokens=prompt_tokens,
+                     logprobs=steps if params.logprob_token_ids else [],
+                     token_logprobs=self._token_logprobs(ids, steps)
+                     if params.top_logprobs is not None else [])
+
+    def _token_logprobs(self, ids: list[int], steps: list[dict[int, float]]
+                        ) -> list[TokenLogprob]:
+        out = []
+        for token, step in zip(ids, steps, strict=False):
+            top = sorted(step.items(), key=lambda item: -item[1])
+            out.append(TokenLogprob(token, self.tokenizer.decode([token]),
+                                    step.get(token, 0.0),
+                                    tuple((t, self.tokenizer.decode([t]), lp) for t, lp in top)))
+        return out
+
+    def completion_body(self, ids: list[int], params: GenerationParams,
+                        kind: RequestKind) -> dict[str, Any]:
+        """The completions request for one generation, GenerationParams field by field."""
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": list(ids), "stream": True,
+            "stream_options": {"include_usage": True}, "return_token_ids": True,
+            "return_tokens_as_token_ids": True,  # log-probabilities keyed by id
+            "max_tokens": params.max_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "stop": list(params.stop),
+            "stop_token_ids": [self.tokens.end_of_turn], "skip_special_tokens": True,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+        }
+        optional = {"seed": params.seed, "top_k": params.top_k if params.top_k > 0 else None,
+                    "min_p": params.min_p or None,
+                    "repetition_penalty": params.repetition_penalty
+                    if params.repetition_penalty != 1.0 else None,
+                    "min_tokens": params.min_tokens or None, "cache_salt": params.cache_salt,
+                    "allowed_token_ids": list(params.allowed_token_ids)
+                    if params.allowed_token_ids else None,
+                    # named ids are reported in place of the likeliest N, as in-process
+                    "logprobs": 0 if params.logprob_token_ids else params.top_logprobs,
+                    "logprob_token_ids": list(params.logprob_token_ids)
+                    if params.logprob_token_ids else None,
+                    "structured_outputs": _structured(params)}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        bias = {str(token): value for token, value in params.logit_bias}
+        ban = params.ban_tool_call if params.ban_tool_call is not None else kind == "background"
+        if ban and self.tokens.tool_call is not None:
+            bias[str(self.tokens.tool_call)] = BAN_BIAS
+        if bias:
+            body["logit_bias"] = bias
+        if params.script_ids is not None:
+            if not self.scripted_kernels:
+                raise RequestRejected("scripts need a backend that runs Tandem's kernels")
+            body["vllm_xargs"] = {"tandem_script_ids": [*params.script_ids,
+                                                        self.tokens.end_of_turn]}
+        return body
+
+    async def abort(self, request_id: str) -> None:
+        running = self._running.get(request_id)
+        if running is not None:
+            running.closed.set()
+
+    @property
+    def dead(self) -> bool:
+        """The backend failed its last health checks (the server answers 503 meanwhile)."""
+        return self._health_failures >= HEALTH_FAILURES_DEAD
+
+    def running(self, kind: RequestKind | None = None) -> list[str]:
+        return [rid for rid, r in self._running.items() if kind is None or r.kind == kind]
+
+    # -- health --------------------------------------------------------------------------
+    async def check_health(self) -> bool:
+        """One look at the backend (`/health`, else `/v1/models`): `dead` follows it."""
+        for path in ("/health", "/v1/models"):
+            try:
+                response = await self._client.get(path, timeout=CONNECT_TIMEOUT_S)
+            except httpx.HTTPError:
+                continue
+            if response.status_code < 500 and response.status_code != 404:
+                self._health_failures = 0
+                return True
+        self._health_failures += 1
+        return False
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+async def _events(response: httpx.Response, running: _Running) -> AsyncIterator[dict]:
+    """The SSE events of a completions stream, until `[DONE]` or until `running` is
+    closed (the stream is then dropped: the backend aborts the request)."""
+    lines = response.aiter_lines()
+    while True:
+        next_line = asyncio.ensure_future(anext(lines))
+        closed = asyncio.ensure_future(running.closed.wait())
+        done, _ = await asyncio.wait({next_line, closed}, return_when=asyncio.FIRST_COMPLETED)
+        if closed in done:
+            next_line.cancel()
+            return
+        closed.cancel()
+        try:
+            line = next_line.result()
+        except StopAsyncIteration:
+            return
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        event = json.loads(data)
+        if "error" in event:
+            raise BackendFailed(f"the backend failed the answer: {_message(event)}")
+        yield event
+
+
+def _logprob_steps(logprobs: dict | None) -> list[dict[int, float]]:
+    """A completions chunk's log-probabilities, one {token id: log-probability} a token
+    (the keys are `token_id:N`: the request asks for ids, not text)."""
+    if not logprobs:
+        return []
+    steps = []
+    for step in logprobs.get("top_logprobs") or []:
+        steps.append({int(key.rsplit(":", 1)[1]): value for key, value in (step or {}).items()
+                      if key.startswith("token_id:")})
+    return steps
+
+
+def _refusal(response: httpx.Response) -> Exception:
+    try:
+        message = _message(response.json())
+    except ValueError:
+        message = response.text[:300]
+    if 400 <= response.status_code < 500:
+        return RequestRejected(f"the backend refused the request: {message}")
+    return BackendFailed(f"the backend answered {response.status_code}: {message}")
+
+
+def _message(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(body.get("message") if isinstance(body, dict) else body)[:300]
+
+
+def _structured(params: GenerationParams) -> dict | None:
+    if params.choices:
+        return {"choice": list(params.choices)}
+    if params.json_schema is not None:
+        return {"json": params.json_schema}
+    if params.regex is not None:
+        return {"regex": params.regex}
+    if params.grammar is not None:
+        return {"grammar": params.grammar}
+    if params.any_json:
+        return {"json_object": True}
+    return None

@@ -1,0 +1,167 @@
+"""Proxy mode against a real backend: plain vLLM's own OpenAI server on the tiny model
+(the endpoint session's one engine, with Tandem's logits processors loaded so a test can
+script an answer, and the tool-call ban as a logit bias). The memory path is the one
+`tandem serve` runs; only the engine is an HTTP backend (`engine/proxy/http_backend.py`).
+
+The backend's own prefix-cache counters (`vllm:prefix_cache_hits_total` and `..._queries_
+total` on its /metrics) say how much of each prompt it served from cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from bench.load.plain_vllm import free_port
+from tests.served import ServedApp
+
+pytestmark = pytest.mark.endpoint
+USER = "tester"
+BLOCK = ('Noted. <tandem_memory op="add" scope="user" kind="reference">\ntitle: the kettle '
+         'is blue\n\nThe user keeps a blue kettle on the left of the stove.\n</tandem_memory>')
+
+
+def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain"):
+    from engine.engine import load_tokenizer
+    from engine.home import tandem_home
+    from engine.model_builder import models_dir
+    from engine.profiles import load_profile
+    from engine.proxy.http_backend import HttpEngine
+    from server.app import create_app
+    from server.turn.memory import MemorySettings
+
+    profile = load_profile("tiny")
+    profile = dataclasses.replace(profile, scripted=True, memory=dataclasses.replace(
+        profile.memory, mode="on"))
+    tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
+    engine = HttpEngine(profile, tokenizer, base_url, model, scripted_kernels=True)
+    return create_app(profile, tmp_path, engine=engine,
+                      memory_settings=MemorySettings(user_name=USER))
+
+
+@pytest.fixture
+def proxy(plain_vllm_server, tmp_path):
+    served = ServedApp(proxy_app(plain_vllm_server.removesuffix("/v1"), tmp_path))
+    served.start(ready_timeout=60)
+    yield served
+    served.stop()
+
+
+def cache_counters(backend: str) -> tuple[float, float]:
+    """The backend's prefix-cache hits and queries so far (tokens)."""
+    text = httpx.get(f"{backend.removesuffix('/v1')}/metrics", timeout=10).text
+    found = {}
+    for name in ("hits", "queries"):
+        match = re.search(rf"^vllm:prefix_cache_{name}_total(?:{{[^}}]*}})? (\S+)$", text,
+                          re.MULTILINE)
+        found[name] = float(match.group(1)) if match else 0.0
+    return found["hits"], found["queries"]
+
+
+def chat(base: str, messages: list[dict], script: str | None = None,
+         session: str = "kitchen", **extra):
+    body = {"model": "tiny", "messages": messages, "max_tokens": 24, **extra}
+    if script is not None:
+        body["script"] = script
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120,
+                      headers={"X-Tandem-Session": session})
+
+
+def test_the_plain_sdk_call_through_the_proxy_is_answered_by_the_backend(proxy):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="unused")
+    answer = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8)
+    assert answer.choices[0].finish_reason in ("stop", "length")
+    assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
+
+
+def test_a_block_the_backend_writes_is_held_back_and_stored(proxy):
+    response = chat(proxy.base_url, [{"role": "user", "content": "my kettle is blue"}],
+                    script=BLOCK, max_tokens=120)
+    assert response.status_code == 200, response.text
+    content = response.json()["choices"][0]["message"]["content"]
+    assert "<tandem_memory" not in content and "› remembered: the kettle is blue" in content
+    notes = proxy.app.state.tandem.memory.store(USER).list()
+    assert [n.title for n in notes] == ["the kettle is blue"]
+    assert response.headers["x-tandem-memory-token"]
+
+
+def test_turn_two_is_served_from_the_backends_prefix_cache(proxy, plain_vllm_server):
+    words = " ".join(f"word{i}" for i in range(120))
+    first = [{"role": "user", "content": f"remember these: {words}"}]
+    answer = chat(proxy.base_url, first, script="All noted, every one of them.")
+    assert answer.status_code == 200, answer.text
+    text = answer.json()["choices"][0]["message"]["content"]
+    hits, queries = cache_counters(plain_vllm_server)
+    second = chat(proxy.base_url, [*first, {"role": "assistant", "content": text},
+                                   {"role": "user", "content": "and now?"}], script="Now.")
+    assert second.status_code == 200, second.text
+    after_hits, after_queries = cache_counters(plain_vllm_server)
+    prompt = second.json()["usage"]["prompt_tokens"]
+    assert after_queries - queries == prompt  # one request reached the backend
+    # every full 32-token block of turn one's prompt and answer came from the cache
+    record = proxy.app.state.tandem.memory.ledger.records(USER, "kitchen")[0]
+    assert after_hits - hits >= (len(record.ids) - 1) // 32 * 32 > 0.8 * len(record.ids)
+
+
+def test_a_streamed_answer_through_the_proxy_holds_the_block_back(proxy):
+    with httpx.stream("POST", f"{proxy.base_url}/v1/chat/completions", timeout=120, json={
+            "model": "tiny", "stream": True, "script": BLOCK, "max_tokens": 120,
+            "messages": [{"role": "user", "content": "my kettle is blue"}]}) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines()
+                  if line.startswith("data: {")]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert "<tandem_memory" not in text and "› remembered: the kettle is blue" in text
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_backend_that_does_not_answer_is_a_502_and_nothing_is_recorded(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    app = proxy_app(dead, tmp_path)
+    served = ServedApp(app)
+    served._thread.start()  # not ready: its health checks fail
+    try:
+        base = served.base_url
+        ready = None
+        for _ in range(100):
+            try:
+                ready = httpx.get(f"{base}/readyz", timeout=5)
+                if ready.json().get("status") == "backend_down":
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        assert ready is not None and ready.status_code == 503
+        assert ready.json()["status"] == "backend_down"
+        refused = chat(base, [{"role": "user", "content": "hello"}], script="hi")
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "backend_unreachable"
+        assert len(app.state.tandem.memory.ledger) == 0
+    finally:
+        served.stop()
+
+
+def test_a_backend_failing_mid_request_is_a_502_with_its_reason(proxy, plain_vllm_server,
+                                                               tmp_path):
+    app = proxy_app(plain_vllm_server.removesuffix("/v1"), tmp_path / "other",
+                    model="no-such-model")
+    served = ServedApp(app)
+    served.start(ready_timeout=60)
+    try:
+        refused = chat(served.base_url, [{"role": "user", "content": "hello"}], script="hi")
+        assert refused.status_code == 400  # the backend's 404 for the model: a refusal
+        assert "the backend refused the request" in refused.json()["error"]["message"]
+        streamed = httpx.post(f"{served.base_url}/v1/chat/completions", timeout=60, json={
+            "model": "tiny", "stream": True, "script": "hi",
+            "messages": [{"role": "user", "content": "hello"}]})
+        assert streamed.status_code == 400
+        assert len(app.state.tandem.memory.ledger) == 0
+    finally:
+        served.stop()
