@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from tests.inprocess import InProcessApp
+from tests.inprocess import InProcessApp, eventually
 
 USER = "tester"
 NOTES = "/v1/conductor/memory/notes"
@@ -114,9 +114,13 @@ def test_a_note_lists_the_requests_it_went_into(app):
     _, _, response = app.chat([{"role": "user", "content": "when does my kettle boil?"}],
                               script="It boils at 100.")
     request_id = response.json()["id"]
-    detail = app.request("GET", f"{NOTES}/{note_id}").json()
-    assert request_id in [r["request_id"] for r in detail["requests"]]
-    assert detail["usage"]["total"] >= 1
+
+    def listed() -> bool:  # the uses are journaled after the answer, in a worker thread
+        detail = app.request("GET", f"{NOTES}/{note_id}").json()
+        return request_id in [r["request_id"] for r in detail["requests"]] \
+            and detail["usage"]["total"] >= 1
+
+    eventually(listed)
 
 
 def test_the_settings_switch_memory_off_for_this_run_and_back(app):
@@ -191,8 +195,6 @@ def test_the_layers_show_entries_with_their_flags_and_the_history_by_day(app):
     entries = {e["id"]: e for e in layers["entries"]}
     assert entries["w-abc123"]["text"] == "ship the screen"
     assert entries["w-abc124"]["unverified"] and not entries["w-abc123"]["unverified"]
-    from tests.inprocess import eventually
-
     eventually(lambda: app.request("GET", "/v1/conductor/memory/layers").json()[
         "history_days"])
     [day] = app.request("GET", "/v1/conductor/memory/layers").json()["history_days"]
