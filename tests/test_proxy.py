@@ -148,8 +148,8 @@ def test_a_backend_that_does_not_answer_is_a_502_and_nothing_is_recorded(tmp_pat
         served.stop()
 
 
-def test_a_backend_failing_mid_request_is_a_502_with_its_reason(proxy, plain_vllm_server,
-                                                               tmp_path):
+def test_a_request_the_backend_refuses_is_a_4xx_with_its_reason_and_nothing_is_recorded(
+        plain_vllm_server, tmp_path):
     app = proxy_app(plain_vllm_server.removesuffix("/v1"), tmp_path / "other",
                     model="no-such-model")
     served = ServedApp(app)
