@@ -52,6 +52,12 @@ def test_the_list_pages_a_scope_with_each_notes_uses_and_search_scores(app):
 
     found = app.request("GET", NOTES, params={"q": "release tags"}).json()["data"]
     assert found[0]["title"] == "Deploy with make release" and found[0]["score"] > 0
+    kettles = app.request("GET", NOTES, params={"q": "kettle", "limit": 5}).json()
+    assert len(kettles["data"]) == 5 and kettles["has_more"]  # seven notes match
+    rest = app.request("GET", NOTES, params={"q": "kettle", "limit": 5, "offset": 5}).json()
+    assert len(rest["data"]) == 2 and not rest["has_more"]
+    assert not ({n["id"] for n in rest["data"]} & {n["id"] for n in kettles["data"]})
+    assert first["has_more"] and not second["has_more"]
     project = app.request("GET", NOTES, params={"scope": "project",
                                                "project": "demo-111b1182"}).json()
     assert [n["kind"] for n in project["data"]] == ["runbook"]

@@ -99,14 +99,17 @@ def notes_admin_router(state) -> APIRouter:
 
         def page() -> tuple[list[tuple[Note, float | None]], int]:
             if q and q.strip():
-                hits = store.search(q, limit=offset + limit, **filters)
-                return [(n, s) for n, s in hits[offset:]], len(hits)
+                # one more than the page: whether there is a next page (a search's total
+                # is not known without ranking every note)
+                hits = store.search(q, limit=offset + limit + 1, **filters)
+                return [(n, s) for n, s in hits[offset:offset + limit]], len(hits)
             notes, total = store.page(offset=offset, limit=limit, **filters)
             return [(n, None) for n in notes], total
 
         found, total = await asyncio.to_thread(page)
         uses = await asyncio.to_thread(store.uses_of, [n.id for n, _ in found])
         return {"object": "list", "total": total, "offset": offset,
+                "has_more": total > offset + limit,
                 "data": [{**note_summary(store, n, uses), **({"score": s} if s is not None
                                                             else {})} for n, s in found]}
 

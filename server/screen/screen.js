@@ -243,10 +243,11 @@ async function loadNotes() {
     ...noteFilters(), q: text, offset: view.offset, limit: PAGE }));
   view.total = page.total;
   fill($("#notes-table"), page.data.map(noteRow), text ? "no note matches" : "no notes here");
-  const last = Math.min(view.offset + PAGE, page.total);
-  $("#page-info").textContent = page.total ? `${view.offset + 1}–${last} of ${page.total}` : "";
+  const last = view.offset + page.data.length;
+  const of = text ? (page.has_more ? "more found" : `${last} found`) : `of ${page.total}`;
+  $("#page-info").textContent = page.data.length ? `${view.offset + 1}–${last} ${of}` : "";
   $("#prev").disabled = view.offset === 0;
-  $("#next").disabled = last >= page.total;
+  $("#next").disabled = !page.has_more;
 }
 
 function noteRow(note) {
