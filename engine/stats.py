@@ -54,6 +54,10 @@ class EngineStats:
     output_tokens: Counter = field(default_factory=Counter)
     ttft_sum_s: Counter = field(default_factory=Counter)
     ttft_count: Counter = field(default_factory=Counter)
+    # An engine over HTTP: background requests that gave way to clients, by how
+    # (closed_for_client, refused_beside_client) and client requests sent while a
+    # background stream was still open (overlap: should stay 0).
+    background_yields: Counter = field(default_factory=Counter)
     # The last finished requests' timings by request id: the benches read one answer's
     # generations here (an engine-tool continuation is `<completion id>-<n>`).
     recent: OrderedDict[str, RequestTimings] = field(default_factory=OrderedDict)

@@ -29,6 +29,7 @@ from server.background.jobs import JobService
 from server.background.prewarm import PrewarmService
 from server.background.search import SearchService
 from server.background.writer import WriterService
+from server.background.writer_budget import WriterPolicy
 from server.http.errors import (
     APIError,
     engine_dead_error,
@@ -64,6 +65,7 @@ class ServerState:
     admin: AdminGate
     engine: Engine | None = None
     load_error: str | None = None
+    writer_policy: WriterPolicy | None = None  # proxy mode on a paid backend
     writer: WriterService | None = None
     prewarm: PrewarmService | None = None
     jobs: JobService | None = None
@@ -83,7 +85,8 @@ class ServerState:
         self.engine = engine
         engine.stats.observers.append(self.metrics.request_finished)
         self.memory.metrics = self.metrics
-        self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode)
+        self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
+                                    self.writer_policy)
         self.prewarm = PrewarmService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
@@ -133,20 +136,23 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                memory_settings: MemorySettings | None = None,
                auth: Auth | None = None,
                on_engine_dead: Callable[[], None] | None = None,
-               browser: BrowserPolicy | None = None, root_path: str = "") -> FastAPI:
+               browser: BrowserPolicy | None = None, root_path: str = "",
+               writer_policy: WriterPolicy | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background.
     `auth` defaults to the named keys under `home` (none: auth off). `on_engine_dead` is
     called once if the engine core process dies (`tandem serve` then exits non-zero).
     `root_path`: a proxy's path prefix, as vLLM's --root-path (both paths answer).
     `browser`: the host names the server answers as and the web origins it lets in
-    (default: loopback names and addresses, no web origin)."""
+    (default: loopback names and addresses, no web origin). `writer_policy`: the
+    writer's price and limits on a paid backend (proxy mode)."""
     browser = browser or BrowserPolicy()
     memory = MemoryServices(home, memory_settings or MemorySettings(),
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,
-                        admin=AdminGate(AdminPassword(home), memory.settings))
+                        admin=AdminGate(AdminPassword(home), memory.settings),
+                        writer_policy=writer_policy)
     if engine is not None:
         state.engine_ready(engine)
 

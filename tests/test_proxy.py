@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 import time
 
 import httpx
@@ -25,7 +26,7 @@ BLOCK = ('Noted. <tandem_memory op="add" scope="user" kind="reference">\ntitle: 
          'is blue\n\nThe user keeps a blue kettle on the left of the stove.\n</tandem_memory>')
 
 
-def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain"):
+def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain", writer_policy=None):
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir
@@ -39,8 +40,10 @@ def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain"):
         profile.memory, mode="on"))
     tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
     engine = HttpEngine(profile, tokenizer, base_url, model, scripted_kernels=True)
-    return create_app(profile, tmp_path, engine=engine,
-                      memory_settings=MemorySettings(user_name=USER))
+    app = create_app(profile, tmp_path, engine=engine, writer_policy=writer_policy,
+                     memory_settings=MemorySettings(user_name=USER))
+    app.state.tandem.writer.writer.mode = "on"
+    return app
 
 
 @pytest.fixture
@@ -163,5 +166,109 @@ def test_a_request_the_backend_refuses_is_a_4xx_with_its_reason_and_nothing_is_r
             "messages": [{"role": "user", "content": "hello"}]})
         assert streamed.status_code == 400
         assert len(app.state.tandem.memory.ledger) == 0
+    finally:
+        served.stop()
+
+
+WRITER_BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: tea before '
+                'noon\n\nThe user drinks tea before noon, never coffee.\n</tandem_memory>')
+
+
+def run_writer(base: str, session: str, **scripts) -> dict:
+    response = httpx.post(f"{base}/v1/conductor/writer/run", timeout=120,
+                          json={"session": session, **scripts})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def backend_requests(backend: str) -> float:
+    """Requests the backend has finished, by its own counter."""
+    text = httpx.get(f"{backend.removesuffix('/v1')}/metrics", timeout=10).text
+    return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$",
+                                            text, re.MULTILINE))
+
+
+def test_the_writer_runs_on_the_backend_and_its_notes_are_stored(proxy):
+    assert chat(proxy.base_url, [{"role": "user", "content": "I only drink tea before noon"}],
+                script="Tea it is.", session="drinks").status_code == 200
+    run = run_writer(proxy.base_url, "drinks", gate_script="yes", script=WRITER_BLOCK)
+    assert run["outcome"] == "wrote", run
+    [note] = proxy.app.state.tandem.memory.store(USER).list()
+    assert note.title == "tea before noon" and note.source == "writer"
+
+
+def test_a_client_request_closes_the_writers_stream_before_it_reaches_the_backend(proxy):
+    assert chat(proxy.base_url, [{"role": "user", "content": "notes on the garden"}],
+                script="Noted.", session="garden").status_code == 200
+    service = proxy.app.state.tandem.writer
+    stats = proxy.app.state.tandem.engine.stats
+    runs: list[dict] = []
+    writer = threading.Thread(target=lambda: runs.append(run_writer(
+        proxy.base_url, "garden", gate_script="yes",
+        script=WRITER_BLOCK + " and more" * 400)))
+    writer.start()
+    deadline = time.monotonic() + 60
+    while service.writer.live_tokens < 5 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    at_arrival = service.writer.live_tokens
+    answer = chat(proxy.base_url, [{"role": "user", "content": "quick question"}],
+                  script="Quick answer.", session="other")
+    writer.join(60)
+    assert answer.json()["choices"][0]["message"]["content"] == "Quick answer."
+    assert runs and runs[0]["outcome"] == "preempted", runs
+    assert at_arrival >= 5 and runs[0]["tokens_generated"] < 400
+    assert stats.background_yields["closed_for_client"] == 1
+    assert stats.background_yields["client_beside_background"] == 0
+    assert proxy.app.state.tandem.memory.store(USER).list() == []  # nothing half-written
+
+
+def paid_proxy(backend: str, tmp_path, **limits):
+    from server.background.writer_budget import WriterPolicy
+
+    policy = WriterPolicy(price_in=1.0, price_out=4.0, backend="test", **limits)
+    served = ServedApp(proxy_app(backend.removesuffix("/v1"), tmp_path, writer_policy=policy))
+    served.start(ready_timeout=60)
+    return served
+
+
+def spend_rows(served: ServedApp) -> list[dict]:
+    path = served.app.state.tandem.memory.root / "cognition" / "spend.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_paid_backends_writer_is_charged_a_ledger_row_a_request(plain_vllm_server, tmp_path):
+    served = paid_proxy(plain_vllm_server, tmp_path, runs_per_day=1)
+    try:
+        assert chat(served.base_url, [{"role": "user", "content": "I only drink tea"}],
+                    script="Tea.", session="paid").status_code == 200
+        hits, _ = cache_counters(plain_vllm_server)
+        run = run_writer(served.base_url, "paid", gate_script="yes", script=WRITER_BLOCK)
+        assert run["outcome"] == "wrote", run
+        rows = spend_rows(served)
+        assert [r["client"] for r in rows] == ["harness:writer"] * 2  # the gate, the turn
+        record = len(served.app.state.tandem.memory.ledger.latest(USER, "paid").ids)
+        assert all(r["prompt_tokens"] > record and r["run"] == run["run_id"] for r in rows)
+        assert rows[1]["completion_tokens"] == run["tokens_generated"]
+        # both prompts open with the session's record, which the backend holds cached
+        assert cache_counters(plain_vllm_server)[0] - hits >= 2 * (record // 32 * 32 - 32)
+        # the day's one run is spent: the next is refused before any request is sent
+        before = backend_requests(plain_vllm_server)
+        again = run_writer(served.base_url, "paid", gate_script="yes", script=WRITER_BLOCK)
+        assert again["outcome"] == "over_budget"
+        assert "runs for today are spent" in again["refusals"][0]
+        assert backend_requests(plain_vllm_server) == before and len(spend_rows(served)) == 2
+    finally:
+        served.stop()
+
+
+def test_a_run_estimated_over_the_daily_cap_sends_nothing(plain_vllm_server, tmp_path):
+    served = paid_proxy(plain_vllm_server, tmp_path, daily_usd=0.0001)
+    try:
+        assert chat(served.base_url, [{"role": "user", "content": "I only drink tea"}],
+                    script="Tea.", session="cap").status_code == 200
+        before = backend_requests(plain_vllm_server)
+        run = run_writer(served.base_url, "cap", gate_script="yes", script=WRITER_BLOCK)
+        assert run["outcome"] == "over_budget" and "daily 0.0001 USD" in run["refusals"][0]
+        assert backend_requests(plain_vllm_server) == before and spend_rows(served) == []
     finally:
         served.stop()

@@ -87,7 +87,8 @@ class WriterRun:
     gate_probability: float | None = None
     tokens_generated: int = 0
     duration_s: float = 0.0
-    outcome: str = "wrote_nothing"  # wrote, wrote_nothing, preempted, gated, refused, ...
+    # wrote, wrote_nothing, preempted, gated, refused, over_budget, ...
+    outcome: str = "wrote_nothing"
     notes_written: int = 0
     blocks_seen: int = 0
     refusals: list[str] = field(default_factory=list)
@@ -103,6 +104,9 @@ class Writer:
     runs_dir: Path
     mode: WriterMode = "off"
     max_tokens: int = WRITER_MAX_TOKENS
+    # Proxy mode on a paid backend: why a run whose prompts have these sizes may not
+    # start (its budget), or None. Asked before the run's first request.
+    admit: Callable[[list[int], int], str | None] | None = None
     live_tokens: int = 0  # tokens of the run in progress (for tests and the dashboard)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -132,8 +136,16 @@ class Writer:
             run.outcome = "preempted"  # never start beside a client; try the next window
             return
         run.record_tokens = len(record.ids)
-        answer, probability = await self.backend.gate(
-            self.backend.turn_ids(record, GATE_QUESTION), gate_script)
+        store = self.store_for(user)
+        gate_prompt = self.backend.turn_ids(record, GATE_QUESTION)
+        prompt = self.backend.turn_ids(record, self._task(store, record, session))
+        if self.admit is not None:
+            refused = self.admit([len(gate_prompt), len(prompt)], self.max_tokens)
+            if refused is not None:
+                run.outcome = "over_budget"
+                run.refusals.append(refused)
+                return
+        answer, probability = await self.backend.gate(gate_prompt, gate_script)
         run.gate_answer, run.gate_probability = answer, round(probability, 4)
         if answer not in ("yes", "no"):
             run.outcome = "preempted"  # the gate itself was ended by a client request
@@ -141,8 +153,6 @@ class Writer:
         if answer == "no" and probability >= GATE_CONFIDENCE:
             run.outcome = "gated"
             return
-        store = self.store_for(user)
-        prompt = self.backend.turn_ids(record, self._task(store, record, session))
         text, finish = await self._generate(run, prompt, script)
         if finish == "abort":
             run.outcome = "preempted"

@@ -36,13 +36,14 @@ from engine.stats import EngineStats, RequestTimings
 BAN_BIAS = -100.0  # OpenAI's floor for logit_bias: the token is never sampled
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_FAILURES_DEAD = 3  # health checks failed in a row before the backend counts as down
+YIELD_WAIT_S = 2.0  # the most a client request waits for background streams to close
 
 
 @dataclass
 class _Running:
     kind: RequestKind
-    task: asyncio.Task | None = None
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # asked to stop
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # its stream is closed
 
 
 class HttpEngine:
@@ -74,11 +75,14 @@ class HttpEngine:
                        kind: RequestKind = "client",
                        request_id: str | None = None) -> AsyncIterator[Delta]:
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
-        if kind == "client":  # a client arrives: background work on the backend gives way
-            for running in list(self._running.values()):
-                if running.kind == "background":
-                    running.closed.set()
         body = self.completion_body(prompt_token_ids, params, kind)
+        if kind == "client":
+            await self._background_gives_way()
+        elif self.running("client"):  # background work never starts beside a client
+            self.stats.background_yields["refused_beside_client"] += 1
+            yield Delta(request_id, "", [], finish_reason="abort", finished=True,
+                        prompt_tokens=len(prompt_token_ids))
+            return
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
                                  request_id=request_id)
         running = _Running(kind)
@@ -95,8 +99,26 @@ class HttpEngine:
                 yield delta
         finally:
             self._running.pop(request_id, None)
+            running.ended.set()
             if not finished:
                 self.stats.aborted(kind)
+
+    async def _background_gives_way(self) -> None:
+        """Close every background stream and wait until they are closed, so the backend
+        never holds background work beside a client's request (no scheduler of ours runs
+        there to put the client first)."""
+        background = [r for r in self._running.values() if r.kind == "background"]
+        if not background:
+            return
+        for running in background:
+            running.closed.set()
+        self.stats.background_yields["closed_for_client"] += len(background)
+        waits = [asyncio.ensure_future(r.ended.wait()) for r in background]
+        _, pending = await asyncio.wait(waits, timeout=YIELD_WAIT_S)
+        for wait in pending:
+            wait.cancel()
+        if pending:  # a consumer that does not read its stream: sent beside it
+            self.stats.background_yields["client_beside_background"] += 1
 
     async def _stream(self, body: dict, request_id: str, prompt_tokens: int,
                       running: _Running, params: GenerationParams) -> AsyncIterator[Delta]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from conductor.ledger.records import Record
 from conductor.writing.writer import GenerationPiece, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
+from server.background.writer_budget import RequestUsage, WriterBudget, WriterPolicy
 from server.turn.memory import MemoryServices
 
 
@@ -21,6 +24,7 @@ class EngineWriterBackend:
         # The user of the session the writer visits now (WriterService sets it per run):
         # their prefix-cache salt, so the turn finds their record cached.
         self.cache_salt: str | None = None
+        self.usage: list[RequestUsage] = []  # the run's requests so far (a budget's rows)
         tokenizer = engine.tokenizer
         self._encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
         self._yes = self._encode("yes")[0]
@@ -42,12 +46,13 @@ class EngineWriterBackend:
                                   logprob_token_ids=(self._yes, self._no),
                                   script_ids=self._script(script), cache_salt=self.cache_salt)
         text, first = "", None
-        async for delta in self._engine.generate(prompt_ids, params, kind="background"):
-            text += delta.text
-            if first is None and delta.logprobs:
-                first = delta.logprobs[0]
-            if delta.finish_reason == "abort":
-                return "", 0.0
+        async with aclosing(self._counted(prompt_ids, params)) as stream:
+            async for delta in stream:
+                text += delta.text
+                if first is None and delta.logprobs:
+                    first = delta.logprobs[0]
+                if delta.finish_reason == "abort":
+                    return "", 0.0
         answer = text.strip()
         if first is None:
             return answer, 1.0
@@ -61,8 +66,25 @@ class EngineWriterBackend:
                        script: str | None) -> AsyncIterator[GenerationPiece]:
         params = GenerationParams(max_tokens=max_tokens, temperature=0.7,
                                   script_ids=self._script(script), cache_salt=self.cache_salt)
-        async for delta in self._engine.generate(prompt_ids, params, kind="background"):
-            yield GenerationPiece(delta.text, len(delta.token_ids), delta.finish_reason)
+        async with aclosing(self._counted(prompt_ids, params)) as stream:
+            async for delta in stream:
+                yield GenerationPiece(delta.text, len(delta.token_ids), delta.finish_reason)
+
+    async def _counted(self, prompt_ids: list[int], params: GenerationParams):
+        """The engine's deltas for one background request, its usage kept in `usage`
+        however it ends (a request cut short was still prefilled, and a paid backend bills
+        that)."""
+        prompt, cached, generated = len(prompt_ids), 0, 0
+        stream = self._engine.generate(prompt_ids, params, kind="background")
+        try:
+            async for delta in stream:
+                generated += len(delta.token_ids)
+                if delta.finished:
+                    prompt, cached = delta.prompt_tokens or prompt, delta.cached_tokens or 0
+                yield delta
+        finally:
+            await stream.aclose()
+            self.usage.append(RequestUsage(prompt, cached, generated))
 
     def client_busy(self) -> bool:
         return bool(self._engine.running("client"))
@@ -71,18 +93,33 @@ class EngineWriterBackend:
 class WriterService:
     """The writer plus the loop that runs it on due sessions when nobody is waiting."""
 
-    def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str) -> None:
+    def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str,
+                 policy: WriterPolicy | None = None) -> None:
         self.memory = memory
         self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
                              memory.root / "cognition" / "runs", mode=mode)
+        # A paid backend's budget: checked before each run, charged after it.
+        self.budget = None if policy is None else WriterBudget(
+            policy, memory.root / "cognition" / "spend.jsonl")
+        if self.budget is not None:
+            self.writer.admit = self.budget.refusal
         self._one_at_a_time = asyncio.Lock()  # the salt is the running session's user's
 
     async def run(self, user: str, session: str, trigger: str, **options) -> WriterRun:
         """One writer run, under the session's user's prefix-cache salt (the writer's
         prompt opens with their record, cached under it)."""
         async with self._one_at_a_time:
-            self.writer.backend.cache_salt = self.memory.cache_salt(user)
-            return await self.writer.run(user, session, trigger, **options)
+            backend = self.writer.backend
+            backend.cache_salt = self.memory.cache_salt(user)
+            backend.usage = []
+            run: WriterRun | None = None
+            try:
+                run = await self.writer.run(user, session, trigger, **options)
+                return run
+            finally:
+                if self.budget is not None and backend.usage:  # a failed run still cost
+                    self.budget.charge(run.run_id if run else f"failed-{uuid.uuid4().hex[:8]}",
+                                       backend.usage)
 
     async def tick(self) -> list[WriterRun]:
         """Visit every due session, one at a time, while no client request is in flight."""

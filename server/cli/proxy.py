@@ -7,22 +7,34 @@ OpenAI-compatible server that takes token-id prompts (vLLM's, llama.cpp's).
 The profile still says the memory switches, the context length and the chat template's
 tool-call format; `--tokenizer` (default: the profile's model) must be the backend
 model's, since the proxy renders prompts to ids itself and hands the backend those ids.
+
+The background writer runs on the backend. On a paid backend (one that takes a key and is
+not on this machine or its network, or one named `--paid`) it is off unless asked for, and
+then needs `--price`: each run is estimated first and refused past the daily cap.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.profiles import ProfileError
+from server.background.writer_budget import (
+    DAILY_USD,
+    MAX_PROMPT_TOKENS,
+    RUNS_PER_DAY,
+    WriterPolicy,
+)
 from server.cli.serve import add_serve_arguments, run_serve
 
 
 def register(subparsers: Any) -> None:
     proxy = subparsers.add_parser("proxy", help="serve with memory in front of another "
                                   "OpenAI-compatible server (token-id prompts)")
-    add_serve_arguments(proxy)
+    add_serve_arguments(proxy, proxy=True)
     proxy.add_argument("--backend", required=True, metavar="URL",
                        help="the backend's base URL (http://host:port, without /v1)")
     proxy.add_argument("--model", help="the model name the backend serves (default: the "
@@ -34,6 +46,22 @@ def register(subparsers: Any) -> None:
     proxy.add_argument("--backend-runs-kernels", action="store_true",
                        help="the backend loads Tandem's logits processors (tests: scripted "
                        "answers)")
+    paid = proxy.add_mutually_exclusive_group()
+    paid.add_argument("--paid", dest="paid", action="store_const", const=True,
+                      help="the backend bills by the token (default: when it takes a key "
+                      "and is not on this machine or a private network)")
+    paid.add_argument("--free", dest="paid", action="store_const", const=False,
+                      help="the backend does not bill by the token")
+    proxy.add_argument("--price", metavar="IN,OUT", help="a paid backend's price in USD a "
+                       "million prompt and completion tokens (0.15,0.60): the writer's "
+                       "budget is estimated from it")
+    proxy.add_argument("--writer-daily-usd", type=float, default=DAILY_USD, metavar="USD",
+                       help=f"the writer's daily spend cap on a paid backend ({DAILY_USD})")
+    proxy.add_argument("--writer-runs-per-day", type=int, default=RUNS_PER_DAY, metavar="N",
+                       help=f"the writer's runs a day on a paid backend ({RUNS_PER_DAY})")
+    proxy.add_argument("--writer-max-prompt", type=int, default=MAX_PROMPT_TOKENS,
+                       metavar="TOKENS", help="the writer's largest prompt on a paid "
+                       f"backend ({MAX_PROMPT_TOKENS})")
     proxy.set_defaults(func=run)
 
 
@@ -46,7 +74,48 @@ def run(args: argparse.Namespace) -> int:
                                "not set")
     if not args.backend.startswith(("http://", "https://")):
         raise ProfileError(f"--backend {args.backend!r}: give a URL (http://host:port)")
-    return run_serve(args, lambda profile: backend_engine(profile, args, key))
+    args.writer, policy = writer_setup(args, key)
+    return run_serve(args, lambda profile: backend_engine(profile, args, key),
+                     writer_policy=policy)
+
+
+def is_paid(backend: str, key: str | None, said: bool | None) -> bool:
+    """Whether the backend bills by the token: as said, else when it takes a key and its
+    host is neither this machine nor a private network's."""
+    if said is not None:
+        return said
+    host = (urlsplit(backend).hostname or "").lower()
+    if key is None or host == "localhost" or host.endswith((".local", ".internal", ".lan")):
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True  # a public name with a key: a provider's API
+    return not (address.is_loopback or address.is_private or address.is_link_local)
+
+
+def writer_setup(args: argparse.Namespace, key: str | None) -> tuple[str, WriterPolicy | None]:
+    """The writer's mode (`auto` resolved) and, on a paid backend, its budget."""
+    paid = is_paid(args.backend, key, args.paid)
+    mode = args.writer
+    if mode == "auto":
+        mode = "off" if paid else "on"
+    if not paid or mode == "off":
+        return mode, None
+    if not args.price:
+        raise ProfileError("the backend is a paid model: give --price IN,OUT (USD a million "
+                           "prompt and completion tokens) for the writer's budget, or "
+                           "--writer off (or --free if it does not bill)")
+    try:
+        price_in, price_out = (float(part) for part in args.price.split(","))
+    except ValueError:
+        raise ProfileError(f"--price {args.price!r}: two numbers, IN,OUT (0.15,0.60)") from None
+    limits = (price_in, price_out, args.writer_daily_usd, args.writer_runs_per_day,
+              args.writer_max_prompt)
+    if min(limits) < 0 or price_in + price_out == 0:
+        raise ProfileError("--price and the writer's limits: numbers of at least 0, and a "
+                           "price above 0 (a backend that does not bill: --free)")
+    return mode, WriterPolicy(*limits, backend=f"{args.backend}|{args.model or ''}")
 
 
 def backend_engine(profile, args: argparse.Namespace, key: str | None):

@@ -40,8 +40,9 @@ def _resolve_profile(name: str | None):
     return load_profile(name or default_profile_name())
 
 
-def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
-    """The flags `tandem serve` and `tandem proxy` share."""
+def add_serve_arguments(serve: argparse.ArgumentParser, proxy: bool = False) -> None:
+    """The flags `tandem serve` and `tandem proxy` share (the proxy's --writer also takes
+    `auto`, its default)."""
     serve.add_argument("--profile", help="profile name or YAML path (default: smol without a "
                        "GPU, chat with one)")
     serve.add_argument("--host", default="127.0.0.1")
@@ -64,8 +65,13 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="name tokens 'token_id:<id>' in log-probabilities unless a "
                        "request says otherwise (as vLLM's flag)")
     serve.add_argument("--memory", choices=MEMORY_MODES, help="override the profile's memory mode")
-    serve.add_argument("--writer", choices=MEMORY_MODES,
-                       help="override the profile's background writer mode")
+    if proxy:
+        serve.add_argument("--writer", choices=(*MEMORY_MODES, "auto"), default="auto",
+                           help="the background writer on the backend (default auto: on, "
+                           "off on a paid backend)")
+    else:
+        serve.add_argument("--writer", choices=MEMORY_MODES,
+                           help="override the profile's background writer mode")
     serve.add_argument("--user", help="the engine's own user name for local clients "
                        "(default: $TANDEM_USER or the OS user)")
     serve.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
@@ -85,9 +91,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        "the port reads and writes this user's memory)")
 
 
-def run_serve(args: argparse.Namespace, engine_for: Callable | None = None) -> int:
+def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
+              writer_policy=None) -> int:
     """Serve the profile; `engine_for(profile)` gives the engine (proxy mode's backend)
-    instead of loading vLLM in this process."""
+    instead of loading vLLM in this process; `writer_policy` is a paid backend's."""
     # vLLM's own INFO logs would bury the progress lines; TANDEM users can raise them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
@@ -152,7 +159,8 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None) -> i
     engine = engine_for(profile) if engine_for is not None else None
     app = create_app(profile, tandem_home(), engine=engine, progress=_say, on_ready=ready,
                      memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
-                     browser=browser, root_path=args.root_path or "")
+                     browser=browser, root_path=args.root_path or "",
+                     writer_policy=writer_policy)
     server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
     if listener is None:
         server.run()

@@ -131,6 +131,12 @@ def render_metrics(stats: EngineStats | None, http: HTTPCounters, ready: bool,
         for name, help_text, counter in per_kind:
             lines += _family(name, "counter", help_text,
                              [f'{name}{{kind="{k}"}} {v}' for k, v in sorted(counter.items())])
+        if stats.background_yields:
+            name = "tandem_background_yields_total"
+            lines += _family(name, "counter", "background requests that gave way to a client "
+                             "on an HTTP backend, by how",
+                             [f'{name}{{how="{k}"}} {v}'
+                              for k, v in sorted(stats.background_yields.items())])
     gpu = _gpu_memory_lines()
     if gpu:
         lines += ["# HELP tandem_gpu_memory_used_bytes GPU memory in use (NVML)",
