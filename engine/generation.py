@@ -3,6 +3,7 @@ and the translation of both to and from vLLM's SamplingParams and outputs."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from engine.stats import RequestTimings
@@ -81,6 +82,7 @@ class Delta:
 def close_timings(delta: Delta, timings: RequestTimings, stats) -> None:
     """A generation's last delta: its timings completed, handed to it and to the engine's
     statistics (`EngineStats`)."""
+    timings.finished_at = time.perf_counter()
     timings.cached_tokens = delta.cached_tokens
     timings.finish_reason = delta.finish_reason
     delta.timings = timings

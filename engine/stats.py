@@ -17,6 +17,7 @@ class RequestTimings:
     started: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    finished_at: float | None = None  # the engine's (or the backend's stream's) end
     output_tokens: int = 0
     cached_tokens: int = 0
     finish_reason: str | None = None

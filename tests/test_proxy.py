@@ -381,3 +381,23 @@ def test_a_backend_that_fails_mid_answer_is_a_502_or_504_and_nothing_is_kept(
         assert [n.title for n in memory.store(USER).list()] == ["the kettle is blue"]
     finally:
         served.stop()
+
+
+def test_the_proxy_bench_measures_the_cache_per_turn_and_the_proxys_own_time(
+        llama_cpp_server):
+    """The bench's harness on the session's llama.cpp server (tiny, which reports its
+    cached tokens): its figures, not their size (bench/results/proxy/ has the run)."""
+    from bench.proxy.run import measure
+
+    row = measure("llama.cpp", llama_cpp_server, "tiny-llama",
+                  ["Hello there, first turn.", "Second turn, please.", "And a third."], 3,
+                  profile_name="tiny", tokenizer_dir="tiny-qwen3")
+    direct, proxied = row["direct"], row["proxied"]
+    assert [r["turn"] for r in proxied] == [1, 2, 3] and len(direct) == 3
+    # the hidden context makes the proxied prompt longer, and the cache serves it
+    assert all(p["prompt_tokens"] > d["prompt_tokens"]
+               for p, d in zip(proxied, direct, strict=True))
+    assert proxied[0]["cached_tokens"] < proxied[0]["prompt_tokens"] // 2
+    assert proxied[2]["cached_fraction"] > 0.5 and len(row["later_turn_ratios"]) == 2
+    assert row["overhead"]["requests"] == 3 and row["overhead"]["p50_ms"] > 0
+    assert row["overhead"]["at_client"]["p50_ms"] >= row["overhead"]["p50_ms"]

@@ -82,6 +82,7 @@ class NoteIndex:
         self.directory = directory
         self.schema = _schema()
         self._index: tantivy.Index | None = None
+        self._loaded_meta: tuple[int, int, int] | None = None  # meta.json when last reloaded
 
     # -- freshness ---------------------------------------------------------------
 
@@ -128,6 +129,7 @@ class NoteIndex:
     def wipe(self) -> None:
         """Delete the index folder (it is rebuilt from the files when next needed)."""
         self._index = None
+        self._loaded_meta = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def rebuild(self, notes: Iterable[Note], fingerprint: str) -> None:
@@ -168,7 +170,12 @@ class NoteIndex:
 
     def _searcher(self) -> tantivy.Searcher:
         index = self._open()
-        index.reload()  # see commits made by other store objects and processes
+        # See commits made by other store objects and processes: tantivy rewrites
+        # meta.json on every commit, so a reload is needed only when it changed.
+        stamp = _meta_stamp(self.directory)
+        if stamp is None or stamp != self._loaded_meta:
+            index.reload()
+            self._loaded_meta = stamp
         return index.searcher()
 
     def _query(self, text: str, filters: Mapping[str, str | None]) -> tantivy.Query | None:
@@ -213,3 +220,12 @@ class NoteIndex:
         """The BM25 score ``text`` gets against one note (0.0 when it does not match)."""
         hits = self.search(text, {"id": note_id}, limit=1)
         return hits[0][1] if hits else 0.0
+
+
+def _meta_stamp(directory: Path) -> tuple[int, int, int] | None:
+    """meta.json's inode, size and mtime (ns): a commit replaces it (None: unreadable)."""
+    try:
+        meta = os.stat(directory / "meta.json")
+    except OSError:
+        return None
+    return meta.st_ino, meta.st_size, meta.st_mtime_ns

@@ -16,9 +16,10 @@ closed before a client request is sent (no scheduler of ours runs there).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +66,12 @@ class HttpEngine:
             base_url=self.base_url, headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
         self._running: dict[str, _Running] = {}
+        # The index lists the same notes request after request: their lines are counted once.
+        self.count_tokens: Callable[[str], int] = functools.lru_cache(maxsize=4096)(
+            self._count_tokens)
         self._health_failures = 0
 
-    def count_tokens(self, text: str) -> int:
+    def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     # -- the seam ------------------------------------------------------------------------
