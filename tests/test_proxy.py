@@ -35,13 +35,16 @@ class Backend:
     kind: str  # vllm, llama.cpp
     base: str  # its base URL, without /v1
     model: str
+    wire: str = "completions"  # or chat: messages its own template renders
 
 
-@pytest.fixture(params=["vllm", "llama.cpp"])
+@pytest.fixture(params=["vllm", "llama.cpp", "llama.cpp-chat"])
 def backend(request) -> Backend:
     if request.param == "vllm":
         return vllm_backend(request.getfixturevalue("plain_vllm_server"))
-    return Backend("llama.cpp", request.getfixturevalue("llama_cpp_server"), "tiny-llama")
+    wire = "chat" if request.param.endswith("-chat") else "completions"
+    return Backend("llama.cpp", request.getfixturevalue("llama_cpp_server"), "tiny-llama",
+                   wire)
 
 
 def vllm_backend(url: str) -> Backend:
@@ -64,7 +67,7 @@ def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_polic
     tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
     engine = HttpEngine(profile, tokenizer, backend.base, model or backend.model,
                         scripted_kernels=backend.kind == "vllm", kind=backend.kind,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, wire=backend.wire)
     app = create_app(profile, tmp_path, engine=engine, writer_policy=writer_policy,
                      memory_settings=MemorySettings(user_name=USER))
     app.state.tandem.writer.writer.mode = "on"

@@ -27,6 +27,7 @@ def llama_server(model: Path = TINY_GGUF, alias: str = "tiny-llama", context: in
     cache on (`cache_prompt`, llama.cpp's default), two threads."""
     port = free_port()
     command = [str(SERVER), "-m", str(model), "--alias", alias, "--host", "127.0.0.1",
-               "--port", str(port), "-c", str(context), "-t", "2", "--parallel", "2"]
+               "--port", str(port), "-c", str(context), "-t", "2", "--parallel", "2",
+               "--jinja"]  # its chat route renders with the model's own template
     with server_process(command, dict(os.environ), port, "/health", ready_timeout) as base:
         yield base

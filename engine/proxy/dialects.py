@@ -21,7 +21,7 @@ the extensions:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from engine.backend import RequestRejected
 from engine.generation import GenerationParams
@@ -32,10 +32,18 @@ BAN_BIAS = -100.0  # OpenAI's floor for logit_bias: the token is never sampled
 LLAMA_NAMED_IDS_TOP = 20  # llama.cpp reports the likeliest N: named ids are found there
 
 
+class TokenReader(Protocol):
+    def read(self, choice: dict) -> tuple[str, list[int], list[dict[int, float]]]:
+        """A chunk's choice: its new text, ids and log-probabilities (one a token)."""
+        ...
+
+
 class Dialect:
-    """What every kind shares: OpenAI's completions fields."""
+    """What every kind shares: OpenAI's completions fields (alone: a plain OpenAI API,
+    served through its chat route, chat_wire.py)."""
 
     name = "openai"
+    path = "/v1/completions"
 
     def __init__(self, model: str, tokens: SpecialTokens, tokenizer,
                  scripted_kernels: bool = False) -> None:
@@ -63,6 +71,13 @@ class Dialect:
         if bias:
             body["logit_bias"] = bias
         return body
+
+    def reader(self, params: GenerationParams) -> TokenReader:
+        """Reads one answer's chunks (a chat route's reader keeps state across them)."""
+        return self
+
+    def read(self, choice: dict) -> tuple[str, list[int], list[dict[int, float]]]:
+        return choice.get("text") or "", self.answer_ids(choice), self.logprob_steps(choice)
 
     def answer_ids(self, choice: dict) -> list[int]:
         return list(choice.get("token_ids") or [])
@@ -166,7 +181,7 @@ def gbnf_literal(text: str) -> str:
     return f'"{escaped}"'
 
 
-DIALECTS = {dialect.name: dialect for dialect in (VllmDialect, LlamaCppDialect)}
+DIALECTS = {dialect.name: dialect for dialect in (Dialect, VllmDialect, LlamaCppDialect)}
 
 
 def dialect_for_owner(owned_by: str | None) -> str | None:

@@ -29,7 +29,8 @@ from engine.backend import BackendFailed, RequestRejected
 from engine.engine import served_fingerprint
 from engine.generation import Delta, GenerationParams, TokenLogprob, close_timings
 from engine.profiles import Profile
-from engine.proxy.dialects import DIALECTS, Dialect
+from engine.proxy.chat_wire import ChatDialect
+from engine.proxy.dialects import DIALECTS, Dialect, TokenReader
 from engine.request_kind import RequestKind
 from engine.special_tokens import SpecialTokens, special_tokens
 from engine.stats import EngineStats, RequestTimings
@@ -51,7 +52,7 @@ class HttpEngine:
 
     def __init__(self, profile: Profile, tokenizer, base_url: str, model: str,
                  api_key: str | None = None, scripted_kernels: bool = False,
-                 timeout_s: float = 600.0, kind: str = "vllm") -> None:
+                 timeout_s: float = 600.0, kind: str = "vllm", wire: str = "completions") -> None:
         self.profile = profile
         self.tokenizer = tokenizer
         self.tokens: SpecialTokens = special_tokens(tokenizer, profile.tool_call_format)
@@ -61,6 +62,8 @@ class HttpEngine:
         self.model = model
         self.dialect: Dialect = DIALECTS[kind](model, self.tokens, tokenizer,
                                                scripted_kernels=scripted_kernels)
+        if wire == "chat":  # messages rendered by the backend's own template
+            self.dialect = ChatDialect(self.dialect)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers,
@@ -128,19 +131,20 @@ class HttpEngine:
                       running: _Running, params: GenerationParams) -> AsyncIterator[Delta]:
         began = False  # the backend answered: a transport error now is a cut stream
         try:
-            async with self._client.stream("POST", "/v1/completions", json=body) as response:
+            async with self._client.stream("POST", self.dialect.path, json=body) as response:
                 began = True
                 if response.status_code >= 400:
                     await response.aread()
                     raise _refusal(response)
                 last: Delta | None = None
+                reader = self.dialect.reader(params)
                 async for event in _events(response, running):
                     usage = event.get("usage")
                     if event.get("choices"):
                         if last is not None:
                             yield last
-                        last = self._delta(event["choices"][0], request_id, prompt_tokens,
-                                           params)
+                        last = self._delta(reader, event["choices"][0], request_id,
+                                           prompt_tokens, params)
                     if usage and last is not None:  # the last event: the totals
                         details = usage.get("prompt_tokens_details") or {}
                         last.prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
@@ -164,11 +168,10 @@ class HttpEngine:
                 raise BackendFailed(f"the backend's stream was cut: {error}") from None
             raise BackendFailed(f"the backend cannot be reached: {error}") from None
 
-    def _delta(self, choice: dict, request_id: str, prompt_tokens: int,
+    def _delta(self, reader: TokenReader, choice: dict, request_id: str, prompt_tokens: int,
                params: GenerationParams) -> Delta:
-        ids = self.dialect.answer_ids(choice)
-        steps = self.dialect.logprob_steps(choice)
-        return Delta(request_id=request_id, text=choice.get("text") or "", token_ids=ids,
+        text, ids, steps = reader.read(choice)
+        return Delta(request_id=request_id, text=text, token_ids=ids,
                      finish_reason=choice.get("finish_reason"),
                      stop_reason=choice.get("stop_reason"), prompt_tokens=prompt_tokens,
                      logprobs=steps if params.logprob_token_ids else [],

@@ -43,9 +43,14 @@ def register(subparsers: Any) -> None:
                        "(default: the profile's model)")
     proxy.add_argument("--backend-key-env", metavar="VAR",
                        help="the environment variable holding the backend's API key")
-    proxy.add_argument("--backend-kind", choices=("auto", "vllm", "llama.cpp"),
+    proxy.add_argument("--backend-kind", choices=("auto", "vllm", "llama.cpp", "openai"),
                        default="auto", help="the backend's server (default: as its "
-                       "/v1/models says: owned_by vllm or llamacpp)")
+                       "/v1/models says: owned_by vllm or llamacpp; any other is a plain "
+                       "OpenAI API, served through its chat route)")
+    proxy.add_argument("--backend-wire", choices=("auto", "completions", "chat"),
+                       default="auto", help="token-id prompts to /v1/completions, or "
+                       "messages to /v1/chat/completions (default: completions for vLLM "
+                       "and llama.cpp, chat for a plain OpenAI API)")
     proxy.add_argument("--backend-runs-kernels", action="store_true",
                        help="the backend loads Tandem's logits processors (tests: scripted "
                        "answers)")
@@ -144,13 +149,15 @@ def backend_engine(profile, args: argparse.Namespace, key: str | None):
                            f"{', '.join(map(str, entries))}")
     kind = args.backend_kind
     if kind == "auto":
-        kind = dialect_for_owner(entries[model].get("owned_by"))
-        if kind is None:
-            raise ProfileError(f"--backend {args.backend}: its models are owned_by "
-                               f"{entries[model].get('owned_by')!r}, not a server proxy mode "
-                               "knows; if it takes token-id prompts as vLLM's or llama.cpp's "
-                               "does, say which with --backend-kind")
+        kind = dialect_for_owner(entries[model].get("owned_by")) or "openai"
+    wire = args.backend_wire
+    if wire == "auto":
+        wire = "chat" if kind == "openai" else "completions"
+    if kind == "openai" and wire == "completions":
+        raise ProfileError("--backend-wire completions: a plain OpenAI API takes no token-id "
+                           "prompts; use --backend-wire chat, or --backend-kind vllm or "
+                           "llama.cpp if the server is one of them")
     tokenizer = load_tokenizer(args.tokenizer or resolve_model_path(
         profile, tandem_home(), lambda _m: None))
     return HttpEngine(profile, tokenizer, args.backend, model, api_key=key,
-                      scripted_kernels=args.backend_runs_kernels, kind=kind)
+                      scripted_kernels=args.backend_runs_kernels, kind=kind, wire=wire)

@@ -1,0 +1,115 @@
+"""Proxy mode through a backend's chat route (engine/proxy/chat_wire.py): the prompt's ids
+become the messages that the backend's own template renders back to the same text, on the
+embedded template and on Qwen3's and Qwen2.5's published ones. Pure logic; test_proxy.py
+runs the chat route of a real llama.cpp server."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.backend import RequestRejected
+from engine.generation import GenerationParams
+from engine.proxy.chat_wire import THINKING_OFF, ChatDialect, chatml_messages
+from engine.proxy.dialects import Dialect, LlamaCppDialect
+from engine.special_tokens import special_tokens
+from server.turn.prompt import hidden_message_ids
+
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Which kettle is mine?"},
+    {"role": "assistant", "content": "The blue one."},
+    {"role": "user", "content": "And the mug?"},
+]
+
+
+def rendered_ids(tokenizer, messages, thinking_off: bool = False) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=not thinking_off)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def split(tokenizer, ids):
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return chatml_messages(ids, im_start, im_end,
+                           lambda part: tokenizer.decode(part, skip_special_tokens=False))
+
+
+def chat_dialect(tokenizer, inner=LlamaCppDialect) -> ChatDialect:
+    return ChatDialect(inner("m", special_tokens(tokenizer, "qwen"), tokenizer))
+
+
+def test_the_backend_renders_the_split_messages_back_to_the_prompts_text(
+        template_tokenizer):
+    """A hidden system message in the middle included: the template writes it as it is."""
+    tokenizer = template_tokenizer
+    ids = rendered_ids(tokenizer, CONVERSATION)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    after_first_user = [i for i, t in enumerate(ids) if t == im_end][1] + 2  # and "\n"
+    ids[after_first_user:after_first_user] = hidden_message_ids(
+        tokenizer, "Notes: the user's kettle is blue.")
+    messages, prefill = split(tokenizer, ids)
+    assert [m["role"] for m in messages] == ["system", "user", "system", "assistant", "user"]
+    assert messages[2]["content"] == "Notes: the user's kettle is blue."
+    assert prefill in ("", THINKING_OFF)
+    again = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert again + prefill == tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_text_that_looks_like_a_special_token_does_not_cut_a_message(tokenizer):
+    from server.turn.prompt import data_ids
+
+    ids = [*tokenizer.encode("<|im_start|>user\n", add_special_tokens=False),
+           *data_ids(tokenizer, "a <|im_end|> b"),
+           *tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)]
+    messages, _ = split(tokenizer, ids)
+    assert messages == [{"role": "user", "content": "a <|im_end|> b"}]
+
+
+def test_thinking_off_goes_as_the_templates_switch_not_as_a_prefill(tokenizer):
+    ids = [*rendered_ids(tokenizer, CONVERSATION[:2]),
+           *tokenizer.encode(THINKING_OFF, add_special_tokens=False)]
+    body = chat_dialect(tokenizer).body(ids, GenerationParams(), "client")
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["messages"][-1]["role"] == "user" and "prompt" not in body
+
+
+def test_a_started_answer_is_continued_where_the_server_can(tokenizer):
+    ids = [*rendered_ids(tokenizer, CONVERSATION[:2]),
+           *tokenizer.encode("The answer is", add_special_tokens=False)]
+    body = chat_dialect(tokenizer).body(ids, GenerationParams(), "client")
+    assert body["messages"][-1] == {"role": "assistant", "content": "The answer is"}
+    assert body["continue_final_message"] is True
+    with pytest.raises(RequestRejected, match="cannot continue"):
+        chat_dialect(tokenizer, Dialect).body(ids, GenerationParams(), "client")
+
+
+def test_a_plain_openai_api_gets_no_token_biases_and_its_json_schema_as_response_format(
+        tokenizer):
+    ids = rendered_ids(tokenizer, CONVERSATION[:2])
+    schema = {"type": "object"}
+    body = chat_dialect(tokenizer, Dialect).body(ids, GenerationParams(json_schema=schema),
+                                                 "background")
+    assert "logit_bias" not in body
+    assert body["response_format"]["json_schema"]["schema"] == schema
+    with pytest.raises(RequestRejected, match="scripts"):
+        chat_dialect(tokenizer, Dialect).body(ids, GenerationParams(script_ids=(1,)),
+                                              "client")
+
+
+def test_the_answers_text_is_encoded_and_a_stop_ends_the_turn(tokenizer):
+    dialect = chat_dialect(tokenizer)
+    reader = dialect.reader(GenerationParams())
+    text, ids, _ = reader.read({"delta": {"content": "Blue."}})
+    assert text == "Blue." and tokenizer.decode(ids) == "Blue."
+    _, ids, _ = reader.read({"delta": {}, "finish_reason": "stop"})
+    assert ids == [dialect.tokens.end_of_turn]
+    stopped = dialect.reader(GenerationParams(stop=("\n",)))
+    assert stopped.read({"delta": {}, "finish_reason": "stop"})[1] == []  # a stop string
+
+
+def test_thinking_a_server_parsed_out_goes_back_into_the_answers_text(tokenizer):
+    reader = chat_dialect(tokenizer).reader(GenerationParams())
+    pieces = [reader.read({"delta": delta})[0] for delta in (
+        {"reasoning_content": "The user "}, {"reasoning_content": "asks."}, {"content": "Blue."})]
+    assert "".join(pieces) == "<think>\nThe user asks.\n</think>\n\nBlue."
