@@ -1,6 +1,6 @@
 """Proxy mode through a backend's chat route (engine/proxy/chat_wire.py): the prompt's ids
 become the messages that the backend's own template renders back to the same text, on the
-embedded template and on Qwen3's and Qwen2.5's published ones. Pure logic; tests/proxy/test_answers.py
+embedded template and on Qwen3's and Qwen2.5's published ones. Pure logic; test_answers.py
 runs the chat route of a real llama.cpp server."""
 
 from __future__ import annotations

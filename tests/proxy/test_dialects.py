@@ -1,6 +1,6 @@
 """What proxy mode sends each backend kind for a generation, and how it reads the answer's
-ids back (engine/proxy/dialects.py): pure logic; the endpoint tests (tests/proxy/test_answers.py) run
-both kinds for real."""
+ids back (engine/proxy/dialects.py): pure logic; the endpoint tests (test_answers.py)
+run both kinds for real."""
 
 from __future__ import annotations
 
