@@ -12,8 +12,8 @@ chat route (`--backend-wire chat`, as a chat-only backend is served).
   template; the client sends back the answers it was given), once through `tandem proxy`
   with memory on and a store of notes. Each turn's cached fraction is the backend's own
   count: `cached_tokens / prompt_tokens` from its usage. The target: on turns 2 and later,
-  the proxy's fraction at least 0.95 of the direct one. Each side opens with its own line,
-  so neither finds the other's prompt in the cache.
+  the proxy's fraction at least 0.95 of the direct one. Each side of each lane opens with
+  its own line, so none finds another's prompt in the cache.
 - **The proxy's overhead.** Single-message requests (the OpenAI SDK's plainest call, each
   its own session) through the proxy, served in this process over HTTP. The proxy's own
   time: from a request's arrival at the app to its response's last bytes, less the
@@ -230,17 +230,19 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def measure(kind: str, base: str, model: str, turns: list[str], overhead_requests: int,
-            **served) -> dict[str, Any]:
-    """One backend's figures; `served`: proxy_app's profile, tokenizer (smol's) and wire."""
+            lane: str = "", **served) -> dict[str, Any]:
+    """One backend's figures; `served`: proxy_app's profile, tokenizer (smol's) and wire.
+    `lane` opens both conversations: a lane on a server another lane used finds none of
+    its prompts in the cache."""
     say(f"{kind}: {len(turns)} turns straight to the backend")
-    direct = conversation(base, model, "Conversation A (direct).", turns)
+    direct = conversation(base, model, f"Conversation A{lane} (direct).", turns)
     with tempfile.TemporaryDirectory(prefix="tandem-proxy-bench-") as home:
         app = proxy_app(kind, base, model, Path(home), **served)
         timed = TimedApp(app)
         with InThread(timed) as proxy:
             say(f"{kind}: the same turns through the proxy, memory on")
             proxied = conversation(proxy.base_url, app.state.tandem.profile.name,
-                                   "Conversation B (proxied).", turns,
+                                   f"Conversation B{lane} (proxied).", turns,
                                    {"X-Tandem-Session": "garden"})
             say(f"{kind}: {overhead_requests} requests for the proxy's overhead")
             cost = overhead(proxy, timed, app.state.tandem.engine, overhead_requests,
@@ -265,7 +267,7 @@ def run_proxy_bench(out: Path | None, quick: bool) -> dict[str, Any]:
     with backends(quick) as found:
         for lane, (base, model, kind, wire) in found.items():
             results["backends"][lane] = measure(kind, base, model, turns, 10 if quick else 40,
-                                                wire=wire)
+                                                lane=f", {lane}", wire=wire)
     results["within_target"] = all(b["within_target"] for b in results["backends"].values())
     folder = out or RESULTS / ("quick" if quick else "full")
     say(write_run(folder, results, _summary(results), lambda f: _plot(results, f)))
