@@ -110,8 +110,27 @@ def test_the_operator_says_paid_or_free_over_the_guess():
 
 
 def test_auto_is_on_for_a_free_backend_and_off_for_a_paid_one():
-    assert writer_setup(proxy_args("http://127.0.0.1:8001"), None) == ("on", None)
+    mode, policy = writer_setup(proxy_args("http://127.0.0.1:8001"), None)
+    assert mode == "on" and policy is not None and not policy.paid
     assert writer_setup(proxy_args("https://api.example.com"), "k") == ("off", None)
+
+
+def test_a_free_backends_writer_is_not_limited_but_its_requests_are_written_down(tmp_path):
+    _, policy = writer_setup(proxy_args("http://127.0.0.1:8001"), None)
+    spend = WriterBudget(policy, tmp_path / "spend.jsonl", Clock())
+    for run in range(60):  # past a paid backend's 48 runs a day
+        assert spend.refusal([100_000], 512) is None
+        spend.charge(f"run{run}", [RequestUsage(100_000, 0, 10)])
+    rows = [json.loads(line) for line in spend.path.read_text().splitlines()]
+    assert len(rows) == 60 and {r["usd"] for r in rows} == {0.0}
+
+
+def test_on_a_paid_backend_the_jobs_run_only_when_asked():
+    from engine.profiles import load_profile
+    from server.cli.proxy import jobs_off
+
+    assert load_profile("chat").memory.jobs_mode == "on"
+    assert jobs_off(load_profile("chat")).memory.jobs_mode == "off"
 
 
 def test_a_writer_on_a_paid_backend_without_a_price_is_refused_with_the_fix_named():

@@ -1,6 +1,7 @@
 """What the background writer may spend on a paid backend (proxy mode in front of a cloud
 API): a daily cap in USD, runs a day and a prompt-size cap, checked before each run from an
-estimate, and the spend ledger the checks read.
+estimate, and the spend ledger the checks read (written for a free backend too: what the
+writer asked of it).
 
 The spend ledger (`cognition/spend.jsonl`) has one row a writer request, of client
 `harness:writer`: its run, the backend and model, its token counts and its cost. Counts
@@ -27,7 +28,8 @@ MAX_PROMPT_TOKENS = 32_000
 
 @dataclass(frozen=True)
 class WriterPolicy:
-    """A paid backend's price (USD a million tokens) and the writer's limits on it."""
+    """A backend's price (USD a million tokens) and, on a paid one, the writer's limits
+    (a free backend's writer is not limited, only its requests written down)."""
 
     price_in: float
     price_out: float
@@ -35,6 +37,7 @@ class WriterPolicy:
     runs_per_day: int = RUNS_PER_DAY
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     backend: str = ""  # the backend's URL and model, for the ledger's rows
+    paid: bool = True
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.price_in + completion_tokens * self.price_out) / 1e6
@@ -97,6 +100,8 @@ class WriterBudget:
         estimate: every prompt at the input price, every request at its output cap."""
         policy = self.policy
         self._roll()
+        if not policy.paid:
+            return None
         if len(self._runs) >= policy.runs_per_day:
             return f"the writer's {policy.runs_per_day} runs for today are spent"
         largest = max(prompt_tokens, default=0)

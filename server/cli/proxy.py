@@ -83,8 +83,20 @@ def run(args: argparse.Namespace) -> int:
     if not args.backend.startswith(("http://", "https://")):
         raise ProfileError(f"--backend {args.backend!r}: give a URL (http://host:port)")
     args.writer, policy = writer_setup(args, key)
+    paid = is_paid(args.backend, key, args.paid)
     return run_serve(args, lambda profile: backend_engine(profile, args, key),
-                     writer_policy=policy)
+                     writer_policy=policy, profile_for=jobs_off if paid else None)
+
+
+def jobs_off(profile):
+    """The cognition jobs have no budget yet: on a paid backend they run only when asked."""
+    import dataclasses
+
+    if profile.memory.jobs_mode != "off":
+        print("[tandem] the cognition jobs are off on a paid backend (they have no budget "
+              "yet): POST /v1/conductor/jobs/<job>/run runs one", flush=True)
+    return dataclasses.replace(profile, memory=dataclasses.replace(profile.memory,
+                                                                   jobs_mode="off"))
 
 
 def is_paid(backend: str, key: str | None, said: bool | None) -> bool:
@@ -108,8 +120,11 @@ def writer_setup(args: argparse.Namespace, key: str | None) -> tuple[str, Writer
     mode = args.writer
     if mode == "auto":
         mode = "off" if paid else "on"
-    if not paid or mode == "off":
+    if mode == "off":
         return mode, None
+    if not paid:  # no limit; the spend ledger still says what the writer asked of it
+        return mode, WriterPolicy(0.0, 0.0, backend=f"{args.backend}|{args.model or ''}",
+                                  paid=False)
     if not args.price:
         raise ProfileError("the backend is a paid model: give --price IN,OUT (USD a million "
                            "prompt and completion tokens) for the writer's budget, or "

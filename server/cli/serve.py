@@ -92,14 +92,17 @@ def add_serve_arguments(serve: argparse.ArgumentParser, proxy: bool = False) -> 
 
 
 def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
-              writer_policy=None) -> int:
+              writer_policy=None, profile_for: Callable | None = None) -> int:
     """Serve the profile; `engine_for(profile)` gives the engine (proxy mode's backend)
-    instead of loading vLLM in this process; `writer_policy` is a paid backend's."""
+    instead of loading vLLM in this process; `writer_policy` is its backend's price and
+    limits; `profile_for(profile)` adjusts the profile (proxy mode on a paid backend)."""
     # vLLM's own INFO logs would bury the progress lines; TANDEM users can raise them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     profile = with_overrides(_resolve_profile(args.profile), args.memory, args.writer,
                              tuple(args.served_model_name), args.enable_force_include_usage,
                              args.return_tokens_as_token_ids, args.max_logprobs)
+    if profile_for is not None:
+        profile = profile_for(profile)
     started = time.monotonic()
 
     if args.root_path and (not args.root_path.startswith("/") or args.root_path.endswith("/")):

@@ -171,3 +171,34 @@ def test_the_proxy_bench_measures_the_cache_per_turn_and_the_proxys_own_time(
     assert proxied[2]["cached_fraction"] > 0.5 and len(row["later_turn_ratios"]) == 2
     assert row["overhead"]["requests"] == 3 and row["overhead"]["p50_ms"] > 0
     assert row["overhead"]["at_client"]["p50_ms"] >= row["overhead"]["p50_ms"]
+
+
+def test_tandem_proxy_on_the_command_line_finds_the_backends_kind_and_answers(
+        llama_cpp_server, tmp_path):
+    """`tandem proxy` as a user starts it: the backend's kind read from its model list
+    (llama.cpp's), the tokenizer given, the plain SDK call answered."""
+    import os
+    import sys
+
+    import openai
+
+    from bench.load.plain_vllm import server_process
+    from engine.home import tandem_home
+    from engine.model_builder import models_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
+    port = free_port()
+    command = [sys.executable, "-m", "server.cli", "proxy", "--profile", "tiny", "--port",
+               str(port), "--backend", llama_cpp_server, "--tokenizer",
+               str(models_dir(tandem_home()) / "tiny-qwen3")]
+    env = {**os.environ, "TANDEM_HOME": str(home), "TANDEM_USER": USER}
+    with server_process(command, env, port, "/readyz", 120) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused")
+        answer = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=8)
+        assert answer.choices[0].finish_reason in ("stop", "length")
+        assert answer.usage.prompt_tokens > 0
+        models = httpx.get(f"{base}/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models] == ["tiny"]
