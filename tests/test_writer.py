@@ -162,9 +162,9 @@ def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, s
     generate = backend.generate
     prompts: list[list[int]] = []
 
-    def recorded(prompt_ids, max_tokens, script):
+    def recorded(prompt_ids, max_tokens, script, grammar=None):
         prompts.append(list(prompt_ids))
-        return generate(prompt_ids, max_tokens, script)
+        return generate(prompt_ids, max_tokens, script, grammar)
 
     backend.generate = recorded
     long_script = BLOCK.replace("{title}", "long") + " more detail" * 600
@@ -278,7 +278,7 @@ def test_the_idle_loop_runs_the_writer_over_the_history_a_compaction_dropped(app
         prompts.append(prompt_ids)
         return await gate(prompt_ids, "yes")
 
-    def generate_block(prompt_ids, max_tokens, _script):
+    def generate_block(prompt_ids, max_tokens, _script, _grammar=None):
         prompts.append(prompt_ids)
         return generate(prompt_ids, max_tokens, BLOCK.replace("{title}", "zanzibar is long"))
 
@@ -300,3 +300,19 @@ def test_the_idle_loop_runs_the_writer_over_the_history_a_compaction_dropped(app
         text = decode(prompt)
         assert "zanzibar part 1" in text and "quokka" not in text
     assert app.memory.triggers.due() == []  # visited once
+
+
+def test_an_unscripted_writer_turn_writes_only_well_formed_blocks_even_on_random_weights(
+        app):
+    """Under the writer's grammar the tiny model's random weights still write blocks the
+    parser takes, or "nothing to remember" (conductor/writing/writer_grammar.py)."""
+    converse(app, "grammar")
+    writer = app.app.state.tandem.writer.writer
+    writer.max_tokens = 2048  # the grammar is under test here, not the token budget
+    malformed = {"malformed_block", "missing_title", "unknown_kind", "unknown_scope",
+                 "unknown_op", "missing_id"}
+    for _ in range(3):
+        run = run_writer(app, "grammar", gate_script="yes")  # no script: the model writes
+        assert run["outcome"] in ("wrote", "wrote_nothing", "refused"), run
+        assert run["blocks_seen"] > 0 or run["said_nothing"], run
+        assert not malformed & set(run["refusals"]), run

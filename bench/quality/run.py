@@ -9,7 +9,10 @@ short, in four lanes on one engine:
 * `naive`: memory off, every note pasted into the system prompt;
 * `oracle`: memory off, only the note that answers pasted.
 
-Score: an accepted answer appears in the reply as a word (case-insensitive). With memory on
+Score: the strict judge (`bench/quality/judge.py`): an item whose question holds an accepted
+answer is not scored; a reply is right when it gives an accepted answer, names no wrong
+value (the item's `wrong`: an old value, a look-alike), offers it as no one of several and
+does not repeat a note's index line. Accuracy is over the scored items. With memory on
 the bench also counts the replies that say they come from the notes, and, for prompts of
 the form "remember that ...", the answers that hold a well-formed `<tandem_memory>` block
 (stored: the reply shows `› remembered:`) or a malformed one (its text shows).
@@ -31,6 +34,7 @@ from typing import Any
 import httpx
 
 from bench.paths import RESULTS_DIR
+from bench.quality.judge import judge
 from engine.engine import Engine
 from server.app import create_app
 from server.turn.memory import MemorySettings
@@ -63,6 +67,7 @@ class Fact:
     body: str
     question: str
     answers: tuple[str, ...]
+    wrong: tuple[str, ...] = ()  # values a right reply never names: an old value, a look-alike
 
     def note_line(self) -> str:
         return f"- {self.title}: {self.body}"
@@ -77,21 +82,17 @@ def load_facts(path: Path) -> list[Fact]:
             raw = json.loads(line)
             note = raw["note"]
             fact = Fact(note["kind"], note.get("scope", "user"), note["title"], note["body"],
-                        raw["question"], tuple(raw["answers"]))
+                        raw["question"], tuple(raw["answers"]), tuple(raw.get("wrong") or ()))
         except (ValueError, KeyError, TypeError) as exc:
             raise FactSetError(f"{path}:{n}: not a fact item ({exc})") from None
         if not fact.answers or not all(isinstance(a, str) and a for a in fact.answers):
             raise FactSetError(f"{path}:{n}: needs at least one accepted answer")
+        if not all(isinstance(w, str) and w for w in fact.wrong):
+            raise FactSetError(f"{path}:{n}: 'wrong' is a list of values (text)")
         facts.append(fact)
     if not facts:
         raise FactSetError(f"{path}: no items")
     return facts
-
-
-def accepted(reply: str, answers: tuple[str, ...]) -> bool:
-    """An accepted answer appears in the reply as a word or words of its own."""
-    text = reply.lower()
-    return any(re.search(rf"(?<![\w]){re.escape(a.lower())}(?![\w])", text) for a in answers)
 
 
 def notes_prompt(facts: list[Fact]) -> str:
@@ -145,8 +146,10 @@ class QualityBench:
         app = self.apps["on" if lane == "on" else "off"]
         reply, usage, ttft = await self._ask(app, messages, f"q-{self.nonce}-{lane}-{n}")
         details = usage.get("prompt_tokens_details") or {}
+        verdict = judge(fact.question, reply, fact.answers, fact.wrong)
         return {"item": n, "lane": lane, "question": fact.question, "reply": reply,
-                "correct": accepted(reply, fact.answers),
+                "scored": verdict.scored, "correct": verdict.correct,
+                "verdict": verdict.reason,
                 "cites_notes": bool(CITES.search(reply)),
                 "prompt_tokens": usage["prompt_tokens"],
                 "cached_tokens": details.get("cached_tokens") or 0,
@@ -168,8 +171,10 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
         mine = [r for r in rows if r["lane"] == lane]
         if not mine:
             continue
+        scored = [r for r in mine if r["scored"]]
         lanes[lane] = {
-            "accuracy": sum(r["correct"] for r in mine) / len(mine),
+            "accuracy": sum(r["correct"] for r in scored) / len(scored) if scored else None,
+            "scored": len(scored),
             "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in mine),
             "prefilled_tokens_mean": statistics.mean(r["prefilled_tokens"] for r in mine),
             "ttft_s_median": statistics.median(r["ttft_s"] for r in mine),
@@ -186,7 +191,11 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
 
 
 async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: int,
-                      max_tokens: int, progress) -> dict[str, Any]:
+                      max_tokens: int, progress, writer_items: int = 0) -> dict[str, Any]:
+    """The four lanes and the remember prompts; the writer lane over the first
+    `writer_items` facts (bench/quality/writer_lane.py)."""
+    from bench.quality.writer_lane import writer_lane
+
     started = time.time()
     bench = QualityBench(engine, home, max_tokens)
     progress(f"{bench.write_notes(facts)} notes written through the store")
@@ -197,16 +206,21 @@ async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: i
             rows.append(await bench.question(lane, n, fact, facts))
         done = [r for r in rows if r["item"] == n]
         progress(f"item {n + 1}/{len(facts)}: " + ", ".join(
-            f"{r['lane']} {'ok' if r['correct'] else '-'}" for r in done))
+            f"{r['lane']} {'ok' if r['correct'] else '-' if r['scored'] else 'unscored'}"
+            for r in done))
     remembered = []
     for n, what in enumerate(REMEMBER[:remember]):
         remembered.append(await bench.remember(n, what))
         progress(f"remember {n + 1}/{remember}: stored {remembered[-1]['stored']}")
+    writer = await writer_lane(engine, home, facts[:writer_items], max_tokens, progress) \
+        if writer_items else None
     return {"bench": {"profile": engine.profile.name, "items": len(facts),
                       "max_tokens": max_tokens, "remember_prompts": remember,
+                      "writer_items": writer_items, "judge": "strict (bench/quality/judge.py)",
                       "started_at": datetime.fromtimestamp(started).isoformat(
                           timespec="seconds"), "wall_s": time.time() - started},
-            "rows": rows, "remember": remembered, "summary": summarise(rows, remembered)}
+            "rows": rows, "remember": remembered, "writer": writer,
+            "summary": summarise(rows, remembered)}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -214,20 +228,27 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Answer quality with memory ({bench['profile']})", "",
              f"{bench['started_at']}: {bench['items']} questions a lane, greedy, at most "
              f"{bench['max_tokens']} tokens, {bench['wall_s']:.0f} s.", "",
-             "| lane | accuracy | prompt tokens (mean) | prefilled tokens (mean) | "
-             "TTFT s (median) |", "| --- | ---: | ---: | ---: | ---: |"]
-    for lane, s in summary["lanes"].items():
-        lines.append(f"| {lane} | {s['accuracy']:.2f} | {s['prompt_tokens_mean']:.0f} | "
-                     f"{s['prefilled_tokens_mean']:.0f} | {s['ttft_s_median']:.3f} |")
+             "| lane | accuracy (strict judge) | items scored | prompt tokens (mean) | "
+             "prefilled tokens (mean) | TTFT s (median) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
 
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
+
+    for lane, s in summary["lanes"].items():
+        lines.append(f"| {lane} | {pct(s['accuracy'])} | {s['scored']} | "
+                     f"{s['prompt_tokens_mean']:.0f} | {s['prefilled_tokens_mean']:.0f} | "
+                     f"{s['ttft_s_median']:.3f} |")
 
     lines += ["", f"Memory on: replies that say they come from the notes: "
               f"{pct(summary['on_cites_notes'])}.",
               f"\"Remember that ...\" ({bench['remember_prompts']} prompts): a well-formed "
               f"block stored {pct(summary['remember_stored'])}, a malformed block shown "
               f"{pct(summary['remember_malformed'])}."]
+    if results.get("writer"):
+        from bench.quality.writer_lane import writer_markdown
+
+        lines += writer_markdown(results["writer"])
     return "\n".join(lines) + "\n"
 
 
@@ -239,7 +260,7 @@ def plot(summary: dict[str, Any], profile: str, path: Path) -> None:
 
     lanes = list(summary["lanes"])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.bar(lanes, [summary["lanes"][lane]["accuracy"] for lane in lanes],
+    ax.bar(lanes, [summary["lanes"][lane]["accuracy"] or 0.0 for lane in lanes],
            color=["#888", "#2a7", "#c84", "#47c"][: len(lanes)])
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy")
@@ -258,8 +279,8 @@ def write_results(results: dict[str, Any], out: Path) -> str:
     return text
 
 
-QUICK_ITEMS, QUICK_REMEMBER, QUICK_TOKENS = 6, 3, 16
-FULL_REMEMBER, FULL_TOKENS = len(REMEMBER), 40
+QUICK_ITEMS, QUICK_REMEMBER, QUICK_TOKENS, QUICK_WRITER = 6, 3, 16, 2
+FULL_REMEMBER, FULL_TOKENS, FULL_WRITER = len(REMEMBER), 40, 12
 
 
 def say(message: str) -> None:
@@ -285,7 +306,8 @@ def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None 
         engine = await Engine.start(profile, tandem_home(), progress=say)
         try:
             with tempfile.TemporaryDirectory(prefix="tandem-quality-") as tmp:
-                return await run_quality(engine, Path(tmp), facts, remember, tokens, say)
+                return await run_quality(engine, Path(tmp), facts, remember, tokens, say,
+                                         QUICK_WRITER if quick else FULL_WRITER)
         finally:
             engine.shutdown()
 

@@ -29,6 +29,7 @@ from conductor.notes import NoteStore
 from conductor.storage.atomic import append_line, atomic_write
 from conductor.writing.block_writes import write_block
 from conductor.writing.blocks import Block, BlockRefusal, BlockScanner, parse_block
+from conductor.writing.writer_grammar import NOTHING, writer_grammar
 
 WriterMode = Literal["off", "shadow", "on"]
 GATE_CONFIDENCE = 0.8  # a "no" at least this sure skips the turn
@@ -41,10 +42,11 @@ GATE_QUESTION = (
 WRITER_TASK = (
     "Background task, not from the user: write memory notes for what in the conversation "
     "above is worth remembering in later conversations. One fact per block:\n"
-    '<tandem_memory op="add" scope="user|project|session" kind="KIND">\ntitle: one line\n'
-    "tags: a, b\n\nthe fact\n</tandem_memory>\n"
+    '<tandem_memory op="add" scope="user|project|session" kind="reference|gotcha|runbook">'
+    "\ntitle: one line\n\nthe fact\n</tandem_memory>\n"
     'When a note below already covers a fact, write op="update" id="ID" instead. '
-    "Write only blocks, no other text, and never call a tool.")
+    "Write only blocks, no other text, and never call a tool. If nothing is worth "
+    f"remembering, write: {NOTHING}")
 
 # A tool call written as text despite the ban: JSON with a name, or a function tag. The
 # turn ends as soon as the function's name is complete.
@@ -65,9 +67,10 @@ class WriterBackend(Protocol):
     async def gate(self, prompt_ids: list[int], script: str | None) -> tuple[str, float]:
         """Ask yes/no; the answer and its probability."""
 
-    def generate(self, prompt_ids: list[int], max_tokens: int,
-                 script: str | None) -> AsyncIterator[GenerationPiece]:
-        """A background generation; closing the iterator aborts it."""
+    def generate(self, prompt_ids: list[int], max_tokens: int, script: str | None,
+                 grammar: str | None = None) -> AsyncIterator[GenerationPiece]:
+        """A background generation, under `grammar` when given (a script, in tests, is
+        the answer itself and goes without it); closing the iterator aborts it."""
 
     def client_busy(self) -> bool:
         """True while a client request is in flight."""
@@ -93,6 +96,7 @@ class WriterRun:
     blocks_seen: int = 0
     refusals: list[str] = field(default_factory=list)
     stopped_at_tool_call: bool = False
+    said_nothing: bool = False  # the turn's answer was "nothing to remember"
     note_ids: list[str] = field(default_factory=list)
 
 
@@ -104,6 +108,8 @@ class Writer:
     runs_dir: Path
     mode: WriterMode = "off"
     max_tokens: int = WRITER_MAX_TOKENS
+    # The turn under writer_grammar: only well-formed blocks or "nothing to remember".
+    constrained: bool = True
     # Proxy mode on a paid backend: why a run whose prompts have these sizes may not
     # start (its budget), or None. Asked before the run's first request.
     admit: Callable[[list[int], int], str | None] | None = None
@@ -138,7 +144,8 @@ class Writer:
         run.record_tokens = len(record.ids)
         store = self.store_for(user)
         gate_prompt = self.backend.turn_ids(record, GATE_QUESTION)
-        prompt = self.backend.turn_ids(record, self._task(store, record, session))
+        task, listed = self._task(store, record, session)
+        prompt = self.backend.turn_ids(record, task)
         if self.admit is not None:
             refused = self.admit([len(gate_prompt), len(prompt)], self.max_tokens)
             if refused is not None:
@@ -153,23 +160,26 @@ class Writer:
         if answer == "no" and probability >= GATE_CONFIDENCE:
             run.outcome = "gated"
             return
-        text, finish = await self._generate(run, prompt, script)
+        grammar = writer_grammar(listed) if self.constrained else None
+        text, finish = await self._generate(run, prompt, script, grammar)
         if finish == "abort":
             run.outcome = "preempted"
             return
         self._take_blocks(run, store, session, text)
 
-    def _task(self, store: NoteStore, record: Record, session: str) -> str:
+    def _task(self, store: NoteStore, record: Record, session: str) -> tuple[str, list[str]]:
+        """The writer's instruction with the notes that already match, and their ids."""
         asked = " ".join(m.content for m in record.messages if m.role == "user")[-2000:]
         hits = store.search(asked, limit=5, include_stale=False) if asked.strip() else []
         lines = [f"[{note.id}] {note.kind}: {note.title}" for note, _ in hits]
         known = "\n".join(lines) if lines else "(none)"
-        return f"{WRITER_TASK}\nNotes that already match this conversation:\n{known}"
+        return (f"{WRITER_TASK}\nNotes that already match this conversation:\n{known}",
+                [note.id for note, _ in hits])
 
-    async def _generate(self, run: WriterRun, prompt: list[int],
-                        script: str | None) -> tuple[str, str | None]:
+    async def _generate(self, run: WriterRun, prompt: list[int], script: str | None,
+                        grammar: str | None) -> tuple[str, str | None]:
         text, finish = "", None
-        stream = self.backend.generate(prompt, self.max_tokens, script)
+        stream = self.backend.generate(prompt, self.max_tokens, script, grammar)
         try:
             async for piece in stream:
                 text += piece.text
@@ -186,6 +196,7 @@ class Writer:
         return text, finish
 
     def _take_blocks(self, run: WriterRun, store: NoteStore, session: str, text: str) -> None:
+        run.said_nothing = text.strip() == NOTHING
         scanner = BlockScanner()
         blocks = [e for e in [*scanner.feed(text), *scanner.finish()] if isinstance(e, Block)]
         run.blocks_seen = len(blocks)

@@ -62,9 +62,11 @@ class EngineWriterBackend:
             math.exp(yes - top) + math.exp(no - top))
         return answer, p_yes if answer == "yes" else 1.0 - p_yes
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int,
-                       script: str | None) -> AsyncIterator[GenerationPiece]:
-        params = GenerationParams(max_tokens=max_tokens, temperature=0.7,
+    async def generate(self, prompt_ids: list[int], max_tokens: int, script: str | None,
+                       grammar: str | None = None) -> AsyncIterator[GenerationPiece]:
+        if script is not None or not getattr(self._engine, "takes_grammar", True):
+            grammar = None  # a script is the answer itself; a plain OpenAI API takes none
+        params = GenerationParams(max_tokens=max_tokens, temperature=0.7, grammar=grammar,
                                   script_ids=self._script(script), cache_salt=self.cache_salt)
         async with aclosing(self._counted(prompt_ids, params)) as stream:
             async for delta in stream:

@@ -24,7 +24,7 @@ class GateOnly:
     async def gate(self, prompt_ids, script):
         return self.answer, self.probability
 
-    async def generate(self, prompt_ids, max_tokens, script):
+    async def generate(self, prompt_ids, max_tokens, script, grammar=None):
         self.turns += 1
         yield GenerationPiece("nothing to keep", 3, "stop")
 
