@@ -1,7 +1,7 @@
 """The search's figures, measured in one run: `python -m bench.search.run [--quick]`.
 
 * quality: recall@5 of sparse (BM25), dense and hybrid on the labelled set in
-  `data/` (55 queries over 24 files: paraphrases that share no content word with
+  `data/` (55 queries over 26 files: paraphrases that share no content word with
   their answer, exact identifiers, and mixed ones), overall and per kind;
 * sync: cold throughput (chunks/s) over 1,000 files, and an unchanged re-sync of them;
 * query latency p50/p95 of a hybrid query, its embedding included, at 1k, 10k and 100k
