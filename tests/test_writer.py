@@ -316,3 +316,15 @@ def test_an_unscripted_writer_turn_writes_only_well_formed_blocks_even_on_random
         assert run["outcome"] in ("wrote", "wrote_nothing", "refused"), run
         assert run["blocks_seen"] > 0 or run["said_nothing"], run
         assert not malformed & set(run["refusals"]), run
+
+
+def test_a_project_note_the_writer_writes_lands_in_the_conversations_project(app):
+    history = user("The alpha service listens on port 8443.")
+    app.chat(history, "Noted.", headers={"X-Tandem-Session": "proj",
+                                         "X-Tandem-Project": "/work/alpha"})
+    block = BLOCK.replace('scope="session"', 'scope="project"').replace(
+        "{title}", "alpha listens on 8443")
+    run = run_writer(app, "proj", gate_script="yes", script=block)
+    assert run["outcome"] == "wrote", run
+    [note] = app.memory.store("tester").list(scope="project")
+    assert note.title == "alpha listens on 8443" and note.project

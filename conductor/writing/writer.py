@@ -26,6 +26,7 @@ from typing import Literal, Protocol
 
 from conductor.ledger.records import Ledger, Record
 from conductor.notes import NoteStore
+from conductor.notes.note_format import SCOPES
 from conductor.storage.atomic import append_line, atomic_write
 from conductor.writing.block_writes import write_block
 from conductor.writing.blocks import Block, BlockRefusal, BlockScanner, parse_block
@@ -160,12 +161,14 @@ class Writer:
         if answer == "no" and probability >= GATE_CONFIDENCE:
             run.outcome = "gated"
             return
-        grammar = writer_grammar(listed) if self.constrained else None
+        # a project note only where the conversation ran in one
+        scopes = SCOPES if record.project else tuple(x for x in SCOPES if x != "project")
+        grammar = writer_grammar(listed, scopes) if self.constrained else None
         text, finish = await self._generate(run, prompt, script, grammar)
         if finish == "abort":
             run.outcome = "preempted"
             return
-        self._take_blocks(run, store, session, text)
+        self._take_blocks(run, store, session, text, record.project)
 
     def _task(self, store: NoteStore, record: Record, session: str) -> tuple[str, list[str]]:
         """The writer's instruction with the notes that already match, and their ids."""
@@ -195,7 +198,8 @@ class Writer:
             return "", "tool_call"
         return text, finish
 
-    def _take_blocks(self, run: WriterRun, store: NoteStore, session: str, text: str) -> None:
+    def _take_blocks(self, run: WriterRun, store: NoteStore, session: str, text: str,
+                     project: str | None = None) -> None:
         run.said_nothing = text.strip() == NOTHING
         scanner = BlockScanner()
         blocks = [e for e in [*scanner.feed(text), *scanner.finish()] if isinstance(e, Block)]
@@ -209,7 +213,8 @@ class Writer:
             if isinstance(request, BlockRefusal):
                 run.refusals.append(request.reason)
                 continue
-            result = write_block(store, request, source="writer", session=session)
+            result = write_block(store, request, source="writer", session=session,
+                                 project=project)
             if result.ok and result.note is not None:
                 run.note_ids.append(result.note.id)
             elif not result.ok:

@@ -22,8 +22,9 @@ WRITER_KINDS = ("reference", "gotcha", "runbook", "program_state")
 MAX_BLOCKS = 3
 
 
-def writer_grammar(update_ids: Iterable[str] = ()) -> str:
-    """The grammar; `update_ids`: the notes the writer may update (none: add only)."""
+def writer_grammar(update_ids: Iterable[str] = (), scopes: Iterable[str] = SCOPES) -> str:
+    """The grammar; `update_ids`: the notes the writer may update (none: add only);
+    `scopes`: those it may add to (no project outside a project's conversation)."""
     ids = sorted(set(update_ids))
     block = "add" if not ids else "add | update"
     lines = [
@@ -32,7 +33,7 @@ def writer_grammar(update_ids: Iterable[str] = ()) -> str:
         'add ::= "<tandem_memory op=\\"add\\" scope=\\"" scope "\\" kind=\\"" kind "\\">\\n" '
         "content",
         'content ::= "title: " title "\\n\\n" body "\\n</tandem_memory>"',
-        "scope ::= " + " | ".join(f'"{s}"' for s in SCOPES),
+        "scope ::= " + " | ".join(f'"{s}"' for s in scopes),
         "kind ::= " + " | ".join(f'"{k}"' for k in WRITER_KINDS),
         # a title and a body start with a visible character: a blank one is refused
         "title ::= [^\\n<> ] [^\\n<>]{2,79}",

@@ -43,3 +43,10 @@ def test_what_the_parser_would_refuse_or_ignore_the_grammar_does_not_allow(text,
 def test_without_listed_notes_there_is_no_update():
     assert not accepts(writer_grammar(), UPDATE)
     assert accepts(writer_grammar(), ADD)
+
+
+def test_a_project_note_is_offered_only_in_a_projects_conversation():
+    project = ADD.replace('scope="user"', 'scope="project"')
+    assert accepts(writer_grammar(), project)
+    assert not accepts(writer_grammar(scopes=("user", "session")), project)
+    assert accepts(writer_grammar(scopes=("user", "session")), ADD)
