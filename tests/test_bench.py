@@ -167,7 +167,8 @@ def test_the_tools_bench_measures_a_continuation_on_the_sessions_engine(served, 
 
 def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine, tmp_path):
     """The harness, not the accuracy: the tiny model's answers are noise."""
-    from bench.quality.run import FACTS, LANES, load_facts, run_quality, write_results
+    from bench.quality.facts import FACTS, load_facts
+    from bench.quality.run import LANES, run_quality, write_results
 
     facts = load_facts(FACTS)
     assert len(facts) >= 40
@@ -195,7 +196,7 @@ def test_the_quality_bench_harness_runs_every_lane_on_a_few_items(served, engine
 def test_a_bad_fact_set_is_a_message_naming_the_line(tmp_path):
     import pytest
 
-    from bench.quality.run import FactSetError, load_facts
+    from bench.quality.facts import FactSetError, load_facts
 
     bad = tmp_path / "facts.jsonl"
     bad.write_text('{"note": {"kind": "reference", "title": "t", "body": "b"}, '

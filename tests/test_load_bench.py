@@ -116,7 +116,7 @@ def test_pooling_a_folder_without_results_says_so_and_exits_2(tmp_path, capsys):
 
 def test_the_notes_lane_user_holds_every_quality_fact_as_a_live_note(tmp_path):
     from bench.load.run import LOAD_USER, write_notes
-    from bench.quality.run import FACTS, load_facts
+    from bench.quality.facts import FACTS, load_facts
     from conductor.notes import NoteStore
 
     facts = load_facts(FACTS)

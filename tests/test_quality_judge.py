@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from bench.quality.facts import FACTS, load_facts
 from bench.quality.judge import judge
-from bench.quality.run import FACTS, load_facts
 
 FRIDAY = "Can I deploy to production on a Friday afternoon?"
 EMOJIS = "Should you use emojis when you answer me?"

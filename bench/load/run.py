@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from bench.load.clients import PLAIN, LoadPlan, RequestShape, run_round
 from bench.load.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
 from bench.paths import RESULTS_DIR
-from bench.quality.run import FACTS, Fact, load_facts
+from bench.quality.facts import FACTS, Fact, load_facts
 from bench.report import environment, write_run
 from engine.engine import resolve_model_path
 from engine.home import tandem_home

@@ -26,7 +26,6 @@ import re
 import secrets
 import statistics
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,19 @@ from typing import Any
 import httpx
 
 from bench.paths import RESULTS_DIR
+from bench.quality.facts import (
+    FACTS,
+    ITEM_KINDS,
+    Fact,
+    load_facts,
+    notes_prompt,
+    write_facts,
+)
 from bench.quality.judge import judge
 from engine.engine import Engine
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
-FACTS = Path(__file__).resolve().parent / "facts.jsonl"
 LANES = ("off", "on", "naive", "oracle")
 USER = "quality"
 CITES = re.compile(r"\b(notes?|memory|memories|remember(ed)?|you told me|you mentioned)\b",
@@ -53,51 +59,6 @@ REMEMBER = (
     "I use pnpm, not npm", "the parking spot is B12", "our repo uses squash merges only",
     "I run on Tuesdays and Thursdays", "the printer is on the second floor",
     "the VPN token expires every 90 days", "I am learning Japanese")
-
-
-class FactSetError(ValueError):
-    """A fact set that cannot be used; the message names the line."""
-
-
-@dataclass(frozen=True)
-class Fact:
-    kind: str
-    scope: str
-    title: str
-    body: str
-    question: str
-    answers: tuple[str, ...]
-    wrong: tuple[str, ...] = ()  # values a right reply never names: an old value, a look-alike
-
-    def note_line(self) -> str:
-        return f"- {self.title}: {self.body}"
-
-
-def load_facts(path: Path) -> list[Fact]:
-    facts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            note = raw["note"]
-            fact = Fact(note["kind"], note.get("scope", "user"), note["title"], note["body"],
-                        raw["question"], tuple(raw["answers"]), tuple(raw.get("wrong") or ()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FactSetError(f"{path}:{n}: not a fact item ({exc})") from None
-        if not fact.answers or not all(isinstance(a, str) and a for a in fact.answers):
-            raise FactSetError(f"{path}:{n}: needs at least one accepted answer")
-        if not all(isinstance(w, str) and w for w in fact.wrong):
-            raise FactSetError(f"{path}:{n}: 'wrong' is a list of values (text)")
-        facts.append(fact)
-    if not facts:
-        raise FactSetError(f"{path}: no items")
-    return facts
-
-
-def notes_prompt(facts: list[Fact]) -> str:
-    return "What you know about the user and their work:\n" + "\n".join(
-        f.note_line() for f in facts)
 
 
 class QualityBench:
@@ -116,13 +77,7 @@ class QualityBench:
                           memory_settings=MemorySettings(user_name=USER))
 
     def write_notes(self, facts: list[Fact]) -> int:
-        store = self.apps["on"].state.tandem.memory.store(USER)
-        for fact in facts:
-            result = store.add(title=fact.title, body=fact.body, kind=fact.kind,
-                               scope=fact.scope, source="cli", has_user_message=True)
-            if not result.ok:
-                raise FactSetError(f"note {fact.title!r} refused by the store: {result.reason}")
-        return len(facts)
+        return write_facts(self.apps["on"].state.tandem.memory.store(USER), facts)
 
     async def _ask(self, app, messages: list[dict], session: str) -> tuple[str, dict, float]:
         body = {"model": self.engine.profile.name, "messages": messages,
@@ -148,6 +103,7 @@ class QualityBench:
         details = usage.get("prompt_tokens_details") or {}
         verdict = judge(fact.question, reply, fact.answers, fact.wrong)
         return {"item": n, "lane": lane, "question": fact.question, "reply": reply,
+                "item_kind": fact.item_kind,
                 "scored": verdict.scored, "correct": verdict.correct,
                 "verdict": verdict.reason,
                 "cites_notes": bool(CITES.search(reply)),
@@ -173,8 +129,11 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
             continue
         scored = [r for r in mine if r["scored"]]
         lanes[lane] = {
-            "accuracy": sum(r["correct"] for r in scored) / len(scored) if scored else None,
+            "accuracy": _accuracy(scored),
             "scored": len(scored),
+            "by_kind": {kind: _accuracy([r for r in scored if r["item_kind"] == kind])
+                        for kind in ITEM_KINDS
+                        if any(r["item_kind"] == kind for r in scored)},
             "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in mine),
             "prefilled_tokens_mean": statistics.mean(r["prefilled_tokens"] for r in mine),
             "ttft_s_median": statistics.median(r["ttft_s"] for r in mine),
@@ -188,6 +147,10 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
         "remember_malformed": sum(r["malformed_block"] for r in remembered) / len(remembered)
         if remembered else None,
     }
+
+
+def _accuracy(scored: list[dict]) -> float | None:
+    return round(sum(r["correct"] for r in scored) / len(scored), 4) if scored else None
 
 
 async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: int,
@@ -240,6 +203,12 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{s['prompt_tokens_mean']:.0f} | {s['prefilled_tokens_mean']:.0f} | "
                      f"{s['ttft_s_median']:.3f} |")
 
+    kinds = [k for k in ITEM_KINDS if any(k in s["by_kind"] for s in summary["lanes"].values())]
+    lines += ["", "By item kind (strict judge):", "",
+              "| lane | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+    for lane, s in summary["lanes"].items():
+        lines.append(f"| {lane} | " + " | ".join(pct(s["by_kind"].get(k)) for k in kinds)
+                     + " |")
     lines += ["", f"Memory on: replies that say they come from the notes: "
               f"{pct(summary['on_cites_notes'])}.",
               f"\"Remember that ...\" ({bench['remember_prompts']} prompts): a well-formed "

@@ -5,8 +5,9 @@ For each fact, a new session: the user states the fact (the note's body), the mo
 answers as served (memory on, greedy), then the writer runs on that session as the idle
 loop would (its own gate, then its turn). Counted per run: blocks the turn wrote, the
 blocks the parser took (well-formed), the notes the store took, and "nothing to
-remember" answers. The same conversations go through both modes: only the grammar
-differs.
+remember" answers. Then the pipeline item: a new session asks the fact's question, and
+the strict judge scores the reply (the fact reached the notes only through the writer).
+The same conversations go through both modes: only the grammar differs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 
 import httpx
 
-from bench.quality.run import USER, Fact
+from bench.quality.facts import Fact
+from bench.quality.judge import judge
+from bench.quality.run import USER
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
@@ -36,7 +39,7 @@ def _writer_app(engine, home: Path):
                       memory_settings=MemorySettings(user_name=USER))
 
 
-async def _converse(app, model: str, text: str, session: str, max_tokens: int) -> None:
+async def _converse(app, model: str, text: str, session: str, max_tokens: int) -> str:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                  timeout=None) as client:
@@ -46,6 +49,7 @@ async def _converse(app, model: str, text: str, session: str, max_tokens: int) -
             "messages": [{"role": "user", "content": text}]})
     if response.status_code != 200:
         raise RuntimeError(f"HTTP {response.status_code}: {response.text}")
+    return response.json()["choices"][0]["message"]["content"] or ""
 
 
 async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int,
@@ -65,7 +69,12 @@ async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int,
                             session, max_tokens)
             run = await service.run(USER, session, "bench")
             malformed = sum(1 for r in run.refusals if r in MALFORMED)
+            # the pipeline item: a new session asks, with whatever the writer stored
+            reply = await _converse(app, engine.profile.name, fact.question,
+                                    f"{session}-asked", max_tokens)
+            verdict = judge(fact.question, reply, fact.answers, fact.wrong)
             runs.append({"item": n, "outcome": run.outcome, "gate": run.gate_answer,
+                         "answered": verdict.correct, "scored": verdict.scored,
                          "blocks": run.blocks_seen, "well_formed": run.blocks_seen - malformed,
                          "notes": run.notes_written, "said_nothing": run.said_nothing,
                          "tokens": run.tokens_generated, "refusals": run.refusals})
@@ -77,7 +86,8 @@ async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int,
                        "blocks_per_turn": _mean(r["blocks"] for r in turns),
                        "well_formed_per_turn": _mean(r["well_formed"] for r in turns),
                        "notes_per_turn": _mean(r["notes"] for r in turns),
-                       "nothing_to_remember": sum(r["said_nothing"] for r in turns)}
+                       "nothing_to_remember": sum(r["said_nothing"] for r in turns),
+                       "pipeline_answered": _mean(r["answered"] for r in runs if r["scored"])}
     return modes
 
 
@@ -89,10 +99,11 @@ def _mean(values) -> float | None:
 def writer_markdown(modes: dict[str, Any]) -> list[str]:
     lines = ["", "The writer (each fact stated in a new session, then the writer run on it):",
              "", "| writer turn | runs past the gate | gated | blocks a turn | well-formed "
-             "a turn | notes stored a turn | \"nothing to remember\" |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "a turn | notes stored a turn | \"nothing to remember\" | pipeline items "
+             "answered (strict) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for mode, m in modes.items():
         lines.append(f"| {mode} | {m['turns']} | {m['gated']} | {m['blocks_per_turn']} | "
                      f"{m['well_formed_per_turn']} | {m['notes_per_turn']} | "
-                     f"{m['nothing_to_remember']} |")
+                     f"{m['nothing_to_remember']} | {m['pipeline_answered']} |")
     return lines

@@ -114,7 +114,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.against_vllm or args.clients != DEFAULT_LOAD_CLIENTS:
         raise ProfileError("--clients and --against-vllm go with --load")
     if args.quality:
-        from bench.quality.run import FactSetError, run_quality_bench
+        from bench.quality.facts import FactSetError
+        from bench.quality.run import run_quality_bench
 
         try:
             run_quality_bench(_resolve_profile(args.profile or "smol"), args.facts, args.out,
