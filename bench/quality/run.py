@@ -175,8 +175,8 @@ async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: i
     for n, what in enumerate(REMEMBER[:remember]):
         remembered.append(await bench.remember(n, what))
         progress(f"remember {n + 1}/{remember}: stored {remembered[-1]['stored']}")
-    writer = await writer_lane(engine, home, facts[:writer_items], max_tokens, progress) \
-        if writer_items else None
+    writer = await writer_lane(engine, home, facts[:writer_items], max_tokens, progress,
+                               USER) if writer_items else None
     return {"bench": {"profile": engine.profile.name, "items": len(facts),
                       "max_tokens": max_tokens, "remember_prompts": remember,
                       "writer_items": writer_items, "judge": "strict (bench/quality/judge.py)",

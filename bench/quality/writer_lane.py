@@ -22,7 +22,6 @@ import httpx
 
 from bench.quality.facts import Fact
 from bench.quality.judge import judge
-from bench.quality.run import USER
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
@@ -31,12 +30,12 @@ MALFORMED = frozenset({"malformed_block", "missing_title", "unknown_kind", "unkn
                        "unknown_op", "missing_id", "missing_reason"})
 
 
-def _writer_app(engine, home: Path):
+def _writer_app(engine, home: Path, user: str):
     profile = engine.profile
     memory = dataclasses.replace(profile.memory, mode="on", writer_mode="on",
                                  jobs_mode="off", conversation="sessions")
     return create_app(dataclasses.replace(profile, memory=memory), home, engine=engine,
-                      memory_settings=MemorySettings(user_name=USER))
+                      memory_settings=MemorySettings(user_name=user))
 
 
 async def _converse(app, model: str, text: str, session: str, max_tokens: int) -> str:
@@ -52,14 +51,15 @@ async def _converse(app, model: str, text: str, session: str, max_tokens: int) -
     return response.json()["choices"][0]["message"]["content"] or ""
 
 
-async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int,
-                      progress) -> dict[str, Any]:
-    """Both modes over the same conversations; each run's counts and the modes' means."""
+async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int, progress,
+                      user: str) -> dict[str, Any]:
+    """Both modes over the same conversations, as `user`; each run's counts and the
+    modes' means."""
     nonce = secrets.token_hex(3)
     modes: dict[str, Any] = {}
     for constrained in (False, True):
         mode = "grammar" if constrained else "free"
-        app = _writer_app(engine, home / f"writer-{mode}")
+        app = _writer_app(engine, home / f"writer-{mode}", user)
         service = app.state.tandem.writer
         service.writer.constrained = constrained
         runs = []
@@ -67,7 +67,7 @@ async def writer_lane(engine, home: Path, facts: list[Fact], max_tokens: int,
             session = f"w-{nonce}-{mode}-{n}"
             await _converse(app, engine.profile.name, f"{fact.body} Keep that in mind.",
                             session, max_tokens)
-            run = await service.run(USER, session, "bench")
+            run = await service.run(user, session, "bench")
             malformed = sum(1 for r in run.refusals if r in MALFORMED)
             # the pipeline item: a new session asks, with whatever the writer stored
             reply = await _converse(app, engine.profile.name, fact.question,
