@@ -145,7 +145,7 @@ def test_a_writer_on_a_paid_backend_gets_its_budget():
     assert (policy.price_in, policy.price_out, policy.daily_usd) == (0.15, 0.60, 0.25)
 
 
-@pytest.mark.parametrize("price", ["0.15", "a,b", "0,0", "-1,2"])
+@pytest.mark.parametrize("price", ["0.15", "a,b", "0,0", "-1,2", "nan,1", "inf,1"])
 def test_a_bad_price_is_a_clear_error(price):
     with pytest.raises(ProfileError, match="--price"):
         writer_setup(proxy_args("https://api.example.com", writer="on", price=price), "k")

@@ -79,7 +79,8 @@ def load_facts(path: Path) -> list[Fact]:
                         raw.get("revised"), tuple(_note(m) for m in raw.get("more") or ()))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FactSetError(f"{path}:{n}: not a fact item ({exc})") from None
-        if not fact.answers or not all(isinstance(a, str) and a for a in fact.answers):
+        if not isinstance(raw["answers"], list) or not fact.answers \
+                or not all(isinstance(a, str) and a for a in fact.answers):
             raise FactSetError(f"{path}:{n}: needs at least one accepted answer")
         if not all(isinstance(w, str) and w for w in fact.wrong):
             raise FactSetError(f"{path}:{n}: 'wrong' is a list of values (text)")

@@ -4,7 +4,8 @@ remember". Any model then writes what the block parser takes, a 135M one include
 grammar cannot make a note true, only well-formed.
 
 What it allows: one to three blocks; `add` with a scope and one of the kinds a writer may
-write (never a rule or ruling: those stand for the user's own word), or `update` of one of
+write (a reference, gotcha or runbook: never a rule or ruling, which stand for the user's
+own word, nor a program state, which needs a date to check it by), or `update` of one of
 the notes the writer's task listed (their ids, spelled out); a title of 3 to 80 characters
 on one line; a body of 8 to 300 characters without `<`, so nothing in it can close or open
 a block. The caps keep a whole answer inside the writer's token budget in practice (a
@@ -18,7 +19,9 @@ from collections.abc import Iterable
 from conductor.notes.note_format import SCOPES
 
 NOTHING = "nothing to remember"
-WRITER_KINDS = ("reference", "gotcha", "runbook", "program_state")
+# Not rule/ruling (the user's own word), nor program_state (the store wants a verify_by
+# date for it, which a block does not carry)
+WRITER_KINDS = ("reference", "gotcha", "runbook")
 MAX_BLOCKS = 3
 
 

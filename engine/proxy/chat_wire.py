@@ -92,7 +92,8 @@ class ChatDialect(Dialect):
             body.update(_openai_constraint(params))
         body["messages"] = messages
         if prefill == THINKING_OFF:
-            body["chat_template_kwargs"] = {"enable_thinking": False}
+            if type(self.inner) is not Dialect:  # a plain OpenAI API takes no such field
+                body["chat_template_kwargs"] = {"enable_thinking": False}
         elif prefill:
             if type(self.inner) is Dialect:
                 raise RequestRejected("this backend cannot continue a started answer")

@@ -85,20 +85,23 @@ class HttpEngine:
                        request_id: str | None = None) -> AsyncIterator[Delta]:
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         body = self.completion_body(prompt_token_ids, params, kind)
-        if kind == "client":
-            await self._background_gives_way()
-        elif self.running("client"):  # background work never starts beside a client
+        if kind == "background" and self.running("client"):
+            # background work never starts beside a client (nothing was sent: no usage)
             self.stats.background_yields["refused_beside_client"] += 1
             yield Delta(request_id, "", [], finish_reason="abort", finished=True,
-                        prompt_tokens=len(prompt_token_ids))
+                        prompt_tokens=0)
             return
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
                                  request_id=request_id)
+        # Registered before a client waits for background streams to close: background
+        # work that would start meanwhile sees the client and does not.
         running = _Running(kind)
         self._running[request_id] = running
         self.stats.started(kind)
         finished = False
         try:
+            if kind == "client":
+                await self._background_gives_way()
             async for delta in self._stream(body, request_id, len(prompt_token_ids), running,
                                             params):
                 timings.tokens(len(delta.token_ids))
@@ -234,6 +237,7 @@ async def _events(response: httpx.Response, running: _Running) -> AsyncIterator[
     closed (the stream is then dropped: the backend aborts the request)."""
     lines = response.aiter_lines()
     closed = asyncio.ensure_future(running.closed.wait())
+    next_line: asyncio.Future | None = None
     try:
         while True:
             next_line = asyncio.ensure_future(anext(lines))
@@ -259,8 +263,10 @@ async def _events(response: httpx.Response, running: _Running) -> AsyncIterator[
             if "error" in event:
                 raise BackendFailed(f"the backend failed the answer: {_message(event)}")
             yield event
-    finally:
+    finally:  # a consumer cancelled mid-wait leaves no read of the stream behind
         closed.cancel()
+        if next_line is not None and not next_line.done():
+            next_line.cancel()
 
 
 def _refusal(response: httpx.Response) -> Exception:

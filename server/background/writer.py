@@ -53,7 +53,12 @@ class EngineWriterBackend:
                     first = delta.logprobs[0]
                 if delta.finish_reason == "abort":
                     return "", 0.0
-        answer = text.strip()
+        # A constrained backend answers exactly; a plain chat API may say "Yes." or more:
+        # its first word, and anything else is no sure "no" (the turn runs).
+        words = text.strip().lower().split()
+        answer = words[0].strip(".,!:;") if words else ""
+        if answer not in ("yes", "no"):
+            return "yes", 0.5
         if first is None:
             return answer, 1.0
         yes, no = first.get(self._yes, -math.inf), first.get(self._no, -math.inf)

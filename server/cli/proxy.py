@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -135,7 +136,8 @@ def writer_setup(args: argparse.Namespace, key: str | None) -> tuple[str, Writer
         raise ProfileError(f"--price {args.price!r}: two numbers, IN,OUT (0.15,0.60)") from None
     limits = (price_in, price_out, args.writer_daily_usd, args.writer_runs_per_day,
               args.writer_max_prompt)
-    if min(limits) < 0 or price_in + price_out == 0:
+    if not all(math.isfinite(x) for x in limits) or min(limits) < 0 \
+            or price_in + price_out == 0:
         raise ProfileError("--price and the writer's limits: numbers of at least 0, and a "
                            "price above 0 (a backend that does not bill: --free)")
     return mode, WriterPolicy(*limits, backend=f"{args.backend}|{args.model or ''}")

@@ -74,6 +74,13 @@ def test_thinking_off_goes_as_the_templates_switch_not_as_a_prefill(tokenizer):
     assert body["messages"][-1]["role"] == "user" and "prompt" not in body
 
 
+def test_a_plain_openai_api_gets_no_template_switch_it_would_refuse(tokenizer):
+    ids = [*rendered_ids(tokenizer, CONVERSATION[:2]),
+           *tokenizer.encode(THINKING_OFF, add_special_tokens=False)]
+    body = chat_dialect(tokenizer, Dialect).body(ids, GenerationParams(), "client")
+    assert "chat_template_kwargs" not in body and body["messages"][-1]["role"] == "user"
+
+
 def test_a_started_answer_is_continued_where_the_server_can(tokenizer):
     ids = [*rendered_ids(tokenizer, CONVERSATION[:2]),
            *tokenizer.encode("The answer is", add_special_tokens=False)]

@@ -1,0 +1,41 @@
+"""The writer's gate reads a backend's answer as a chat API gives it ("Yes.", "No, ...",
+or anything else) as well as a constrained engine's exact "yes"/"no"
+(server/background/writer.py): pure logic, the engine's deltas stood in for."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.generation import Delta
+from server.background.writer import EngineWriterBackend
+
+
+class OneAnswer:
+    """An engine that answers every request with `text` (no log-probabilities)."""
+
+    def __init__(self, tokenizer, text: str) -> None:
+        from engine.special_tokens import special_tokens
+
+        self.tokenizer = tokenizer
+        self.tokens = special_tokens(tokenizer, "qwen")
+        self.text = text
+
+    async def generate(self, prompt_ids, params, kind="client", request_id=None):
+        yield Delta("r", self.text, [1], finished=True, finish_reason="stop",
+                    prompt_tokens=len(prompt_ids))
+
+    def running(self, kind=None):
+        return []
+
+
+@pytest.mark.parametrize("text, answer, probability", [
+    ("yes", "yes", 1.0), ("no", "no", 1.0),
+    ("Yes.", "yes", 1.0), ("No, nothing to keep.", "no", 1.0),
+    ("Sure, the user said where they live.", "yes", 0.5),  # no sure "no": the turn runs
+    ("", "yes", 0.5),
+])
+def test_the_gate_reads_a_chat_apis_answer(tokenizer, text, answer, probability):
+    backend = EngineWriterBackend(OneAnswer(tokenizer, text))
+    assert asyncio.run(backend.gate([1, 2, 3], None)) == (answer, probability)
