@@ -39,3 +39,23 @@ class OneAnswer:
 def test_the_gate_reads_a_chat_apis_answer(tokenizer, text, answer, probability):
     backend = EngineWriterBackend(OneAnswer(tokenizer, text))
     assert asyncio.run(backend.gate([1, 2, 3], None)) == (answer, probability)
+
+
+class RefusesBesideAClient(OneAnswer):
+    """An HTTP backend's answer to background work while a client runs: nothing sent."""
+
+    async def generate(self, prompt_ids, params, kind="client", request_id=None):
+        yield Delta("r", "", [], finished=True, finish_reason="abort", prompt_tokens=0)
+
+
+def test_a_request_refused_before_it_was_sent_costs_nothing(tokenizer):
+    backend = EngineWriterBackend(RefusesBesideAClient(tokenizer, ""))
+    assert asyncio.run(backend.gate([1, 2, 3], None)) == ("", 0.0)
+    assert backend.usage == []  # no spend-ledger row for it
+
+
+def test_a_request_that_ran_is_charged_what_the_backend_counted(tokenizer):
+    backend = EngineWriterBackend(OneAnswer(tokenizer, "yes"))
+    asyncio.run(backend.gate([1, 2, 3], None))
+    [usage] = backend.usage
+    assert (usage.prompt_tokens, usage.completion_tokens) == (3, 1)

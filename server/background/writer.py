@@ -80,18 +80,19 @@ class EngineWriterBackend:
     async def _counted(self, prompt_ids: list[int], params: GenerationParams):
         """The engine's deltas for one background request, its usage kept in `usage`
         however it ends (a request cut short was still prefilled, and a paid backend bills
-        that)."""
+        that; one refused before it was sent says 0 prompt tokens, and costs nothing)."""
         prompt, cached, generated = len(prompt_ids), 0, 0
         stream = self._engine.generate(prompt_ids, params, kind="background")
         try:
             async for delta in stream:
                 generated += len(delta.token_ids)
                 if delta.finished:
-                    prompt, cached = delta.prompt_tokens or prompt, delta.cached_tokens or 0
+                    prompt, cached = delta.prompt_tokens, delta.cached_tokens or 0
                 yield delta
         finally:
             await stream.aclose()
-            self.usage.append(RequestUsage(prompt, cached, generated))
+            if prompt or generated:
+                self.usage.append(RequestUsage(prompt, cached, generated))
 
     def client_busy(self) -> bool:
         return bool(self._engine.running("client"))
