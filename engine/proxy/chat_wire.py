@@ -72,6 +72,10 @@ class ChatDialect(Dialect):
     name = "chat"
     path = "/v1/chat/completions"
 
+    @property
+    def plain(self) -> bool:
+        return self.inner.plain
+
     def __init__(self, inner: Dialect) -> None:
         super().__init__(inner.model, inner.tokens, inner.tokenizer, inner.scripted_kernels)
         self.inner = inner
@@ -87,15 +91,15 @@ class ChatDialect(Dialect):
         body = self.inner.body(ids, params, kind)
         for key in COMPLETIONS_ONLY:
             body.pop(key, None)
-        if type(self.inner) is Dialect:  # a plain OpenAI API: its own tokenizer
+        if self.inner.plain:  # its own tokenizer: no token-id biases
             body.pop("logit_bias", None)
             body.update(_openai_constraint(params))
         body["messages"] = messages
         if prefill == THINKING_OFF:
-            if type(self.inner) is not Dialect:  # a plain OpenAI API takes no such field
+            if not self.inner.plain:  # a plain OpenAI API refuses the field
                 body["chat_template_kwargs"] = {"enable_thinking": False}
         elif prefill:
-            if type(self.inner) is Dialect:
+            if self.inner.plain:
                 raise RequestRejected("this backend cannot continue a started answer")
             messages.append({"role": "assistant", "content": prefill})
             body.update({"continue_final_message": True, "add_generation_prompt": False})

@@ -44,6 +44,9 @@ class Dialect:
 
     name = "openai"
     path = "/v1/completions"
+    # A plain OpenAI API: its own tokenizer (no token-id biases), no grammar, none of a
+    # server's extensions (template switches, continuing an answer).
+    plain = True
 
     def __init__(self, model: str, tokens: SpecialTokens, tokenizer,
                  scripted_kernels: bool = False) -> None:
@@ -89,6 +92,7 @@ class Dialect:
 
 class VllmDialect(Dialect):
     name = "vllm"
+    plain = False
 
     def body(self, ids: list[int], params: GenerationParams,
              kind: RequestKind) -> dict[str, Any]:
@@ -127,6 +131,7 @@ class VllmDialect(Dialect):
 
 class LlamaCppDialect(Dialect):
     name = "llama.cpp"
+    plain = False
 
     def body(self, ids: list[int], params: GenerationParams,
              kind: RequestKind) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class HttpEngine:
         self.dialect: Dialect = DIALECTS[kind](model, self.tokens, tokenizer,
                                                scripted_kernels=scripted_kernels)
         # A plain OpenAI API takes no grammar: the background writer goes without one.
-        self.takes_grammar = kind != "openai"
+        self.takes_grammar = not self.dialect.plain
         if wire == "chat":  # messages rendered by the backend's own template
             self.dialect = ChatDialect(self.dialect)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
