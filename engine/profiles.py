@@ -51,6 +51,8 @@ class MemorySettings:
     # Folders beyond the user's own memory folders that search sources may index (and
     # memory_read read): the operator's choice, never a user's.
     allowed_roots: tuple[Path, ...] = ()
+    # (key, value) pairs of memory.notes_shown, checked; the server fills in the rest
+    notes_shown: tuple[tuple[str, int | str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,13 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
-                "search", "ledger_max_tokens")
+                "search", "ledger_max_tokens", "notes_shown")
+# memory.notes_shown: what the hidden context shows of the notes (the server's
+# conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
+# for a count of 0 or more.
+NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
+    "index_budget": None, "match_budget": None, "max_matches": None,
+    "note_format": ("header", "plain")}
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 
@@ -207,8 +215,31 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
         qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
-        allowed_roots=_allowed_roots(path, search.get("allowed_roots")), **sizes,
+        allowed_roots=_allowed_roots(path, search.get("allowed_roots")),
+        notes_shown=_notes_shown(path, raw.get("notes_shown") or {}), **sizes,
     )
+
+
+def _notes_shown(path: Path, raw: Any) -> tuple[tuple[str, int | str], ...]:
+    """`memory.notes_shown`: the index's budget and the matching notes' count, budget and
+    format, each checked here so a bad value names its key at load."""
+    _check_type(path, "memory.notes_shown", raw, (dict,))
+    out: list[tuple[str, int | str]] = []
+    for key, value in raw.items():
+        if key not in NOTES_SHOWN_KEYS:
+            raise ProfileError(f"{path}: unknown key 'memory.notes_shown.{key}' (known: "
+                               f"{', '.join(NOTES_SHOWN_KEYS)})")
+        choices = NOTES_SHOWN_KEYS[key]
+        name = f"memory.notes_shown.{key}"
+        if choices is not None:
+            _check_type(path, name, value, (str,))
+            _choice(path, name, value, choices)
+        else:
+            _check_type(path, name, value, (int,))
+            if value < 0:
+                raise ProfileError(f"{path}: key '{name}' must be 0 or more, got {value}")
+        out.append((key, value))
+    return tuple(out)
 
 
 def _allowed_roots(path: Path, raw: Any) -> tuple[Path, ...]:

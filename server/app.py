@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.background.nightly import nightly_loop
+from conductor.hidden.tail_notes import NotesShown
 from conductor.ledger.records import Ledger
 from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
@@ -147,7 +148,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     writer's price and limits on a paid backend (proxy mode)."""
     browser = browser or BrowserPolicy()
     memory = MemoryServices(home, memory_settings or MemorySettings(),
-                            ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens))
+                            ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
+                            notes_shown=NotesShown.of(profile.memory.notes_shown))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,

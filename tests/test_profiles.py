@@ -59,6 +59,14 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  search:\n    embedder: {model: m}\n", "'memory.search.embedder'"),
     (BASE + "memory:\n  jobs:\n    mode: sometimes\n", "'memory.jobs.mode'"),
     (BASE + "memory:\n  jobs:\n    x:\n      model: {base_url: u}\n", "'memory.jobs.x.model'"),
+    (BASE + "memory:\n  notes_shown:\n    index_budget: -1\n",
+     "'memory.notes_shown.index_budget'"),
+    (BASE + "memory:\n  notes_shown:\n    max_matches: lots\n",
+     "'memory.notes_shown.max_matches'"),
+    (BASE + "memory:\n  notes_shown:\n    note_format: fancy\n",
+     "'memory.notes_shown.note_format'"),
+    (BASE + "memory:\n  notes_shown:\n    depth: 2\n", "'memory.notes_shown.depth'"),
+    (BASE + "memory:\n  notes_shown: 5\n", "'memory.notes_shown'"),
     ("device: cpu\n", "'model'"),
     (BASE.replace("cpu", "tpu"), "'device'"),
 ])
@@ -83,6 +91,18 @@ def test_the_conversation_keys_read_with_their_defaults(tmp_path):
                                      "  replay_turns: 12\n  replay_tokens: 900\n"))
     assert (custom.memory.conversation, custom.memory.replay_turns,
             custom.memory.replay_tokens) == ("continuous", 12, 900)
+
+
+def test_notes_shown_reads_into_the_servers_settings_over_its_defaults(tmp_path):
+    from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
+
+    assert NotesShown.of(load_profile_file(write(tmp_path, BASE)).memory.notes_shown) \
+        == DEFAULT_SHOWN
+    custom = load_profile_file(write(tmp_path, BASE + "memory:\n  notes_shown:\n"
+                                     "    index_budget: 0\n    note_format: plain\n"))
+    shown = NotesShown.of(custom.memory.notes_shown)
+    assert (shown.index_budget, shown.note_format, shown.max_matches) == (
+        0, "plain", DEFAULT_SHOWN.max_matches)
 
 
 def test_vllms_server_settings_come_from_the_profile_or_the_command_line(tmp_path):

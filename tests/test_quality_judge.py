@@ -33,6 +33,9 @@ LABELLED = [
      True, False),
     ("Which units should you use for distances?", "[b56e3435c7] rule: metric units",
      ("metric",), (), True, False),
+    # ... nor a note's id in any other markup
+    ("What is my favourite colour?", "The user's favourite colour is teal (note "
+     "3f2a9c01be).", ("teal",), (), True, False),
     # the fact stated, copied from the note's body or not: right
     ("Which spelling should you use when you write for me?", "Use British spelling: "
      "colour, organise.", ("british",), (), True, True),

@@ -87,6 +87,26 @@ def test_matching_notes_need_two_shared_words_and_stop_at_three(app):
     assert "unrelated pnpm" not in titles and "say the answer comes from your notes" in titles
 
 
+def test_a_profile_without_an_index_shows_only_plain_matching_notes(served, tmp_path):
+    """memory.notes_shown: index_budget 0 and note_format plain, served: the card alone in
+    the shared context, and the matching note as `title: body` after the question."""
+    lean = InProcessApp(served, tmp_path, memory_changes={"notes_shown": (
+        ("index_budget", 0), ("note_format", "plain"))})
+    listed = add(lean, "staging hostname", "staging runs on alpha.internal")
+    add(lean, "cache directory", "the cache lives in /var/cache/app")
+    lean.chat(user("Where does staging run, which hostname?"), "There.",
+              headers={"X-Tandem-Session": "lean"})
+    (shared,), record = spans(lean, "lean", "shared")
+    assert shared.note_ids == ()
+    card = span_text(lean, record, shared)
+    assert "<tandem_memory" in card and "cache directory" not in card
+    (notes,), _ = spans(lean, "lean", "notes")
+    assert notes.note_ids == (listed.id,)
+    text = span_text(lean, record, notes)
+    assert "staging hostname: staging runs on alpha.internal" in text
+    assert listed.id not in text
+
+
 def test_a_note_goes_in_once_per_session_and_never_on_a_tool_turn(app):
     add(app, "deploy runbook", "deploy with make deploy from the release branch", kind="runbook")
     session = {"X-Tandem-Session": "once"}

@@ -101,15 +101,18 @@ def write_notes(home: Path, facts: Sequence[Fact]) -> None:
 
 
 @contextmanager
-def tandem_server(profile: Profile, memory: str, notes: Sequence[Fact] = ()) -> Iterator[str]:
+def tandem_server(profile: Profile, memory: str, notes: Sequence[Fact] = (),
+                  profile_path: Path | None = None) -> Iterator[str]:
     """`tandem serve` in its own process, on a fresh home sharing the built models, its
-    user holding `notes`."""
+    user holding `notes`; `profile_path`: a profile file to serve instead of the named
+    profile (the index bench's variants)."""
     with tempfile.TemporaryDirectory(prefix="tandem-load-") as tmp:
         home = Path(tmp)
         (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
         write_notes(home, notes)
         port = free_port()
-        command = [sys.executable, "-m", "server.cli", "serve", "--profile", profile.name,
+        command = [sys.executable, "-m", "server.cli", "serve",
+                   "--profile", str(profile_path or profile.name),
                    "--port", str(port), "--memory", memory]
         env = {**os.environ, "TANDEM_HOME": str(home), "TANDEM_USER": LOAD_USER}
         with server_process(command, env, port, "/readyz", READY_TIMEOUT_S) as base:

@@ -9,8 +9,10 @@ look-alike). The rules, in order:
 2. A bare "yes" or "no" is never an accepted answer: a reply that opens "No, I'm not a bot"
    matches it without answering. The item's other accepted answers stand; an item with
    only those is not scored.
-3. A reply that shows a note's index line (`[0123456789] title (kind, status)`) repeats the
-   memory index instead of answering: wrong.
+3. A reply that shows a note's markup from the hidden context (its id, as the header
+   `[0123456789] title (kind, status)` or the plain format's `(note 0123456789)` gives
+   it, or the `(kind, status)` tail) copies the hidden context instead of answering:
+   wrong, in either format the notes are shown in.
 4. A reply that names a wrong value is wrong ("Yes, you can deploy ... the freeze starts"
    names "yes"), and so is one that offers the answer as one of several
    ("teal or blue", "either 18 or 20").
@@ -23,8 +25,9 @@ import re
 from dataclasses import dataclass
 
 BARE = frozenset({"yes", "no"})
-INDEX_LINE = re.compile(r"\[[0-9a-f]{10}\]|\((?:rule|reference|preference|gotcha|runbook|"
-                        r"decision|project|fact)[^()]*,\s*(?:provisional|ratified)\)",
+INDEX_LINE = re.compile(r"\[[0-9a-f]{10}\]|\(note [0-9a-f]{10}\b|"
+                        r"\((?:rule|reference|preference|gotcha|runbook|decision|project|"
+                        r"fact)[^()]*,\s*(?:provisional|ratified)\)",
                         re.IGNORECASE)
 ALTERNATIVE = r"(?:\bor\b|\beither\b|/)"
 

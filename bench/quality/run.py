@@ -62,22 +62,34 @@ REMEMBER = (
 
 
 class QualityBench:
-    def __init__(self, engine: Engine, home: Path, max_tokens: int) -> None:
+    """The lanes' apps on one engine. `shown`: more memory-on lanes, each named, with the
+    profile's `memory.notes_shown` pairs it serves with (the index bench's variants)."""
+
+    def __init__(self, engine: Engine, home: Path, max_tokens: int,
+                 shown: dict[str, tuple[tuple[str, int | str], ...]] | None = None) -> None:
         self.engine = engine
         self.max_tokens = max_tokens
         self.nonce = secrets.token_hex(3)
         self.apps = {mode: self._app(engine, home / mode, mode) for mode in ("off", "on")}
+        for lane, pairs in (shown or {}).items():
+            self.apps[lane] = self._app(engine, home / lane, "on", pairs)
 
     @staticmethod
-    def _app(engine: Engine, home: Path, mode: str):
+    def _app(engine: Engine, home: Path, mode: str,
+             notes_shown: tuple[tuple[str, int | str], ...] | None = None):
         profile = engine.profile
         memory = dataclasses.replace(profile.memory, mode=mode, writer_mode="off",
                                      jobs_mode="off", conversation="sessions")
+        if notes_shown is not None:
+            memory = dataclasses.replace(memory, notes_shown=notes_shown)
         return create_app(dataclasses.replace(profile, memory=memory), home, engine=engine,
                           memory_settings=MemorySettings(user_name=USER))
 
     def write_notes(self, facts: list[Fact]) -> int:
-        return write_facts(self.apps["on"].state.tandem.memory.store(USER), facts)
+        """The facts into every memory-on lane's store; the count written in one."""
+        counts = [write_facts(app.state.tandem.memory.store(USER), facts)
+                  for lane, app in self.apps.items() if lane != "off"]
+        return counts[0]
 
     async def _ask(self, app, messages: list[dict], session: str) -> tuple[str, dict, float]:
         body = {"model": self.engine.profile.name, "messages": messages,
@@ -98,7 +110,7 @@ class QualityBench:
         ask = {"role": "user", "content": fact.question}
         system = {"naive": notes_prompt(facts), "oracle": notes_prompt([fact])}.get(lane)
         messages = [{"role": "system", "content": system}, ask] if system else [ask]
-        app = self.apps["on" if lane == "on" else "off"]
+        app = self.apps["off" if lane in ("naive", "oracle") else lane]
         reply, usage, ttft = await self._ask(app, messages, f"q-{self.nonce}-{lane}-{n}")
         details = usage.get("prompt_tokens_details") or {}
         verdict = judge(fact.question, reply, fact.answers, fact.wrong)
@@ -121,23 +133,25 @@ class QualityBench:
                 "malformed_block": "<tandem_memory" in reply}
 
 
+def summarise_lane(rows: list[dict]) -> dict[str, Any]:
+    """One lane's accuracy over its scored items, per item kind, the replies that copy a
+    note's markup, and its prompt, prefill and TTFT."""
+    scored = [r for r in rows if r["scored"]]
+    return {
+        "accuracy": _accuracy(scored),
+        "scored": len(scored),
+        "by_kind": {kind: _accuracy([r for r in scored if r["item_kind"] == kind])
+                    for kind in ITEM_KINDS if any(r["item_kind"] == kind for r in scored)},
+        "copies_markup": sum(r["verdict"] == "repeats a note's index line" for r in rows),
+        "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in rows),
+        "prefilled_tokens_mean": statistics.mean(r["prefilled_tokens"] for r in rows),
+        "ttft_s_median": statistics.median(r["ttft_s"] for r in rows),
+    }
+
+
 def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
-    lanes: dict[str, Any] = {}
-    for lane in LANES:
-        mine = [r for r in rows if r["lane"] == lane]
-        if not mine:
-            continue
-        scored = [r for r in mine if r["scored"]]
-        lanes[lane] = {
-            "accuracy": _accuracy(scored),
-            "scored": len(scored),
-            "by_kind": {kind: _accuracy([r for r in scored if r["item_kind"] == kind])
-                        for kind in ITEM_KINDS
-                        if any(r["item_kind"] == kind for r in scored)},
-            "prompt_tokens_mean": statistics.mean(r["prompt_tokens"] for r in mine),
-            "prefilled_tokens_mean": statistics.mean(r["prefilled_tokens"] for r in mine),
-            "ttft_s_median": statistics.median(r["ttft_s"] for r in mine),
-        }
+    lanes = {lane: summarise_lane(mine) for lane in LANES
+             if (mine := [r for r in rows if r["lane"] == lane])}
     on = [r for r in rows if r["lane"] == "on"]
     return {
         "lanes": lanes,

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from conductor.hidden.card import memory_card, session_card
-from conductor.hidden.tail_notes import CountTokens, build_index
+from conductor.hidden.tail_notes import INDEX_BUDGET, CountTokens, build_index
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
@@ -81,10 +81,11 @@ def note_id_of_file(path: str) -> str | None:
 
 
 def _card_and_index(card: str | None, notes: Iterable[Note] | None,
-                    count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
+                    count_tokens: CountTokens, index_budget: int = INDEX_BUDGET
+                    ) -> tuple[str, tuple[str, ...]] | None:
     """`card`, then the index of `notes`: one hidden message's text and the listed ids."""
     parts: list[str] = [card] if card else []
-    index = build_index(notes, count_tokens) if notes else None
+    index = build_index(notes, count_tokens, index_budget) if notes else None
     if index is not None:
         parts.append(index.text)
     if not parts:
@@ -93,15 +94,20 @@ def _card_and_index(card: str | None, notes: Iterable[Note] | None,
 
 
 def build_shared_context(card: bool, notes: Iterable[Note] | None,
-                         count_tokens: CountTokens) -> SharedContext | None:
-    """The card (when the request may write) and the index of `notes` (when it reads;
-    None means it does not); None when there is nothing to show."""
-    built = _card_and_index(memory_card() if card else None, notes, count_tokens)
+                         count_tokens: CountTokens,
+                         index_budget: int = INDEX_BUDGET) -> SharedContext | None:
+    """The card (when the request may write) and the index of `notes` within
+    `index_budget` tokens (when it reads; None means it does not); None when there is
+    nothing to show."""
+    built = _card_and_index(memory_card() if card else None, notes, count_tokens,
+                            index_budget)
     return SharedContext.of(*built) if built is not None else None
 
 
 def build_session_tail(token: str | None, notes: Iterable[Note] | None,
                        count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
     """The session's own hidden tail: its memory-routes token and an index of the notes
-    written in this session (after a miss, so they are not lost with the old prompt)."""
+    written in this session (after a miss, so they are not lost with the old prompt).
+    Always within the default budget: a session's own notes are few, and a profile that
+    shows no shared index still lets the model see what it wrote."""
     return _card_and_index(session_card(token) if token else None, notes, count_tokens)

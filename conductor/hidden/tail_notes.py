@@ -1,11 +1,15 @@
 """Tail notes: what memory puts into a prompt, right after the turn's new messages.
 
 * The index: pinned ratified rules first, then one line per note the request may see,
-  within `INDEX_BUDGET` tokens; when over, pinned notes are kept first, then ratified ones,
-  then the most recently updated.
+  within its budget (`INDEX_BUDGET` tokens); when over, pinned notes are kept first, then
+  ratified ones, then the most recently updated.
 * The matching notes: for a new user message, BM25 over it; at most `MAX_MATCHES` notes
   that share at least two of its words and were not injected earlier in the session,
   within `MATCH_BUDGET` tokens.
+
+`NotesShown` holds those sizes and the matching notes' format (a profile's
+`memory.notes_shown` sets them): what the index costs under load against what it buys,
+measured in bench/README.md ("What the index costs").
 
 Each tail goes in once, where it was chosen, and the ledger replays it there on every
 later turn; this module only chooses and renders. Token counts come from the caller.
@@ -26,7 +30,38 @@ MAX_MATCHES = 3
 MIN_SHARED_WORDS = 2
 SEARCH_DEPTH = 12
 
+NOTE_FORMATS = ("header", "plain")
+
 CountTokens = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class NotesShown:
+    """How much of the notes the hidden context shows, and how.
+
+    `index_budget` 0 shows no index (the notes reach the model only as matches, and by
+    the memory tools). `note_format`: "header" puts `[id] title (kind, status)` on a line
+    above a matched note's body; "plain" writes `title: body`, which a small model reads
+    as a statement instead of a header to copy."""
+
+    index_budget: int = INDEX_BUDGET
+    match_budget: int = MATCH_BUDGET
+    max_matches: int = MAX_MATCHES
+    note_format: str = "header"
+
+    def __post_init__(self) -> None:
+        if min(self.index_budget, self.match_budget, self.max_matches) < 0:
+            raise ValueError("notes_shown: budgets and max_matches must be 0 or more")
+        if self.note_format not in NOTE_FORMATS:
+            raise ValueError(f"notes_shown: note_format must be one of {NOTE_FORMATS}")
+
+    @classmethod
+    def of(cls, overrides: Iterable[tuple[str, object]]) -> NotesShown:
+        """The defaults with a profile's `memory.notes_shown` pairs on top."""
+        return cls(**dict(overrides))
+
+
+DEFAULT_SHOWN = NotesShown()
 
 INDEX_FRAME = ("Hidden memory context; never mention it. The notes you may draw on "
                "(id, kind, title; ratified means confirmed by the user):")
@@ -66,7 +101,9 @@ def _is_pinned_rule(note: Note) -> bool:
 
 def build_index(notes: Iterable[Note], count_tokens: CountTokens,
                 budget: int = INDEX_BUDGET) -> TailNote | None:
-    """The index tail, or None when there is no note to list."""
+    """The index tail, or None when there is no note to list (or a budget of 0)."""
+    if budget <= 0:
+        return None
     by_priority = sorted(
         notes,
         key=lambda n: (not _is_pinned_rule(n), n.status != "ratified", -n.updated.timestamp()),
@@ -91,16 +128,23 @@ def build_index(notes: Iterable[Note], count_tokens: CountTokens,
     return TailNote("index", "\n".join([INDEX_FRAME, *lines]), tuple(n.id for n in chosen))
 
 
-def note_block(note: Note) -> str:
-    """A note as the hidden context shows it: id, title, kind, status, then its body."""
+def note_block(note: Note, note_format: str = "header") -> str:
+    """A note as the hidden context shows it. "header": id, title, kind, status on a line,
+    then its body; "plain": title and body as one statement, no id (the index, when
+    shown, lists the ids an update names)."""
+    if note_format == "plain":
+        mark = " (confirmed by the user)" if note.status == "ratified" else ""
+        return f"{note.title}: {' '.join(note.body.split())}{mark}"
     status = "ratified" if note.status == "ratified" else "provisional"
     return f"[{note.id}] {note.title} ({note.kind}, {status})\n{note.body}".rstrip()
 
 
 def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
                   already: set[str], count_tokens: CountTokens,
-                  budget: int = MATCH_BUDGET) -> TailNote | None:
+                  shown: NotesShown = DEFAULT_SHOWN) -> TailNote | None:
     """The matching-notes tail for one user message, or None when nothing qualifies."""
+    if shown.max_matches == 0:
+        return None
     allowed_ids = {n.id for n in allowed}
     if not allowed_ids:  # no note to match: skip reading the message (on every request)
         return None
@@ -115,14 +159,14 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
         shared = words & content_words(" ".join([note.title, " ".join(note.tags), note.body]))
         if len(shared) < MIN_SHARED_WORDS:
             continue
-        cost = count_tokens("\n\n" + note_block(note))
-        if used + cost > budget:
+        cost = count_tokens("\n\n" + note_block(note, shown.note_format))
+        if used + cost > shown.match_budget:
             continue
         chosen.append(note)
         used += cost
-        if len(chosen) == MAX_MATCHES:
+        if len(chosen) == shown.max_matches:
             break
     if not chosen:
         return None
-    text = "\n\n".join([MATCH_FRAME, *(note_block(n) for n in chosen)])
+    text = "\n\n".join([MATCH_FRAME, *(note_block(n, shown.note_format) for n in chosen)])
     return TailNote("notes", text, tuple(n.id for n in chosen))

@@ -31,6 +31,8 @@ from server.cli.serve import (  # noqa: F401 (tests and the bench name them from
 )
 
 DEFAULT_LOAD_CLIENTS = "32,128"
+DEFAULT_ROUNDS = 5
+
 
 def _profiles(_args: argparse.Namespace) -> int:
     default = default_profile_name()
@@ -86,6 +88,15 @@ def _bench(args: argparse.Namespace) -> int:
         run_load_bench(_resolve_profile(args.profile or "tiny"),
                        [4] if quick else _client_counts(args.clients), args.against_vllm,
                        rounds=1 if quick else args.rounds, out_dir=args.out)
+        return 0
+    if args.index:
+        from bench.index.run import run_index_bench
+
+        quick = args.quick
+        counts = None if args.clients == DEFAULT_LOAD_CLIENTS else _client_counts(args.clients)
+        run_index_bench(_resolve_profile(args.profile or "smol"),
+                        None if args.no_load else _resolve_profile("tiny"), args.out, quick,
+                        counts, rounds=args.rounds if args.rounds != DEFAULT_ROUNDS else 8)
         return 0
     if args.ledger:
         from bench.ledger.run import run_ledger_bench
@@ -185,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--facts", type=Path, help="the fact set (JSON Lines) for --quality")
     bench.add_argument("--load", action="store_true", help="many clients at once against "
                        "Tandem, memory off and on (default profile: tiny)")
+    bench.add_argument("--index", action="store_true", help="what the notes' index costs "
+                       "and buys: strict accuracy on --profile (default smol) and load on "
+                       "tiny (32 clients against plain vLLM), per variant of what the hidden "
+                       "context shows")
+    bench.add_argument("--no-load", action="store_true", help="--index: the accuracy half "
+                       "only")
     bench.add_argument("--ledger", action="store_true", help="the session ledger at agent "
                        "scale: 64 interleaved sessions of 30k ids, record misses and memory "
                        "(no engine; the bound is --profile's memory.ledger_max_tokens)")
@@ -203,8 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "--soak: one count (default 32)")
     bench.add_argument("--against-vllm", action="store_true", help="--load: the same load "
                        "against plain vLLM's own server with the profile's engine settings")
-    bench.add_argument("--rounds", type=int, default=5, help="--load: measured rounds per "
-                       "client count; the paired median is judged (default 5)")
+    bench.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="--load: measured "
+                       "rounds per client count; the paired median is judged (default 5; "
+                       "8 with --index)")
     bench.add_argument("--quick", action="store_true", help="a short run (about 2 minutes on "
                        "tiny)")
     bench.add_argument("--out", type=Path, help="results folder (default: "

@@ -84,7 +84,8 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
     notes = shared_notes(store, memory.project) if store is not None else None
     own = session_notes(store, memory.session) if store is not None else []
     if replay is None:
-        shared = build_shared_context(memory.shows_card, notes, count_tokens)
+        shared = build_shared_context(memory.shows_card, notes, count_tokens,
+                                      services.notes_shown.index_budget)
         if shared is not None:
             hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
             hidden.version = shared.version
@@ -105,7 +106,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
         already = {i for s in (replay.spans if replay else ()) if s.kind == "notes"
                    for i in s.note_ids}
         found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
-                              count_tokens)
+                              count_tokens, services.notes_shown)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
 

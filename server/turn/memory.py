@@ -20,6 +20,7 @@ from conductor.hidden.shared_context import (
     build_shared_context,
     shared_notes,
 )
+from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
@@ -211,6 +212,7 @@ class MemoryServices:
     home: Path
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
+    notes_shown: NotesShown = DEFAULT_SHOWN  # the index's budget, the matches' size and format
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
@@ -285,4 +287,5 @@ class MemoryServices:
         store = self.store(user)
         with store.one_scan():
             notes = shared_notes(store, project) if reads else None
-            return build_shared_context(card, notes, count_tokens)
+            return build_shared_context(card, notes, count_tokens,
+                                        self.notes_shown.index_budget)

@@ -54,3 +54,53 @@ def test_matching_notes_stay_within_their_budget(tmp_path):
     assert words(found.text) <= MATCH_BUDGET
     assert build_matches(store, "why is the kafka consumer lag high", store.list(),
                          set(found.note_ids), words).note_ids not in (found.note_ids,)
+
+
+def test_an_index_budget_of_zero_shows_no_index():
+    assert build_index([note(1), note(2)], words, budget=0) is None
+
+
+def _store_with_lag_notes(tmp_path, count: int):
+    from conductor.notes import NoteStore
+
+    store = NoteStore(tmp_path / "memory", "tester")
+    for n in range(count):
+        assert store.add(title=f"kafka consumer lag {n}", body=f"kafka consumer lag fix {n}",
+                         kind="gotcha", scope="user", source="cli").ok
+    return store
+
+
+def test_the_plain_format_shows_a_note_as_a_statement_without_its_id(tmp_path):
+    from conductor.hidden.tail_notes import NotesShown, build_matches
+
+    store = _store_with_lag_notes(tmp_path, 1)
+    header = build_matches(store, "kafka consumer lag again", store.list(), set(), words)
+    plain = build_matches(store, "kafka consumer lag again", store.list(), set(), words,
+                          NotesShown(note_format="plain"))
+    note_id = header.note_ids[0]
+    assert f"[{note_id}] kafka consumer lag 0 (gotcha, provisional)" in header.text
+    assert "kafka consumer lag 0: kafka consumer lag fix 0" in plain.text
+    assert note_id not in plain.text and plain.note_ids == header.note_ids
+
+
+def test_max_matches_caps_the_matching_notes_and_zero_shows_none(tmp_path):
+    from conductor.hidden.tail_notes import NotesShown, build_matches
+
+    store = _store_with_lag_notes(tmp_path, 4)
+    ask = "kafka consumer lag again"
+    assert len(build_matches(store, ask, store.list(), set(), words).note_ids) == 3
+    one = build_matches(store, ask, store.list(), set(), words, NotesShown(max_matches=1))
+    assert len(one.note_ids) == 1
+    assert build_matches(store, ask, store.list(), set(), words,
+                         NotesShown(max_matches=0)) is None
+
+
+def test_notes_shown_refuses_a_negative_size_or_an_unknown_format():
+    import pytest
+
+    from conductor.hidden.tail_notes import NotesShown
+
+    with pytest.raises(ValueError):
+        NotesShown(index_budget=-1)
+    with pytest.raises(ValueError):
+        NotesShown(note_format="fancy")

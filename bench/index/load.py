@@ -1,0 +1,71 @@
+"""The index bench's load half: the load bench's clients (bench/load/clients.py) against
+plain vLLM, Tandem memory on with an empty store, and Tandem memory on for a user with the
+quality bench's 40 notes once per variant of what the hidden context shows; the rounds
+interleaved as the load bench's are, ratios to vLLM as paired medians."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench.index.variants import Variant, profile_file
+from bench.load.run import (
+    Lane,
+    measure_interleaved,
+    paired_ratios,
+    ratio_medians,
+    tandem_server,
+    vllm_server,
+)
+from bench.quality.facts import Fact
+from engine.profiles import Profile
+
+EMPTY = "memory_on_empty"  # memory on, no notes: the floor every variant stands on
+GROUP = 2  # variants up at once, beside vLLM (and, first, memory on with no notes)
+
+
+def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Variant],
+                 client_counts: list[int], rounds: int, folder: Path,
+                 progress: Callable[[str], None]) -> dict[str, Any]:
+    """The variants in groups of `GROUP`, each group beside its own plain vLLM (a tiny
+    server holds about 4 GB: eight at once would not fit this machine's 24); the first
+    group also beside memory on with an empty store. Each lane's rounds
+    (bench.load.run.measure_interleaved) and its paired ratio to its group's vLLM."""
+    groups: list[dict[str, Any]] = []
+    to: dict[str, dict[str, Any]] = {}
+    for first in range(0, len(variants), GROUP):
+        chosen = variants[first:first + GROUP]
+        starts: list[tuple[str, Callable[[], Any]]] = [("vllm", lambda: vllm_server(profile))]
+        if first == 0:
+            starts.append((EMPTY, lambda: tandem_server(profile, "on")))
+        for variant in chosen:
+            path = profile_file(profile, variant.notes_shown, folder / variant.name)
+            starts.append((variant.name,
+                           lambda path=path: tandem_server(profile, "on", facts, path)))
+        with ExitStack() as stack:
+            lanes: dict[str, Lane] = {}
+            for name, start in starts:
+                progress(f"starting {name}")
+                lanes[name] = Lane(stack.enter_context(start()))
+            servers = measure_interleaved(lanes, profile.name, client_counts, rounds,
+                                          progress)
+        groups.append(servers)
+        to |= to_vllm(servers)
+    return {"groups": groups, "to_vllm": to}
+
+
+def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per lane and client count: the paired medians of wall and p95 TTFT over vLLM's,
+    every paired wall ratio (the spread) and the mean prompt the server counted."""
+    out: dict[str, dict[str, Any]] = {}
+    for lane, by_clients in servers.items():
+        if lane == "vllm":
+            continue
+        out[lane] = {}
+        for clients, figures in by_clients.items():
+            walls, ttfts = paired_ratios(figures["rounds"], servers["vllm"][clients]["rounds"])
+            out[lane][clients] = {**ratio_medians(walls, ttfts), "wall_ratios": walls,
+                                  "prompt_tokens_mean": figures["best"]["prompt_tokens_mean"]}
+    return out

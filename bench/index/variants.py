@@ -1,0 +1,60 @@
+"""The index bench's variants: how much of a lived-in store (the quality bench's 40 notes
+and their revisions) the hidden context shows, and in which format. Each is a profile's
+`memory.notes_shown` (conductor/hidden/tail_notes.NotesShown), served as a user would
+serve it: in a profile file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from engine.profiles import Profile, load_profile_file
+
+Pairs = tuple[tuple[str, int | str], ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    notes_shown: Pairs  # on top of the defaults; () is the default itself
+    about: str
+
+
+DEFAULT = "index1500-header"
+VARIANTS: tuple[Variant, ...] = (
+    Variant(DEFAULT, (), "the default before this bench: an index of up to 1,500 tokens, "
+            "matches under a `[id] title (kind, status)` header"),
+    Variant("index500-header", (("index_budget", 500),), "a third of the index"),
+    Variant("index0-header", (("index_budget", 0),), "no index: matches only"),
+    Variant("index1500-plain", (("note_format", "plain"),),
+            "the whole index, matches as `title: body`"),
+    Variant("index0-plain", (("index_budget", 0), ("note_format", "plain")),
+            "no index, plain matches"),
+    Variant("index0-plain-1match", (("index_budget", 0), ("note_format", "plain"),
+                                    ("max_matches", 1)), "no index, one plain match"),
+)
+QUICK_VARIANTS = (VARIANTS[0], VARIANTS[4])
+
+
+def variant_named(name: str) -> Variant:
+    for variant in VARIANTS:
+        if variant.name == name:
+            return variant
+    raise KeyError(f"no index variant {name!r} (known: {', '.join(v.name for v in VARIANTS)})")
+
+
+def profile_file(profile: Profile, notes_shown: Pairs, folder: Path) -> Path:
+    """`profile`'s YAML with `memory.notes_shown` set, written as `<folder>/<name>.yaml`
+    (the same name, so the server answers to the same model name); loaded back once so a
+    bad variant fails here, not in a server's start."""
+    raw = yaml.safe_load(profile.path.read_text()) or {}
+    memory = dict(raw.get("memory") or {})
+    memory["notes_shown"] = dict(notes_shown)
+    raw["memory"] = memory
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{profile.name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    load_profile_file(path)
+    return path

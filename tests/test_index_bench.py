@@ -1,0 +1,79 @@
+"""The index bench (bench/index/): its variants served from profile files, the accuracy
+half on the session's engine, and the verdicts, report and plot from the figures."""
+
+from __future__ import annotations
+
+from bench.index.run import DEFAULT, markdown, plot, verdicts
+from bench.index.variants import QUICK_VARIANTS, VARIANTS, profile_file
+
+
+def test_each_variant_is_a_profile_file_that_serves_its_notes_shown(tmp_path):
+    from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
+    from engine.profiles import load_profile, load_profile_file
+
+    tiny = load_profile("tiny")
+    seen = set()
+    for variant in VARIANTS:
+        path = profile_file(tiny, variant.notes_shown, tmp_path / variant.name)
+        served = load_profile_file(path)
+        assert served.name == "tiny" and served.model == tiny.model
+        assert served.memory.mode == tiny.memory.mode
+        seen.add(NotesShown.of(served.memory.notes_shown))
+    assert len(seen) == len(VARIANTS)  # no two variants serve the same thing
+    assert NotesShown.of(next(v for v in VARIANTS if v.name == DEFAULT).notes_shown) \
+        == DEFAULT_SHOWN
+
+
+def test_the_accuracy_half_asks_every_question_in_every_variant(served, engine, tmp_path):
+    """The harness, not the accuracy: the tiny model's answers are noise. The variant
+    without an index prompts fewer tokens than the default."""
+    from bench.index.accuracy import measure_accuracy
+    from bench.quality.facts import FACTS, load_facts
+
+    facts = load_facts(FACTS)[:3]
+    results = served.run(measure_accuracy(engine, tmp_path / "home", facts, QUICK_VARIANTS,
+                                          4, lambda _m: None), timeout=300)
+    names = [v.name for v in QUICK_VARIANTS]
+    assert sorted((r["item"], r["lane"]) for r in results["rows"]) == sorted(
+        (n, name) for n in range(3) for name in names)
+    lean, full = (results["by_variant"][name] for name in (names[1], names[0]))
+    assert lean["prompt_tokens_mean"] < full["prompt_tokens_mean"]
+    assert {"accuracy", "by_kind", "copies_markup"} <= set(full)
+
+
+def _load(walls: dict[str, float]) -> dict:
+    return {"to_vllm": {name: {"32": {"wall_ratio_median": wall, "ttft_p95_ratio_median": wall,
+                                      "wall_ratios": [wall - 0.02, wall, wall + 0.03],
+                                      "prompt_tokens_mean": 900.0}}
+                        for name, wall in walls.items()}}
+
+
+def _accuracy(values: dict[str, float]) -> dict:
+    return {"by_variant": {name: {"accuracy": value, "by_kind": {"single": value},
+                                  "copies_markup": 1, "prompt_tokens_mean": 500.0}
+                           for name, value in values.items()}}
+
+
+def test_a_variant_meets_the_bar_only_fast_enough_and_accurate_enough(tmp_path):
+    accuracy = _accuracy({DEFAULT: 0.30, "fast-and-good": 0.27, "fast-but-worse": 0.20,
+                          "slow-but-good": 0.40})
+    load = _load({DEFAULT: 1.40, "fast-and-good": 1.08, "fast-but-worse": 1.02,
+                  "slow-but-good": 1.25})
+    found = verdicts(accuracy, load)
+    assert {n for n, v in found.items() if v["meets_both"]} == {"fast-and-good"}
+    assert found["fast-but-worse"]["within_load_target"] is True
+    assert found["fast-but-worse"]["within_accuracy_margin"] is False
+    assert found["slow-but-good"]["within_load_target"] is False
+    results = {"bench": {"started_at": "now", "items": 4, "max_tokens": 8,
+                         "accuracy_profile": "smol", "load_profile": "tiny", "clients": [32],
+                         "rounds": 3}, "accuracy": accuracy, "load": load, "verdicts": found}
+    text = markdown(results)
+    assert "| fast-and-good | 0.27 |" in text and "| 1.08x |" in text
+    plot(results, tmp_path / "index.png")
+    assert (tmp_path / "index.png").stat().st_size > 1000
+
+
+def test_without_the_load_half_no_variant_is_said_to_meet_the_bar():
+    found = verdicts(_accuracy({DEFAULT: 0.3, "other": 0.3}), None)
+    assert all(v["within_load_target"] is None and not v["meets_both"]
+               for v in found.values())
