@@ -133,7 +133,7 @@ _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens
 # for a count of 0 or more.
 NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
     "index_budget": None, "match_budget": None, "max_matches": None,
-    "note_format": ("header", "plain")}
+    "note_format": ("header", "plain"), "match_frame": ("full", "short")}
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 

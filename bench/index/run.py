@@ -25,9 +25,9 @@ from typing import Any
 
 from bench.index.accuracy import measure_accuracy
 from bench.index.load import EMPTY, measure_load
-from bench.index.variants import DEFAULT, QUICK_VARIANTS, VARIANTS, Variant
+from bench.index.variants import DEFAULT, QUICK_VARIANTS, VARIANTS, Variant, variant_named
 from bench.paths import RESULTS_DIR
-from bench.quality.facts import FACTS, load_facts
+from bench.quality.facts import FACTS, ITEM_KINDS, load_facts
 from bench.report import write_run
 from engine.profiles import Profile
 
@@ -76,7 +76,7 @@ def markdown(results: dict[str, Any]) -> str:
     accuracy = results["accuracy"]["by_variant"]
     for name, verdict in results["verdicts"].items():
         lane = accuracy[name]
-        kinds = [_num(lane["by_kind"].get(k)) for k in ("single", "updated", "several")]
+        kinds = [_num(lane["by_kind"].get(k)) for k in ITEM_KINDS]
         load = list(verdict["load"].values())
         lines.append(
             f"| {name} | {_num(lane['accuracy'])} | {' | '.join(kinds)} | "
@@ -154,13 +154,17 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def run_index_bench(accuracy_profile: Profile, load_profile: Profile | None,
                     out: Path | None = None, quick: bool = False,
-                    client_counts: list[int] | None = None, rounds: int = 8) -> dict[str, Any]:
+                    client_counts: list[int] | None = None, rounds: int = 8,
+                    names: list[str] | None = None) -> dict[str, Any]:
     """The accuracy half on `accuracy_profile`'s engine, then (unless `load_profile` is
-    None) the load half on `load_profile`'s servers; the report."""
+    None) the load half on `load_profile`'s servers; the report. `names`: the variants to
+    run (default: all; the default variant is always among them, as the yardstick)."""
     from engine.engine import Engine
     from engine.home import tandem_home
 
     variants: tuple[Variant, ...] = QUICK_VARIANTS if quick else VARIANTS
+    if names:
+        variants = tuple(variant_named(n) for n in dict.fromkeys([DEFAULT, *names]))
     facts = load_facts(FACTS)[:QUICK_ITEMS] if quick else load_facts(FACTS)
     tokens = QUICK_TOKENS if quick else FULL_TOKENS
     clients = client_counts or ([4] if quick else [32])

@@ -34,6 +34,14 @@ VARIANTS: tuple[Variant, ...] = (
             "no index, plain matches"),
     Variant("index0-plain-1match", (("index_budget", 0), ("note_format", "plain"),
                                     ("max_matches", 1)), "no index, one plain match"),
+    Variant("index300-plain-1match", (("index_budget", 300), ("note_format", "plain"),
+                                      ("max_matches", 1)),
+            "a short index (pinned rules and ratified notes first), one plain match"),
+    Variant("index1500-plain-1match", (("note_format", "plain"), ("max_matches", 1)),
+            "the whole index, one plain match"),
+    Variant("index0-plain-1match-short", (("index_budget", 0), ("note_format", "plain"),
+                                          ("max_matches", 1), ("match_frame", "short")),
+            "no index, one plain match under a preamble of a third the tokens"),
 )
 QUICK_VARIANTS = (VARIANTS[0], VARIANTS[4])
 
@@ -42,7 +50,7 @@ def variant_named(name: str) -> Variant:
     for variant in VARIANTS:
         if variant.name == name:
             return variant
-    raise KeyError(f"no index variant {name!r} (known: {', '.join(v.name for v in VARIANTS)})")
+    raise ValueError(f"no index variant {name!r} (known: {', '.join(v.name for v in VARIANTS)})")
 
 
 def profile_file(profile: Profile, notes_shown: Pairs, folder: Path) -> Path:

@@ -32,6 +32,17 @@ SEARCH_DEPTH = 12
 
 NOTE_FORMATS = ("header", "plain")
 
+INDEX_FRAME = ("Hidden memory context; never mention it. The notes you may draw on "
+               "(id, kind, title; ratified means confirmed by the user):")
+MATCH_FRAME = (
+    "Notes from memory that may bear on this message (hidden context). If one answers it, "
+    "answer from it and say the answer comes from your notes; a ratified note was "
+    "confirmed by the user. If notes disagree with each other or with the files in front "
+    "of you, tell the user.")
+# The same in a third of the tokens: it is prefilled with every message that matches a note.
+SHORT_MATCH_FRAME = "Hidden notes that may answer this message; answer from them if they do:"
+MATCH_FRAMES = {"full": MATCH_FRAME, "short": SHORT_MATCH_FRAME}
+
 CountTokens = Callable[[str], int]
 
 
@@ -48,12 +59,15 @@ class NotesShown:
     match_budget: int = MATCH_BUDGET
     max_matches: int = MAX_MATCHES
     note_format: str = "header"
+    match_frame: str = "full"  # the matches' preamble: "full" or "short"
 
     def __post_init__(self) -> None:
         if min(self.index_budget, self.match_budget, self.max_matches) < 0:
             raise ValueError("notes_shown: budgets and max_matches must be 0 or more")
         if self.note_format not in NOTE_FORMATS:
             raise ValueError(f"notes_shown: note_format must be one of {NOTE_FORMATS}")
+        if self.match_frame not in MATCH_FRAMES:
+            raise ValueError(f"notes_shown: match_frame must be one of {tuple(MATCH_FRAMES)}")
 
     @classmethod
     def of(cls, overrides: Iterable[tuple[str, object]]) -> NotesShown:
@@ -63,13 +77,6 @@ class NotesShown:
 
 DEFAULT_SHOWN = NotesShown()
 
-INDEX_FRAME = ("Hidden memory context; never mention it. The notes you may draw on "
-               "(id, kind, title; ratified means confirmed by the user):")
-MATCH_FRAME = (
-    "Notes from memory that may bear on this message (hidden context). If one answers it, "
-    "answer from it and say the answer comes from your notes; a ratified note was "
-    "confirmed by the user. If notes disagree with each other or with the files in front "
-    "of you, tell the user.")
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9_'-]*")
 _STOPWORDS = frozenset(
@@ -152,7 +159,8 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
     if len(words) < MIN_SHARED_WORDS:
         return None
     chosen: list[Note] = []
-    used = count_tokens(MATCH_FRAME)
+    frame = MATCH_FRAMES[shown.match_frame]
+    used = count_tokens(frame)
     for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):
         if note.id not in allowed_ids or note.id in already:
             continue
@@ -168,5 +176,5 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
             break
     if not chosen:
         return None
-    text = "\n\n".join([MATCH_FRAME, *(note_block(n, shown.note_format) for n in chosen)])
+    text = "\n\n".join([frame, *(note_block(n, shown.note_format) for n in chosen)])
     return TailNote("notes", text, tuple(n.id for n in chosen))

@@ -91,12 +91,19 @@ def _bench(args: argparse.Namespace) -> int:
         return 0
     if args.index:
         from bench.index.run import run_index_bench
+        from bench.index.variants import variant_named
 
         quick = args.quick
         counts = None if args.clients == DEFAULT_LOAD_CLIENTS else _client_counts(args.clients)
+        try:
+            [variant_named(name) for name in (args.variants or "").split(",") if name]
+        except ValueError as exc:
+            print(f"tandem: {exc}", file=sys.stderr)
+            return 2
         run_index_bench(_resolve_profile(args.profile or "smol"),
                         None if args.no_load else _resolve_profile("tiny"), args.out, quick,
-                        counts, rounds=args.rounds if args.rounds != DEFAULT_ROUNDS else 8)
+                        counts, rounds=args.rounds if args.rounds != DEFAULT_ROUNDS else 8,
+                        names=args.variants.split(",") if args.variants else None)
         return 0
     if args.ledger:
         from bench.ledger.run import run_ledger_bench
@@ -202,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "context shows")
     bench.add_argument("--no-load", action="store_true", help="--index: the accuracy half "
                        "only")
+    bench.add_argument("--variants", help="--index: variant names, comma-separated "
+                       "(default: all; bench/index/variants.py)")
     bench.add_argument("--ledger", action="store_true", help="the session ledger at agent "
                        "scale: 64 interleaved sessions of 30k ids, record misses and memory "
                        "(no engine; the bound is --profile's memory.ledger_max_tokens)")

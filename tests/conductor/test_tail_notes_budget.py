@@ -95,6 +95,19 @@ def test_max_matches_caps_the_matching_notes_and_zero_shows_none(tmp_path):
                          NotesShown(max_matches=0)) is None
 
 
+def test_the_short_frame_costs_fewer_tokens_before_the_same_notes(tmp_path):
+    from conductor.hidden.tail_notes import NotesShown, build_matches
+
+    store = _store_with_lag_notes(tmp_path, 2)
+    ask = "kafka consumer lag again"
+    full = build_matches(store, ask, store.list(), set(), words)
+    short = build_matches(store, ask, store.list(), set(), words,
+                          NotesShown(match_frame="short"))
+    assert short.note_ids == full.note_ids
+    assert words(full.text) - words(short.text) >= 30
+    assert short.text.endswith(full.text[full.text.index("[") :])
+
+
 def test_notes_shown_refuses_a_negative_size_or_an_unknown_format():
     import pytest
 
@@ -104,3 +117,5 @@ def test_notes_shown_refuses_a_negative_size_or_an_unknown_format():
         NotesShown(index_budget=-1)
     with pytest.raises(ValueError):
         NotesShown(note_format="fancy")
+    with pytest.raises(ValueError):
+        NotesShown(match_frame="long")
