@@ -23,14 +23,14 @@ from bench.quality.facts import Fact
 from engine.profiles import Profile
 
 EMPTY = "memory_on_empty"  # memory on, no notes: the floor every variant stands on
-GROUP = 2  # variants up at once, beside vLLM (and, first, memory on with no notes)
+GROUP = 3  # variants up at once, beside vLLM (and, first, memory on with no notes)
 
 
 def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Variant],
                  client_counts: list[int], rounds: int, folder: Path,
                  progress: Callable[[str], None]) -> dict[str, Any]:
     """The variants in groups of `GROUP`, each group beside its own plain vLLM (a tiny
-    server holds about 4 GB: eight at once would not fit this machine's 24); the first
+    server and its engine take about 3 GB: nine at once would not fit in 24); the first
     group also beside memory on with an empty store. Each lane's rounds
     (bench.load.run.measure_interleaved) and its paired ratio to its group's vLLM."""
     groups: list[dict[str, Any]] = []
