@@ -53,6 +53,8 @@ class MemorySettings:
     allowed_roots: tuple[Path, ...] = ()
     # (key, value) pairs of memory.notes_shown, checked; the server fills in the rest
     notes_shown: tuple[tuple[str, int | str], ...] = ()
+    # (key, value) pairs of memory.prefetch, checked; the server fills in the rest
+    prefetch: tuple[tuple[str, int | str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,13 +129,17 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
-                "search", "ledger_max_tokens", "notes_shown")
+                "search", "ledger_max_tokens", "notes_shown", "prefetch")
 # memory.notes_shown: what the hidden context shows of the notes (the server's
 # conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
 # for a count of 0 or more.
 NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
     "index_budget": None, "match_budget": None, "max_matches": None,
     "note_format": ("header", "plain"), "match_frame": ("full", "short")}
+# memory.prefetch: the notes chosen after a turn and prefilled in idle time (the server's
+# conductor.hidden.prefetch.PrefetchLimits holds the defaults); 0 notes turns it off.
+PREFETCH_KEYS: dict[str, tuple[str, ...] | None] = {
+    "notes": None, "budget": None, "session_cap": None}
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 
@@ -216,21 +222,25 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
         qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
         allowed_roots=_allowed_roots(path, search.get("allowed_roots")),
-        notes_shown=_notes_shown(path, raw.get("notes_shown") or {}), **sizes,
+        notes_shown=_settings(path, "notes_shown", raw.get("notes_shown") or {},
+                              NOTES_SHOWN_KEYS),
+        prefetch=_settings(path, "prefetch", raw.get("prefetch") or {}, PREFETCH_KEYS),
+        **sizes,
     )
 
 
-def _notes_shown(path: Path, raw: Any) -> tuple[tuple[str, int | str], ...]:
-    """`memory.notes_shown`: the index's budget and the matching notes' count, budget and
-    format, each checked here so a bad value names its key at load."""
-    _check_type(path, "memory.notes_shown", raw, (dict,))
+def _settings(path: Path, section: str, raw: Any,
+              known: dict[str, tuple[str, ...] | None]) -> tuple[tuple[str, int | str], ...]:
+    """`memory.<section>` (notes_shown, prefetch): each key's value checked here, a choice
+    or a count of 0 or more, so a bad value names its key at load."""
+    _check_type(path, f"memory.{section}", raw, (dict,))
     out: list[tuple[str, int | str]] = []
     for key, value in raw.items():
-        if key not in NOTES_SHOWN_KEYS:
-            raise ProfileError(f"{path}: unknown key 'memory.notes_shown.{key}' (known: "
-                               f"{', '.join(NOTES_SHOWN_KEYS)})")
-        choices = NOTES_SHOWN_KEYS[key]
-        name = f"memory.notes_shown.{key}"
+        if key not in known:
+            raise ProfileError(f"{path}: unknown key 'memory.{section}.{key}' (known: "
+                               f"{', '.join(known)})")
+        choices = known[key]
+        name = f"memory.{section}.{key}"
         if choices is not None:
             _check_type(path, name, value, (str,))
             _choice(path, name, value, choices)

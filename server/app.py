@@ -15,6 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.background.nightly import nightly_loop
+from conductor.hidden.prefetch import PrefetchLimits
 from conductor.hidden.tail_notes import NotesShown
 from conductor.ledger.records import Ledger
 from conductor.storage.recovery import recover
@@ -27,6 +28,7 @@ from server.access.browser_guard import BrowserGuard, BrowserPolicy
 from server.access.key_check import KeyCheckAndCount
 from server.access.keys import KeyStore
 from server.background.jobs import JobService
+from server.background.prefetch import PrefetchService
 from server.background.prewarm import PrewarmService
 from server.background.search import SearchService
 from server.background.writer import WriterService
@@ -69,6 +71,7 @@ class ServerState:
     writer_policy: WriterPolicy | None = None  # proxy mode on a paid backend
     writer: WriterService | None = None
     prewarm: PrewarmService | None = None
+    prefetch: PrefetchService | None = None
     jobs: JobService | None = None
     search: SearchService | None = None
     tools: EngineToolbox | None = None
@@ -89,6 +92,7 @@ class ServerState:
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
                                     self.writer_policy)
         self.prewarm = PrewarmService(self.memory, engine)
+        self.prefetch = PrefetchService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
                                     qdrant_url=self.profile.memory.qdrant_url,
@@ -149,7 +153,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     browser = browser or BrowserPolicy()
     memory = MemoryServices(home, memory_settings or MemorySettings(),
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
-                            notes_shown=NotesShown.of(profile.memory.notes_shown))
+                            notes_shown=NotesShown.of(profile.memory.notes_shown),
+                            prefetch_limits=PrefetchLimits(**dict(profile.memory.prefetch)))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,
@@ -271,8 +276,8 @@ async def _watch_engine(state: ServerState, on_dead: Callable[[], None] | None) 
 
 async def _run_background_when_ready(state: ServerState) -> None:
     """The idle loop of background turns, one at a time, from the moment the engine is
-    ready: prewarms first (cheap, and they make the next session fast), then the writer,
-    then the cognition jobs, then the search index's sync."""
+    ready: prewarms and prefetches first (cheap, and they make the next turn fast), then
+    the writer, then the cognition jobs, then the search index's sync."""
     while state.writer is None or state.prewarm is None or state.jobs is None \
             or state.search is None:
         await asyncio.sleep(0.5)
@@ -280,7 +285,8 @@ async def _run_background_when_ready(state: ServerState) -> None:
         await asyncio.sleep(BACKGROUND_CHECK_S)
         if state.engine_dead:  # a backend that is down: its work waits for it
             continue
-        for name, tick in (("prewarm", state.prewarm.tick), ("writer", state.writer.tick),
+        for name, tick in (("prewarm", state.prewarm.tick),
+                           ("prefetch", state.prefetch.tick), ("writer", state.writer.tick),
                            ("jobs", state.jobs.tick), ("search", state.search.tick)):
             try:
                 await tick()

@@ -12,9 +12,16 @@ def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+# The index, three matches under their header and the full preamble: what every profile
+# showed before `tandem bench --index` (the default now shows no index and one plain
+# match: test_by_default_the_card_goes_alone_and_one_note_matches_as_a_statement)
+LISTED = {"notes_shown": (("index_budget", 1500), ("max_matches", 3),
+                          ("note_format", "header"), ("match_frame", "full"))}
+
+
 @pytest.fixture
 def app(served, tmp_path) -> InProcessApp:
-    return InProcessApp(served, tmp_path)
+    return InProcessApp(served, tmp_path, memory_changes=LISTED)
 
 
 def add(app: InProcessApp, title: str, body: str, kind: str = "reference", **extra):
@@ -87,11 +94,12 @@ def test_matching_notes_need_two_shared_words_and_stop_at_three(app):
     assert "unrelated pnpm" not in titles and "say the answer comes from your notes" in titles
 
 
-def test_a_profile_without_an_index_shows_only_plain_matching_notes(served, tmp_path):
-    """memory.notes_shown: index_budget 0 and note_format plain, served: the card alone in
-    the shared context, and the matching note as `title: body` after the question."""
-    lean = InProcessApp(served, tmp_path, memory_changes={"notes_shown": (
-        ("index_budget", 0), ("note_format", "plain"))})
+def test_by_default_the_card_goes_alone_and_one_note_matches_as_a_statement(served,
+                                                                             tmp_path):
+    """The default memory.notes_shown (no index, one plain match):
+    the card alone in the shared context, the matching note as `title: body` after the
+    question."""
+    lean = InProcessApp(served, tmp_path)  # the default: no index, one plain note
     listed = add(lean, "staging hostname", "staging runs on alpha.internal")
     add(lean, "cache directory", "the cache lives in /var/cache/app")
     lean.chat(user("Where does staging run, which hostname?"), "There.",
@@ -104,7 +112,7 @@ def test_a_profile_without_an_index_shows_only_plain_matching_notes(served, tmp_
     assert notes.note_ids == (listed.id,)
     text = span_text(lean, record, notes)
     assert "staging hostname: staging runs on alpha.internal" in text
-    assert listed.id not in text
+    assert listed.id not in text and "say the answer comes from your notes" in text
 
 
 def test_a_note_goes_in_once_per_session_and_never_on_a_tool_turn(app):

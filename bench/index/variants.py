@@ -18,32 +18,43 @@ Pairs = tuple[tuple[str, int | str], ...]
 @dataclass(frozen=True)
 class Variant:
     name: str
-    notes_shown: Pairs  # on top of the defaults; () is the default itself
+    notes_shown: Pairs  # every key of memory.notes_shown
     about: str
 
 
+# What the hidden context showed before this bench (the yardstick of its accuracy bar);
+# each variant states every key, so the code's defaults can move without moving them.
+BEFORE: dict[str, int | str] = {"index_budget": 1500, "match_budget": 600, "max_matches": 3,
+                                "note_format": "header", "match_frame": "full"}
+
+
+def _shown(**changes: int | str) -> Pairs:
+    return tuple({**BEFORE, **changes}.items())
+
+
 DEFAULT = "index1500-header"
+CHOSEN = "index0-plain-1match"  # the code's defaults since (tail_notes.NotesShown)
 VARIANTS: tuple[Variant, ...] = (
-    Variant(DEFAULT, (), "the default before this bench: an index of up to 1,500 tokens, "
-            "matches under a `[id] title (kind, status)` header"),
-    Variant("index500-header", (("index_budget", 500),), "a third of the index"),
-    Variant("index0-header", (("index_budget", 0),), "no index: matches only"),
-    Variant("index1500-plain", (("note_format", "plain"),),
+    Variant(DEFAULT, _shown(), "the default before this bench: an index of up to 1,500 "
+            "tokens, three matches under a `[id] title (kind, status)` header"),
+    Variant("index500-header", _shown(index_budget=500), "a third of the index"),
+    Variant("index0-header", _shown(index_budget=0), "no index: matches only"),
+    Variant("index1500-plain", _shown(note_format="plain"),
             "the whole index, matches as `title: body`"),
-    Variant("index0-plain", (("index_budget", 0), ("note_format", "plain")),
+    Variant("index0-plain", _shown(index_budget=0, note_format="plain"),
             "no index, plain matches"),
-    Variant("index0-plain-1match", (("index_budget", 0), ("note_format", "plain"),
-                                    ("max_matches", 1)), "no index, one plain match"),
-    Variant("index300-plain-1match", (("index_budget", 300), ("note_format", "plain"),
-                                      ("max_matches", 1)),
+    Variant(CHOSEN, _shown(index_budget=0, note_format="plain", max_matches=1),
+            "no index, one plain match"),
+    Variant("index300-plain-1match", _shown(index_budget=300, note_format="plain",
+                                            max_matches=1),
             "a short index (pinned rules and ratified notes first), one plain match"),
-    Variant("index1500-plain-1match", (("note_format", "plain"), ("max_matches", 1)),
+    Variant("index1500-plain-1match", _shown(note_format="plain", max_matches=1),
             "the whole index, one plain match"),
-    Variant("index0-plain-1match-short", (("index_budget", 0), ("note_format", "plain"),
-                                          ("max_matches", 1), ("match_frame", "short")),
+    Variant("index0-plain-1match-short", _shown(index_budget=0, note_format="plain",
+                                                max_matches=1, match_frame="short"),
             "no index, one plain match under a preamble of a third the tokens"),
 )
-QUICK_VARIANTS = (VARIANTS[0], VARIANTS[4])
+QUICK_VARIANTS = tuple(v for v in VARIANTS if v.name in (DEFAULT, CHOSEN))
 
 
 def variant_named(name: str) -> Variant:

@@ -13,14 +13,19 @@ import httpx
 
 from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
 from bench.lanes.probe import EngineProbe
+from conductor.hidden.tail_notes import build_matches
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
 USER = "bench"
-MODES = ("off", "shadow", "on", "naive")  # naive: memory off, every note in the system prompt
-TAIL_KINDS = ("shared", "session", "notes")
+# naive: memory off, every note in the system prompt; prefetch: memory on with the notes a
+# conversation is likely to need next prefilled in idle time after each turn (issue 40;
+# `on` runs without it)
+MODES = ("off", "shadow", "on", "naive", "prefetch")
+TAIL_KINDS = ("shared", "session", "notes", "prefetch")
+PREFETCH_OFF = (("notes", 0),)
 
 
 @dataclass
@@ -53,6 +58,33 @@ class TurnResult:
 
 
 @dataclass
+class PrefetchTally:
+    """The prefetch lane's guesses: notes prefetched (with their share of the hidden
+    message's tokens) and which of them a later message of the session matched."""
+
+    notes: dict[str, float] = field(default_factory=dict)  # note id -> tokens
+    hits: set[str] = field(default_factory=set)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def fetched(self, note_ids: tuple[str, ...], tokens: int, outcome: str) -> None:
+        self.runs.append({"notes": len(note_ids), "tokens": tokens, "outcome": outcome})
+        if outcome == "done":
+            for note_id in note_ids:
+                self.notes[note_id] = tokens / len(note_ids)
+
+    def message(self, would_match: set[str]) -> None:
+        self.hits |= would_match & set(self.notes)
+
+    def as_dict(self) -> dict[str, Any]:
+        wasted = sum(t for n, t in self.notes.items() if n not in self.hits)
+        return {"runs": self.runs, "prefetched_notes": len(self.notes),
+                "hit_notes": len(self.hits),
+                "hit_rate": len(self.hits) / len(self.notes) if self.notes else None,
+                "prefetched_tokens": round(sum(self.notes.values())),
+                "wasted_tokens": round(wasted)}
+
+
+@dataclass
 class Conversation:
     """One session of a lane: its id, the history the client keeps, tail tokens so far."""
 
@@ -67,9 +99,11 @@ class Lane:
     def __init__(self, mode: str, probe: EngineProbe, home: Path, nonce: str,
                  generation: dict[str, Any]) -> None:
         profile: Profile = probe.profile
-        app_mode = "off" if mode == "naive" else mode
+        app_mode = {"naive": "off", "prefetch": "on"}.get(mode, mode)
         # The writer stays off here: background turns are measured on their own.
-        memory = dataclasses.replace(profile.memory, mode=app_mode, writer_mode="off")
+        memory = dataclasses.replace(profile.memory, mode=app_mode, writer_mode="off",
+                                     prefetch=profile.memory.prefetch if mode == "prefetch"
+                                     else PREFETCH_OFF)
         self.mode = mode
         self.number = MODES.index(mode) + 1
         self.nonce = nonce
@@ -81,6 +115,7 @@ class Lane:
         self.services = self.app.state.tandem.memory
         self._naive_tokens: dict[str, int] = {}
         self._continuous = Conversation(session="continuous")
+        self.prefetch = PrefetchTally()  # the prefetch lane's guesses and their hits
 
     def store(self) -> NoteStore:
         return self.services.store(USER)
@@ -97,6 +132,8 @@ class Lane:
                   script: bool) -> TurnResult:
         """One turn: send the history plus `turn.user`, keep the answer in the history."""
         system = self.system(turn.user)
+        if self.mode == "prefetch":
+            self.prefetch.message(self._would_match(conversation, turn.user))
         user = {"role": "user", "content": turn.user}
         messages = [{"role": "system", "content": system}, *conversation.history, user]
         body = {"model": self.model, "messages": messages, "stream": True,
@@ -106,7 +143,22 @@ class Lane:
         content, usage, completion_id, sent, done = await self._post(
             "/v1/chat/completions", body, {"X-Tandem-Session": conversation.session})
         conversation.history += [user, {"role": "assistant", "content": content}]
-        return self._result(conversation, system, number, usage, completion_id, sent, done)
+        result = self._result(conversation, system, number, usage, completion_id, sent, done)
+        if self.mode == "prefetch":  # the idle time before the next turn
+            for run in await self.app.state.tandem.prefetch.tick():
+                self.prefetch.fetched(run.note_ids, run.tokens, run.outcome)
+        return result
+
+    def _would_match(self, conversation: Conversation, message: str) -> set[str]:
+        """The notes `message` matches before the prefetched ones are skipped: which of
+        the guesses it needed."""
+        store = self.store()
+        record = self.services.ledger.latest(USER, conversation.session)
+        already = {i for s in (record.spans if record else ()) if s.kind == "notes"
+                   for i in s.note_ids}
+        found = build_matches(store, message, store.list(include_stale=False), already,
+                              self.probe.count_tokens, self.services.notes_shown)
+        return set(found.note_ids) if found is not None else set()
 
     async def converse(self, turn: Turn, number: int, script: bool) -> TurnResult:
         """One message of the lane user's continuous conversation: the server keeps the

@@ -75,7 +75,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
     await warm_up(engine, nonce)
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
         lanes = {m: Lane(m, probe, Path(tmp) / m, nonce, generation) for m in MODES}
-        for mode in ("shadow", "on"):  # the modes with a store; naive pastes the same notes
+        for mode in ("shadow", "on", "prefetch"):  # naive pastes the same notes
             fill_store(lanes[mode].store())
         progress(f"profile {profile.name}: {config.turns} turns x {len(MODES)} modes, "
                  "store of 50 notes")
@@ -94,7 +94,8 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
                   # Another process on the same cores shows here: judge the figures by it.
                   "load_average_start": load_start, "load_average_end": os.getloadavg()},
         "environment": environment(profile, engine.model_path),
-        "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns]},
+        "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns],
+                    "prefetch": lanes["prefetch"].prefetch.as_dict()},
         "recall": [r.as_dict() for r in recall],
         "new_sessions": new_sessions,
         "continuous": continuous,

@@ -52,6 +52,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     writer = results["writer"]
     ratios = {
         "ttft_on_over_off": ratio(on["ttft_s"], off["ttft_s"]),
+        "ttft_prefetch_over_off": ratio(modes["prefetch"]["ttft_s"], off["ttft_s"]),
+        "prefetch_hit_rate": (results["session"].get("prefetch") or {}).get("hit_rate"),
         "engine_ttft_on_over_off": ratio(on["engine_ttft_s"], off["engine_ttft_s"]),
         "decode_on_over_off": ratio(on["decode_s_per_token"], off["decode_s_per_token"]),
         "cached_fraction_on_over_off": ratio(on["cached_fraction"], off["cached_fraction"]),
@@ -74,6 +76,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     # Per-turn ratios, on against off on the same turn: a decode figure of 16 tokens a
     # turn moves by several percent from turn to turn, which the 2% target must be read by.
     spreads = {"ttft_on_over_off": spread(paired_ratios(turns, "ttft_s", "on", "off")),
+               "ttft_prefetch_over_off": spread(paired_ratios(turns, "ttft_s", "prefetch",
+                                                              "off")),
                "decode_on_over_off": spread(paired_ratios(turns, "decode_s_per_token",
                                                           "on", "off"))}
     return {"later_turns_from": LATER_FROM_TURN, "modes": modes, "ratios": ratios,
@@ -91,6 +95,10 @@ def targets(ratios: dict[str, float | None],
 
     return [
         check("TTFT on / off (later turns)", "ttft_on_over_off", "<= 1.10", lambda v: v <= 1.10),
+        check("TTFT on with prefetch / off (later turns)", "ttft_prefetch_over_off",
+              "<= 1.15", lambda v: v <= 1.15),
+        check("prefetched notes a later message matched (hit rate, reported)",
+              "prefetch_hit_rate", "-", None),
         check("decode per token on / off (later turns)", "decode_on_over_off",
               "0.98 - 1.02", lambda v: abs(v - 1) <= 0.02),
         check("cached fraction on / off (later turns)", "cached_fraction_on_over_off",
@@ -147,6 +155,13 @@ def markdown(results: dict[str, Any]) -> str:
                 if t.get("per_turn") else "")
         lines.append(f"| {t['name']} | {fmt(t['measured'])} | {turn} | {t['target']} | "
                      f"{met} |")
+    prefetch = results["session"].get("prefetch")
+    if prefetch:
+        lines += ["", f"Prefetch (the `prefetch` mode): {len(prefetch['runs'])} runs, "
+                  f"{prefetch['prefetched_notes']} notes ({prefetch['prefetched_tokens']} "
+                  f"tokens) prefetched, {prefetch['hit_notes']} of them matched by a later "
+                  f"message (hit rate {fmt(prefetch['hit_rate'], 2)}), "
+                  f"{prefetch['wasted_tokens']} tokens never matched."]
     lines += ["", "New session asking what is remembered (part 3):", "",
               "| mode | prompt tok | cached tok | TTFT s |", "| --- | ---: | ---: | ---: |"]
     for r in results["recall"]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from conductor.hidden.card import memory_card, session_card
-from conductor.hidden.tail_notes import INDEX_BUDGET, CountTokens, build_index
+from conductor.hidden.tail_notes import INDEX_BUDGET, LISTED_BUDGET, CountTokens, build_index
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
@@ -81,7 +81,7 @@ def note_id_of_file(path: str) -> str | None:
 
 
 def _card_and_index(card: str | None, notes: Iterable[Note] | None,
-                    count_tokens: CountTokens, index_budget: int = INDEX_BUDGET
+                    count_tokens: CountTokens, index_budget: int = LISTED_BUDGET
                     ) -> tuple[str, tuple[str, ...]] | None:
     """`card`, then the index of `notes`: one hidden message's text and the listed ids."""
     parts: list[str] = [card] if card else []
@@ -108,6 +108,6 @@ def build_session_tail(token: str | None, notes: Iterable[Note] | None,
                        count_tokens: CountTokens) -> tuple[str, tuple[str, ...]] | None:
     """The session's own hidden tail: its memory-routes token and an index of the notes
     written in this session (after a miss, so they are not lost with the old prompt).
-    Always within the default budget: a session's own notes are few, and a profile that
-    shows no shared index still lets the model see what it wrote."""
+    Always listed (within `LISTED_BUDGET`): a session's own notes are few, and a profile
+    that shows no shared index still lets the model see what it wrote."""
     return _card_and_index(session_card(token) if token else None, notes, count_tokens)

@@ -1,15 +1,18 @@
 """Tail notes: what memory puts into a prompt, right after the turn's new messages.
 
 * The index: pinned ratified rules first, then one line per note the request may see,
-  within its budget (`INDEX_BUDGET` tokens); when over, pinned notes are kept first, then
-  ratified ones, then the most recently updated.
-* The matching notes: for a new user message, BM25 over it; at most `MAX_MATCHES` notes
+  within its budget; when over, pinned notes are kept first, then ratified ones, then the
+  most recently updated. None by default (below).
+* The matching notes: for a new user message, BM25 over it; at most `max_matches` notes
   that share at least two of its words and were not injected earlier in the session,
-  within `MATCH_BUDGET` tokens.
+  within `match_budget` tokens.
 
 `NotesShown` holds those sizes and the matching notes' format (a profile's
-`memory.notes_shown` sets them): what the index costs under load against what it buys,
-measured in bench/README.md ("What the index costs").
+`memory.notes_shown` sets them). The defaults are what `tandem bench --index` chose
+(bench/README.md, "What the index costs"): under many clients the matched notes' prefill
+is what a lived-in store costs, and the index adds to it, while a small model answers
+best from one note shown as a plain statement. An index of `LISTED_BUDGET` tokens is one
+profile key away, and a session's own notes are always listed in its tail.
 
 Each tail goes in once, where it was chosen, and the ledger replays it there on every
 later turn; this module only chooses and renders. Token counts come from the caller.
@@ -24,9 +27,10 @@ from dataclasses import dataclass
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
-INDEX_BUDGET = 1500
+INDEX_BUDGET = 0  # no index in the shared context by default
+LISTED_BUDGET = 1500  # an index where one is shown: a session's own notes, a profile's choice
 MATCH_BUDGET = 600
-MAX_MATCHES = 3
+MAX_MATCHES = 1
 MIN_SHARED_WORDS = 2
 SEARCH_DEPTH = 12
 
@@ -58,7 +62,7 @@ class NotesShown:
     index_budget: int = INDEX_BUDGET
     match_budget: int = MATCH_BUDGET
     max_matches: int = MAX_MATCHES
-    note_format: str = "header"
+    note_format: str = "plain"
     match_frame: str = "full"  # the matches' preamble: "full" or "short"
 
     def __post_init__(self) -> None:
@@ -107,7 +111,7 @@ def _is_pinned_rule(note: Note) -> bool:
 
 
 def build_index(notes: Iterable[Note], count_tokens: CountTokens,
-                budget: int = INDEX_BUDGET) -> TailNote | None:
+                budget: int = LISTED_BUDGET) -> TailNote | None:
     """The index tail, or None when there is no note to list (or a budget of 0)."""
     if budget <= 0:
         return None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
+from conductor.hidden.prefetch import MATCHED_KINDS
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -103,7 +104,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
     if store is not None and notes is not None and memory.has_user_message:
         # "Already injected" belongs to this branch of the conversation: the notes in the
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
-        already = {i for s in (replay.spans if replay else ()) if s.kind == "notes"
+        already = {i for s in (replay.spans if replay else ()) if s.kind in MATCHED_KINDS
                    for i in s.note_ids}
         found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
                               count_tokens, services.notes_shown)

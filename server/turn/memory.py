@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits
 from conductor.hidden.prewarm import ContextGroup, PrewarmHeads
 from conductor.hidden.shared_context import (
     SharedContext,
@@ -213,6 +214,9 @@ class MemoryServices:
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
     notes_shown: NotesShown = DEFAULT_SHOWN  # the index's budget, the matches' size and format
+    # Prefetch (server/background/prefetch.py): the sessions due, and how much a turn
+    prefetch_due: PrefetchDue = field(default_factory=PrefetchDue)
+    prefetch_limits: PrefetchLimits = PrefetchLimits()
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(

@@ -1,0 +1,95 @@
+"""Prefetch: the notes a conversation is likely to need next, chosen after an answer and
+placed right after it in the session's record, so the next turn replays them from the
+cache instead of prefilling them after the new message.
+
+The guess is the matching rule of `tail_notes.build_matches` run over the turn just
+finished (its user message and its answer): notes that share words with what is being
+talked about, not yet in the conversation, within a small budget a turn and a cap a
+session. Chosen here; placed, prefilled and measured by the server
+(server/background/prefetch.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from conductor.hidden.tail_notes import CountTokens, NotesShown, TailNote, build_matches
+from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
+
+PREFETCH_KIND = "prefetch"  # a record span of prefetched notes: they count as injected
+MATCHED_KINDS = ("notes", PREFETCH_KIND)  # spans whose notes a later match skips
+
+
+@dataclass(frozen=True)
+class PrefetchLimits:
+    """A turn's notes and tokens, and the notes a session may be given in all (0 turns
+    prefetch off)."""
+
+    notes: int = 3
+    budget: int = 300
+    session_cap: int = 12
+
+    def __post_init__(self) -> None:
+        if min(self.notes, self.budget, self.session_cap) < 0:
+            raise ValueError("prefetch: notes, budget and session_cap must be 0 or more")
+
+    @property
+    def on(self) -> bool:
+        return self.notes > 0 and self.budget > 0 and self.session_cap > 0
+
+
+def choose_prefetch(store: NoteStore, turn_text: str, allowed: Iterable[Note],
+                    already: set[str], count_tokens: CountTokens, shown: NotesShown,
+                    limits: PrefetchLimits, given: int) -> TailNote | None:
+    """The notes to place after the answer, or None. `turn_text`: the finished turn's user
+    message and answer; `already`: notes the record holds; `given`: notes this session was
+    prefetched before (the cap counts them)."""
+    room = min(limits.notes, limits.session_cap - given)
+    if not limits.on or room <= 0:
+        return None
+    sized = dataclasses.replace(shown, max_matches=room, match_budget=limits.budget)
+    found = build_matches(store, turn_text, allowed, already, count_tokens, sized)
+    if found is None:
+        return None
+    return TailNote(PREFETCH_KIND, found.text, found.note_ids)
+
+
+MIN_USER_MESSAGES = 2
+
+
+def goes_on(derived_session: bool, roles: list[str]) -> bool:
+    """A conversation worth a prefetch: one the client named (X-Tandem-Session), or one
+    with a second user message already. A one-shot request without a session (an API
+    call, a batch) would waste the prefill."""
+    return not derived_session or roles.count("user") >= MIN_USER_MESSAGES
+
+
+class PrefetchDue:
+    """Sessions whose last turn was recorded and not yet prefetched for, most recent
+    last; bounded (an old one is dropped: its user has moved on)."""
+
+    def __init__(self, bound: int = 16) -> None:
+        self._due: dict[tuple[str, str], None] = {}
+        self._bound = bound
+        self._lock = threading.Lock()
+
+    def turn_recorded(self, user: str, session: str) -> None:
+        with self._lock:
+            self._due.pop((user, session), None)
+            self._due[(user, session)] = None
+            while len(self._due) > self._bound:
+                self._due.pop(next(iter(self._due)))
+
+    def take(self) -> list[tuple[str, str]]:
+        """Every due session, most recent first; they are no longer due."""
+        with self._lock:
+            due = list(reversed(self._due))
+            self._due.clear()
+            return due
+
+    def __len__(self) -> int:
+        return len(self._due)

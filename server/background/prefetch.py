@@ -1,0 +1,116 @@
+"""Prefetch in idle time: after a turn is recorded, the notes the conversation is likely to
+need next (conductor/hidden/prefetch.py) go in as a hidden message right after the answer,
+in the session's record, and record + notes are prefilled as one background request.
+
+The next turn replays the record with them in place, from the cache: notes its message
+matches that were prefetched count as already injected, so only the others are prefilled
+after it. Like the prewarm: lowest priority, one token, ended by any client request at the
+next engine step, never started while a client request is in flight. A prefetch that did
+not finish, or whose session moved on meanwhile, leaves the record as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from conductor.hidden.prefetch import MATCHED_KINDS, PREFETCH_KIND, choose_prefetch
+from conductor.hidden.shared_context import session_notes, shared_notes
+from conductor.ledger.id_blocks import flat_ids
+from conductor.ledger.records import Record, Span
+from engine.backend import EngineBackend
+from engine.generation import GenerationParams
+from server.turn.memory import MemoryServices
+from server.turn.prompt import IM_END_TEXT, data_ids
+
+log = logging.getLogger("tandem.prefetch")
+PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
+
+
+@dataclass(frozen=True)
+class PrefetchRun:
+    user: str
+    session: str
+    note_ids: tuple[str, ...]
+    tokens: int  # the hidden message's ids
+    outcome: str  # "done", "preempted" or "moved_on" (a newer record: nothing kept)
+
+
+class PrefetchService:
+    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
+        self.memory = memory
+        self.engine = engine
+        self.runs: list[PrefetchRun] = []  # this process's prefetches, newest last (bounded)
+
+    def _client_busy(self) -> bool:
+        return bool(self.engine.running("client"))
+
+    async def tick(self) -> list[PrefetchRun]:
+        """Prefetch for every due session, most recent first, while nobody is waiting; a
+        session not reached stays due."""
+        runs: list[PrefetchRun] = []
+        due = self.memory.prefetch_due.take()
+        for n, (user, session) in enumerate(due):
+            if self._client_busy():
+                for later in reversed(due[n:]):
+                    self.memory.prefetch_due.turn_recorded(*later)
+                break
+            run = await self._prefetch(user, session)
+            if run is not None:
+                runs.append(run)
+        self.runs = [*self.runs, *runs][-64:]
+        return runs
+
+    async def _prefetch(self, user: str, session: str) -> PrefetchRun | None:
+        record = self.memory.ledger.latest(user, session)
+        if record is None or not _fits(record):
+            return None
+        store = self.memory.store(user)
+        with store.one_scan():
+            allowed = [*shared_notes(store, record.project), *session_notes(store, session)]
+            already = {i for s in record.spans if s.kind in MATCHED_KINDS for i in s.note_ids}
+            given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
+            turn_text = "\n".join(m.content for m in record.messages[-2:])
+            chosen = choose_prefetch(store, turn_text, allowed, already,
+                                     self.engine.count_tokens, self.memory.notes_shown,
+                                     self.memory.prefetch_limits, given)
+        if chosen is None:
+            return None
+        flat = list(flat_ids(record.ids))
+        part = self._hidden_after_answer(chosen.text)
+        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
+        outcome = "preempted"
+        async for delta in self.engine.generate([*flat, *part], params, kind="background"):
+            if delta.finished:
+                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        if outcome == "done":
+            if self.memory.ledger.latest(user, session) is record:
+                span = Span(len(flat), len(flat) + len(part), PREFETCH_KIND, chosen.note_ids)
+                self.memory.ledger.record(dataclasses.replace(
+                    record, ids=[*flat, *part], spans=(*record.spans, span)))
+            else:
+                outcome = "moved_on"
+        log.info("prefetch %s: %d notes, %d tokens", outcome, len(chosen.note_ids), len(part))
+        if self.memory.metrics is not None:
+            self.memory.metrics.background_run("prefetch", outcome)
+        return PrefetchRun(user, session, chosen.note_ids, len(part), outcome)
+
+    def _hidden_after_answer(self, text: str) -> list[int]:
+        """A hidden system message after the answer's end-of-turn token: the record goes
+        on with it, and the next turn's render (`\\n<|im_start|>user...`) after it."""
+        tokenizer = self.engine.tokenizer
+        return [*tokenizer.encode("\n<|im_start|>system\n", add_special_tokens=False),
+                *data_ids(tokenizer, text),
+                *tokenizer.encode(IM_END_TEXT, add_special_tokens=False)]
+
+
+def _fits(record: Record) -> bool:
+    """A record a prefetch may extend: memory on, an answer that ended with its
+    end-of-turn token, last; not prefetched for already (its last span ends it)."""
+    if record.bare or not record.ended_cleanly or not record.messages:
+        return False
+    if record.messages[-1].role != "assistant":
+        return False
+    last = record.spans[-1] if record.spans else None
+    return not (last is not None and last.kind == PREFETCH_KIND and last.end == len(record.ids))

@@ -1,0 +1,81 @@
+"""Which notes a prefetch chooses (conductor/hidden/prefetch.py), on a real notes store."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor.hidden.prefetch import (
+    PREFETCH_KIND,
+    PrefetchDue,
+    PrefetchLimits,
+    choose_prefetch,
+)
+from conductor.hidden.tail_notes import DEFAULT_SHOWN
+from conductor.notes import NoteStore
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.fixture
+def store(tmp_path) -> NoteStore:
+    store = NoteStore(tmp_path / "memory", "tester")
+    for n in range(6):
+        assert store.add(title=f"kafka consumer note {n}", body=f"kafka consumer fix {n}",
+                         kind="gotcha", scope="user", source="cli").ok
+    return store
+
+
+TURN = "why is it lagging?\nThe kafka consumer is behind."
+
+
+def test_a_prefetch_takes_the_turns_matches_within_a_turns_limit(store):
+    chosen = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
+                             PrefetchLimits(notes=2), given=0)
+    assert chosen.kind == PREFETCH_KIND and len(chosen.note_ids) == 2
+
+
+def test_notes_the_record_holds_are_not_prefetched_again(store):
+    first = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
+                            PrefetchLimits(), given=0)
+    again = choose_prefetch(store, TURN, store.list(), set(first.note_ids), words,
+                            DEFAULT_SHOWN, PrefetchLimits(), given=len(first.note_ids))
+    assert not set(first.note_ids) & set(again.note_ids)
+
+
+def test_the_session_cap_counts_what_was_prefetched_before(store):
+    limits = PrefetchLimits(notes=3, session_cap=4)
+    assert len(choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
+                               limits, given=3).note_ids) == 1
+    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN, limits,
+                           given=4) is None
+
+
+def test_a_token_budget_too_small_for_any_note_prefetches_nothing(store):
+    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
+                           PrefetchLimits(budget=5), given=0) is None
+
+
+def test_zero_notes_is_prefetch_off(store):
+    assert not PrefetchLimits(notes=0).on
+    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
+                           PrefetchLimits(notes=0), given=0) is None
+    with pytest.raises(ValueError):
+        PrefetchLimits(budget=-1)
+
+
+def test_due_sessions_come_most_recent_first_once_and_bounded():
+    due = PrefetchDue(bound=2)
+    for session in ("a", "b", "a", "c"):
+        due.turn_recorded("u", session)
+    assert due.take() == [("u", "c"), ("u", "a")]
+    assert due.take() == []
+
+
+def test_a_named_session_goes_on_from_its_first_turn_a_derived_one_from_its_second():
+    from conductor.hidden.prefetch import goes_on
+
+    assert goes_on(False, ["user", "assistant"])
+    assert not goes_on(True, ["user", "assistant"])
+    assert goes_on(True, ["system", "user", "assistant", "user", "assistant"])

@@ -1,0 +1,154 @@
+"""Prefetch on the real engine (server/background/prefetch.py): after a turn, in idle time,
+the notes the conversation is likely to need next go in right after the answer, in the
+session's record, prefilled; the next turn replays them from the cache."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conductor.hidden.prefetch import PREFETCH_KIND
+from tests.inprocess import InProcessApp
+
+SESSION = "X-Tandem-Session"
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    lean = InProcessApp(served, tmp_path)
+    for title, body in (
+            ("restart the kafka consumer", "kafka consumer restarts with systemctl restart "
+             "consumer on the broker host"),
+            ("staging database port", "the staging database listens on port 5433"),
+            ("office wifi", "the office wifi password is on the fridge")):
+        assert lean.memory.store("tester").add(title=title, body=body, kind="runbook",
+                                               scope="user", source="cli",
+                                               has_user_message=True).ok
+    return lean
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def two_turns(app: InProcessApp, session: str) -> list[dict]:
+    """A conversation that goes on: its second answer talks about the kafka consumer,
+    which the user has not named yet."""
+    history = [user("hello there"), assistant("Hi.")]
+    app.chat([user("hello there")], "Hi.", headers={SESSION: session})
+    answer = "The lag comes from the kafka consumer; a consumer restart usually clears it."
+    app.chat([*history, user("why is the queue lagging?")], answer,
+             headers={SESSION: session})
+    return [*history, user("why is the queue lagging?"), assistant(answer)]
+
+
+def record(app: InProcessApp, session: str):
+    return app.memory.ledger.latest("tester", session)
+
+
+def tick(app: InProcessApp, served):
+    return served.run(app.app.state.tandem.prefetch.tick())
+
+
+def span_text(app: InProcessApp, rec, span) -> str:
+    tokenizer = app.app.state.tandem.engine.tokenizer
+    return tokenizer.decode(list(rec.ids[span.start:span.end]))
+
+
+def test_the_prefetched_note_is_in_the_next_turns_replayed_ids_and_cached(app, served,
+                                                                          tiny_profile):
+    history = two_turns(app, "pf")
+    before = len(record(app, "pf").ids)
+    (run,) = tick(app, served)
+    assert run.outcome == "done" and len(run.note_ids) == 1
+    kafka = run.note_ids[0]
+    prefetched = record(app, "pf")
+    (span,) = [s for s in prefetched.spans if s.kind == PREFETCH_KIND]
+    assert (span.start, span.end, span.note_ids) == (before, len(prefetched.ids), (kafka,))
+    assert "restart the kafka consumer" in span_text(app, prefetched, span)
+    assert tick(app, served) == []  # once a turn
+    _, usage, _ = app.chat([*history, user("how do I restart the kafka consumer?")],
+                           "Like that.", headers={SESSION: "pf"})
+    third = record(app, "pf")
+    assert list(third.ids[:len(prefetched.ids)]) == list(prefetched.ids)
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= len(prefetched.ids) - \
+        tiny_profile.block_size
+    # no second copy: the note was prefetched, the message's match skips it
+    matched = [i for s in third.spans if s.kind in ("notes", PREFETCH_KIND)
+               for i in s.note_ids]
+    assert matched.count(kafka) == 1
+
+
+def test_a_one_shot_request_without_a_session_gets_no_prefetch(app, served):
+    app.chat([user("the kafka consumer lags, what do I restart?")], "The consumer.")
+    assert tick(app, served) == []
+    assert not [r for r in app.memory.ledger.user_records("tester")
+                if any(s.kind == PREFETCH_KIND for s in r.spans)]
+
+
+def test_a_named_session_is_prefetched_for_from_its_first_turn(app, served):
+    app.chat([user("why is the queue lagging?")], "The kafka consumer is behind; restart "
+             "the consumer.", headers={SESSION: "named"})
+    assert [r.outcome for r in tick(app, served)] == ["done"]
+
+
+def test_a_session_whose_history_changed_gets_no_stale_prefetch(app, served):
+    history = two_turns(app, "edit")
+    assert [r.outcome for r in tick(app, served)] == ["done"]
+    # the client edits its second message: the record is cut before it, and the
+    # prefetch after the answer that followed goes with it
+    edited = [*history[:2], user("what is the staging database port?")]
+    app.chat(edited, "Port 5433.", headers={SESSION: "edit"})
+    rec = record(app, "edit")
+    assert not [s for s in rec.spans if s.kind == PREFETCH_KIND]
+    assert [s for s in rec.spans if s.kind == "notes"]  # matched afresh, as without prefetch
+
+
+def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served):
+    two_turns(app, "busy")
+    engine = app.app.state.tandem.engine
+    long_answer = " ".join(["word"] * 150)
+
+    async def scenario():
+        client = asyncio.create_task(asyncio.to_thread(app.chat, [user("talk")], long_answer))
+        while not engine.running("client"):
+            await asyncio.sleep(0.005)
+        during = await app.app.state.tandem.prefetch.tick()
+        await client
+        return during, client.result()
+
+    during, (content, _, _) = served.run(scenario())
+    assert during == [] and content == long_answer
+    assert [r.outcome for r in tick(app, served)] == ["done"]  # still due, done when idle
+
+
+def test_a_client_request_beside_a_prefetch_gets_its_whole_answer(app, served):
+    two_turns(app, "race")
+    engine = app.app.state.tandem.engine
+    script = "The client's answer, whole and in order."
+
+    async def scenario():
+        fetching = asyncio.create_task(app.app.state.tandem.prefetch.tick())
+        while not engine.running("background") and not fetching.done():
+            await asyncio.sleep(0.001)
+        content, _, _ = await asyncio.to_thread(app.chat, [user("quick question")], script)
+        return content, await fetching
+
+    content, runs = served.run(scenario())
+    assert content == script
+    assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
+
+
+def test_prefetch_off_in_the_profile_prefetches_nothing(served, tmp_path):
+    off = InProcessApp(served, tmp_path, memory_changes={"prefetch": (("notes", 0),)})
+    assert off.memory.store("tester").add(title="kafka consumer restart", body="kafka "
+                                          "consumer restart runbook", kind="runbook",
+                                          scope="user", source="cli",
+                                          has_user_message=True).ok
+    two_turns(off, "off")
+    assert tick(off, served) == []
