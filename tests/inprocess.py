@@ -8,6 +8,10 @@ from pathlib import Path
 
 import httpx
 
+# The notes' index in the shared context, as the GPU profiles show it (the CPU default,
+# which the tiny profile keeps, shows none): for tests of what the index does.
+WITH_INDEX = {"notes_shown": (("index_budget", 1500),)}
+
 
 class InProcessApp:
     """An app variant (other profile switches, other memory settings) over the same engine."""

@@ -61,18 +61,21 @@ def test_recall_and_writer_figures_are_there(report):
     assert len([s for s in writer["preemption"] if s["busy"]]) == QUICK.preempt_samples
 
 
-def test_new_sessions_find_the_shared_context_cached_and_the_prewarm_runs_after_a_write(
-        report):
+def test_new_sessions_find_the_shared_context_cached_even_right_after_a_write(report):
+    """The tiny profile shows no index (the default): a write leaves the shared context
+    as it was, so even the session right after a write finds it cached and no prewarm
+    is due. (With an index a write changes it and the prewarm refreshes it:
+    tests/test_shared_context.py.)"""
     results, _ = report
     rows = results["new_sessions"]
     assert [(r["session_number"], r["mode"]) for r in rows if r["mode"] == "on"] == [
         (n, "on") for n in range(1, 6)]
     on = {r["session_number"]: r for r in rows if r["mode"] == "on"}
-    assert on[5]["step"] == "after_write_prewarmed" and on[5]["prewarms"] == ["done"]
+    assert on[4]["step"] == "after_write" and on[5]["step"] == "after_write_prewarmed"
+    assert on[5]["prewarms"] == []
     assert all(r["shared_context_end"] is None for r in rows if r["mode"] == "off")
-    for number in (1, 2, 3, 5):  # warm: everything up to the shared context came cached
+    for number in range(1, 6):  # everything up to the shared context came cached
         assert on[number]["cached_tokens"] >= on[number]["cached_floor"], on[number]
-    assert on[4]["cached_tokens"] < on[4]["cached_floor"]  # a write, and no prewarm yet
     assert results["summary"]["ratios"]["new_session_cached_minus_floor_min"] >= 0
 
 

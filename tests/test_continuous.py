@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from conductor.layers.conversation import POLICY
-from tests.inprocess import InProcessApp, eventually
+from tests.inprocess import WITH_INDEX, InProcessApp, eventually
 
 USER = "tester"  # InProcessApp's engine user
 
@@ -338,7 +338,7 @@ def test_a_conversation_whose_memory_outgrew_the_context_gives_way_in_its_window
     window at its own bound (a third of the context) together pass the tiny model's 4,096
     tokens by the 12th message: the window gives way so each message keeps room for its
     answer, rather than every message after that being refused."""
-    app = InProcessApp(template_served, tmp_path)
+    app = InProcessApp(template_served, tmp_path, memory_changes=WITH_INDEX)
     store = app.memory.store(USER)
     for i in range(200):
         assert store.add(title=f"Port fact {i:03d} for the build", kind="reference",

@@ -78,3 +78,29 @@ def test_without_the_load_half_no_variant_is_said_to_meet_the_bar():
     found = verdicts(_accuracy({DEFAULT: 0.3, "other": 0.3}), None)
     assert all(v["within_load_target"] is None and not v["meets_both"]
                for v in found.values())
+
+
+def test_pooling_takes_every_paired_round_of_every_run_and_each_runs_accuracy(tmp_path):
+    import json
+
+    from bench.index.pool import main
+
+    def rounds(*walls):
+        return {"rounds": [{"wall_s": w, "ttft_p95_s": w} for w in walls],
+                "best": {"prompt_tokens_mean": 600.0}}
+
+    def run(accuracy, vllm, ours):
+        return {"accuracy": {"by_variant": {DEFAULT: {"accuracy": accuracy}}},
+                "load": {"groups": [{"vllm": {"32": rounds(*vllm)},
+                                     DEFAULT: {"32": rounds(*ours)}}]}}
+
+    for name, body in (("a", run(0.3, (1.0, 1.0), (1.2, 1.4))),
+                       ("b", run(0.2, (2.0,), (2.2,)))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(body))
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = (tmp_path / "pooled.md").read_text()
+    # paired ratios 1.2, 1.4 and 1.1: their median, over three rounds
+    assert f"| {DEFAULT} | 0.30, 0.20 | 600 | 1.20x | 1.20x | 3 |" in text
+    assert (tmp_path / "pooled.png").stat().st_size > 1000
+    assert main([str(tmp_path / "missing")]) == 2

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from tests.inprocess import InProcessApp, eventually
+from tests.inprocess import WITH_INDEX, InProcessApp, eventually
 
 USER = "tester"
 NOTES = "/v1/conductor/memory/notes"
@@ -163,8 +163,9 @@ def test_export_is_a_zip_of_the_users_notes_and_delete_needs_the_name_typed_back
     assert not app.memory.ledger.user_records(USER)  # no replay brings the note back
 
 
-def test_the_context_of_a_session_is_its_next_prompt_part_by_part(template_app, tokenizer):
-    app = template_app
+def test_the_context_of_a_session_is_its_next_prompt_part_by_part(template_served, tmp_path,
+                                                                  tokenizer):
+    app = InProcessApp(template_served, tmp_path, memory_changes=WITH_INDEX)
     add(app, "Kettles boil at 100 degrees", "At sea level a kettle boils at 100.")
     messages = [{"role": "system", "content": "You are terse."},
                 {"role": "user", "content": "when does my kettle boil?"}]

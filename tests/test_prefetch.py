@@ -72,6 +72,9 @@ def test_the_prefetched_note_is_in_the_next_turns_replayed_ids_and_cached(app, s
     assert (span.start, span.end, span.note_ids) == (before, len(prefetched.ids), (kafka,))
     assert "restart the kafka consumer" in span_text(app, prefetched, span)
     assert tick(app, served) == []  # once a turn
+    context = app.request("GET", "/v1/conductor/memory/context", params={"session": "pf"})
+    names = [p["name"] for p in context.json()["parts"]]
+    assert names[-1] == "prefetched notes"  # the screen names the part
     _, usage, _ = app.chat([*history, user("how do I restart the kafka consumer?")],
                            "Like that.", headers={SESSION: "pf"})
     third = record(app, "pf")

@@ -64,10 +64,11 @@ def test_x_tandem_user_from_an_untrusted_address_is_ignored(app):
 
 def test_x_tandem_project_scopes_notes(app):
     add(app, "alpha service port", scope="project", project="/work/alpha")
-    app.chat(user("hi"), "Hi.", headers={"X-Tandem-Session": "p-a",
-                                         "X-Tandem-Project": "/work/alpha"})
-    app.chat(user("hi"), "Hi.", headers={"X-Tandem-Session": "p-b",
-                                         "X-Tandem-Project": "/work/beta"})
+    ask = user("which port does the alpha service listen on?")  # it matches the note
+    app.chat(ask, "That one.", headers={"X-Tandem-Session": "p-a",
+                                        "X-Tandem-Project": "/work/alpha"})
+    app.chat(ask, "That one.", headers={"X-Tandem-Session": "p-b",
+                                        "X-Tandem-Project": "/work/beta"})
     assert "alpha service port" in prompt_of(app, "p-a")[0]
     assert "alpha service port" not in prompt_of(app, "p-b")[0]
 

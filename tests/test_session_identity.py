@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.inprocess import InProcessApp
+from tests.inprocess import WITH_INDEX, InProcessApp
 
 
 @pytest.fixture
@@ -58,7 +58,10 @@ def project_note(app: InProcessApp, project: str, title: str) -> None:
 
 @pytest.mark.parametrize("named", [False, True], ids=["derived", "named-session"])
 def test_two_projects_with_the_same_opening_never_replay_each_others_notes(
-        app, tiny_profile, named):
+        template_served, tmp_path, tiny_profile, named):
+    # the index lists a project's notes in its shared context: the part a replay must
+    # never carry into another project
+    app = InProcessApp(template_served, tmp_path, memory_changes=WITH_INDEX)
     tag = uuid.uuid4().hex[:6]
     project_note(app, "/w/alpha", f"alpha deploy key {tag}")
     opening = [{"role": "user", "content": "What do we deploy with?"}]

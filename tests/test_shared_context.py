@@ -11,7 +11,7 @@ import uuid
 import openai
 import pytest
 
-from tests.inprocess import InProcessApp
+from tests.inprocess import WITH_INDEX, InProcessApp
 
 TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file",
@@ -173,15 +173,17 @@ def shared_span(app: InProcessApp, session: str):
     return span, record
 
 
+# These tests are about the index in the shared context (what a write changes and the
+# prewarm refreshes): their apps show one, as the GPU profiles do.
 @pytest.fixture
 def app(template_served, tmp_path) -> InProcessApp:
     """Each test that takes it runs once a chat template."""
-    return InProcessApp(template_served, tmp_path)
+    return InProcessApp(template_served, tmp_path, memory_changes=WITH_INDEX)
 
 
 @pytest.fixture
 def embedded_app(served, tmp_path) -> InProcessApp:
-    return InProcessApp(served, tmp_path)
+    return InProcessApp(served, tmp_path, memory_changes=WITH_INDEX)
 
 
 def add_note(app: InProcessApp, title: str, body: str):
@@ -229,6 +231,17 @@ def version(app: InProcessApp) -> str:
     tandem = app.app.state.tandem
     return app.memory.shared_context("tester", None, True, True,
                                      tandem.engine.count_tokens).version
+
+
+def test_without_an_index_a_write_leaves_the_shared_context_as_it_was(served, tmp_path):
+    """The default shows no index: the card alone, the same before and after a write, so
+    a new session finds it cached and there is nothing to prewarm."""
+    plain = InProcessApp(served, tmp_path)
+    fill(plain, 5)
+    before = version(plain)
+    add_note(plain, "the cache lives in redis", "sessions are cached in redis db 2")
+    assert version(plain) == before
+    assert served.run(plain.app.state.tandem.prewarm.tick()) == []
 
 
 def test_a_write_changes_the_version_and_the_next_new_sessions_shared_context(app):

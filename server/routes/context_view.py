@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request
 
 from conductor.hidden.corrections import CORRECTION_KIND
+from conductor.hidden.prefetch import PREFETCH_KIND
 from conductor.hidden.shared_context import SESSION_KIND, SHARED_KIND
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record
@@ -30,6 +31,7 @@ IM_START = "<|im_start|>"
 # What each hidden span kind is called on the screen; a visible block is named by its role.
 HIDDEN_NAMES = {SHARED_KIND: "shared context", SESSION_KIND: "session tail",
                 "index": "matched notes", "notes": "matched notes",
+                PREFETCH_KIND: "prefetched notes",
                 CORRECTION_KIND: "corrections", "block": "memory block (held back)",
                 "tool": "engine tool exchange", "time": "time line"}
 VISIBLE_NAMES = {"system": "system prompt and tools", "user": "replayed turns",

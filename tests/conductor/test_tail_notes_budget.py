@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from conductor.hidden.tail_notes import build_index, content_words
+from conductor.hidden.tail_notes import NotesShown, build_index, content_words
 from conductor.notes.note_format import Note
+
+# What every profile showed before `tandem bench --index`: three matches under a header
+BEFORE = NotesShown(index_budget=1500, max_matches=3, note_format="header",
+                    match_frame="full")
 
 
 def words(text: str) -> int:
@@ -49,11 +53,11 @@ def test_matching_notes_stay_within_their_budget(tmp_path):
         assert store.add(title=f"kafka consumer lag {topic}", body=body, kind="gotcha",
                          scope="user", source="cli").ok
     found = build_matches(store, "why is the kafka consumer lag high", store.list(), set(),
-                          words)
+                          words, BEFORE)
     assert found is not None and len(found.note_ids) == 2  # a third would pass 600 words
     assert words(found.text) <= MATCH_BUDGET
     assert build_matches(store, "why is the kafka consumer lag high", store.list(),
-                         set(found.note_ids), words).note_ids not in (found.note_ids,)
+                         set(found.note_ids), words, BEFORE).note_ids not in (found.note_ids,)
 
 
 def test_an_index_budget_of_zero_shows_no_index():
@@ -70,13 +74,13 @@ def _store_with_lag_notes(tmp_path, count: int):
     return store
 
 
-def test_the_plain_format_shows_a_note_as_a_statement_without_its_id(tmp_path):
-    from conductor.hidden.tail_notes import NotesShown, build_matches
+def test_by_default_a_note_shows_as_a_statement_without_its_id(tmp_path):
+    from conductor.hidden.tail_notes import build_matches
 
     store = _store_with_lag_notes(tmp_path, 1)
-    header = build_matches(store, "kafka consumer lag again", store.list(), set(), words)
-    plain = build_matches(store, "kafka consumer lag again", store.list(), set(), words,
-                          NotesShown(note_format="plain"))
+    header = build_matches(store, "kafka consumer lag again", store.list(), set(), words,
+                           NotesShown(note_format="header"))
+    plain = build_matches(store, "kafka consumer lag again", store.list(), set(), words)
     note_id = header.note_ids[0]
     assert f"[{note_id}] kafka consumer lag 0 (gotcha, provisional)" in header.text
     assert "kafka consumer lag 0: kafka consumer lag fix 0" in plain.text
@@ -84,25 +88,25 @@ def test_the_plain_format_shows_a_note_as_a_statement_without_its_id(tmp_path):
 
 
 def test_max_matches_caps_the_matching_notes_and_zero_shows_none(tmp_path):
-    from conductor.hidden.tail_notes import NotesShown, build_matches
+    from conductor.hidden.tail_notes import build_matches
 
     store = _store_with_lag_notes(tmp_path, 4)
     ask = "kafka consumer lag again"
-    assert len(build_matches(store, ask, store.list(), set(), words).note_ids) == 3
-    one = build_matches(store, ask, store.list(), set(), words, NotesShown(max_matches=1))
+    assert len(build_matches(store, ask, store.list(), set(), words, BEFORE).note_ids) == 3
+    one = build_matches(store, ask, store.list(), set(), words)  # the default: one
     assert len(one.note_ids) == 1
     assert build_matches(store, ask, store.list(), set(), words,
                          NotesShown(max_matches=0)) is None
 
 
 def test_the_short_frame_costs_fewer_tokens_before_the_same_notes(tmp_path):
-    from conductor.hidden.tail_notes import NotesShown, build_matches
+    from conductor.hidden.tail_notes import build_matches
 
     store = _store_with_lag_notes(tmp_path, 2)
     ask = "kafka consumer lag again"
-    full = build_matches(store, ask, store.list(), set(), words)
+    full = build_matches(store, ask, store.list(), set(), words, BEFORE)
     short = build_matches(store, ask, store.list(), set(), words,
-                          NotesShown(match_frame="short"))
+                          NotesShown(max_matches=3, note_format="header", match_frame="short"))
     assert short.note_ids == full.note_ids
     assert words(full.text) - words(short.text) >= 30
     assert short.text.endswith(full.text[full.text.index("[") :])
@@ -110,8 +114,6 @@ def test_the_short_frame_costs_fewer_tokens_before_the_same_notes(tmp_path):
 
 def test_notes_shown_refuses_a_negative_size_or_an_unknown_format():
     import pytest
-
-    from conductor.hidden.tail_notes import NotesShown
 
     with pytest.raises(ValueError):
         NotesShown(index_budget=-1)
