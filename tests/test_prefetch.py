@@ -8,15 +8,18 @@ import asyncio
 
 import pytest
 
-from conductor.hidden.prefetch import PREFETCH_KIND
+from conductor.hidden.prefetch import ON_NOTES, PREFETCH_KIND
 from tests.inprocess import InProcessApp
 
 SESSION = "X-Tandem-Session"
 
 
+ON = {"prefetch": (("notes", ON_NOTES),)}  # off by default
+
+
 @pytest.fixture
 def app(served, tmp_path) -> InProcessApp:
-    lean = InProcessApp(served, tmp_path)
+    lean = InProcessApp(served, tmp_path, memory_changes=ON)
     for title, body in (
             ("restart the kafka consumer", "kafka consumer restarts with systemctl restart "
              "consumer on the broker host"),
@@ -147,11 +150,32 @@ def test_a_client_request_beside_a_prefetch_gets_its_whole_answer(app, served):
     assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
 
 
-def test_prefetch_off_in_the_profile_prefetches_nothing(served, tmp_path):
-    off = InProcessApp(served, tmp_path, memory_changes={"prefetch": (("notes", 0),)})
+def test_by_default_prefetch_is_off(served, tmp_path):
+    off = InProcessApp(served, tmp_path)
     assert off.memory.store("tester").add(title="kafka consumer restart", body="kafka "
                                           "consumer restart runbook", kind="runbook",
                                           scope="user", source="cli",
                                           has_user_message=True).ok
     two_turns(off, "off")
     assert tick(off, served) == []
+
+
+def test_an_answer_cut_by_its_length_is_closed_before_the_prefetch(app, served, tiny_profile):
+    """A random-weight model's answers end at max_tokens: the record is closed with its
+    end-of-turn token, as the client's next render closes it, and replays whole."""
+    app.chat([user("hello there")], "Hi.", headers={SESSION: "cut"})
+    history = [user("hello there"), assistant("Hi."), user("why is the queue lagging?")]
+    script = "The kafka consumer is behind; a consumer restart clears it, then more words"
+    content, _, _ = app.chat(history, script, headers={SESSION: "cut"}, max_tokens=12)
+    assert not record(app, "cut").ended_cleanly
+    assert [r.outcome for r in tick(app, served)] == ["done"]
+    closed = record(app, "cut")
+    (span,) = [s for s in closed.spans if s.kind == PREFETCH_KIND]
+    end_of_turn = app.app.state.tandem.engine.tokens.end_of_turn
+    assert closed.ended_cleanly and closed.ids[span.start - 1] == end_of_turn
+    _, usage, _ = app.chat([*history, assistant(content), user("and then?")], "Then.",
+                           headers={SESSION: "cut"})
+    following = record(app, "cut")
+    assert list(following.ids[:len(closed.ids)]) == list(closed.ids)
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= len(closed.ids) - \
+        tiny_profile.block_size

@@ -13,6 +13,7 @@ import httpx
 
 from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
 from bench.lanes.probe import EngineProbe
+from conductor.hidden.prefetch import ON_NOTES
 from conductor.hidden.tail_notes import build_matches
 from conductor.notes import NoteStore
 from engine.profiles import Profile
@@ -26,6 +27,7 @@ USER = "bench"
 MODES = ("off", "shadow", "on", "naive", "prefetch")
 TAIL_KINDS = ("shared", "session", "notes", "prefetch")
 PREFETCH_OFF = (("notes", 0),)
+PREFETCH_ON = (("notes", ON_NOTES),)
 
 
 @dataclass
@@ -102,7 +104,7 @@ class Lane:
         app_mode = {"naive": "off", "prefetch": "on"}.get(mode, mode)
         # The writer stays off here: background turns are measured on their own.
         memory = dataclasses.replace(profile.memory, mode=app_mode, writer_mode="off",
-                                     prefetch=profile.memory.prefetch if mode == "prefetch"
+                                     prefetch=PREFETCH_ON if mode == "prefetch"
                                      else PREFETCH_OFF)
         self.mode = mode
         self.number = MODES.index(mode) + 1

@@ -22,20 +22,26 @@ from conductor.notes.note_format import Note
 
 PREFETCH_KIND = "prefetch"  # a record span of prefetched notes: they count as injected
 MATCHED_KINDS = ("notes", PREFETCH_KIND)  # spans whose notes a later match skips
+ON_NOTES = 3  # a turn's notes where a profile turns prefetch on (`memory.prefetch.notes`)
 
 
 @dataclass(frozen=True)
 class PrefetchLimits:
-    """A turn's notes and tokens, and the notes a session may be given in all (0 turns
-    prefetch off)."""
+    """A turn's notes and tokens, and the notes a session may be given in all (0 notes:
+    prefetch off, the default: on the bench's conversations the guess was right for 1
+    prefetched note in 6, bench/README.md "Prefetch"; `ON` is what a profile turns on)."""
 
-    notes: int = 3
+    notes: int = 0
     budget: int = 300
     session_cap: int = 12
 
     def __post_init__(self) -> None:
         if min(self.notes, self.budget, self.session_cap) < 0:
             raise ValueError("prefetch: notes, budget and session_cap must be 0 or more")
+
+    @classmethod
+    def turned_on(cls) -> PrefetchLimits:
+        return cls(notes=ON_NOTES)
 
     @property
     def on(self) -> bool:

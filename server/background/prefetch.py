@@ -78,7 +78,10 @@ class PrefetchService:
         if chosen is None:
             return None
         flat = list(flat_ids(record.ids))
-        part = self._hidden_after_answer(chosen.text)
+        # An answer cut by its length ends without its end-of-turn token; the client's
+        # next render closes it, so the record is closed here first, as it would be.
+        closing = [] if record.ended_cleanly else [self.engine.tokens.end_of_turn]
+        part = [*closing, *self._hidden_after_answer(chosen.text)]
         params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
         outcome = "preempted"
         async for delta in self.engine.generate([*flat, *part], params, kind="background"):
@@ -86,9 +89,11 @@ class PrefetchService:
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"
         if outcome == "done":
             if self.memory.ledger.latest(user, session) is record:
-                span = Span(len(flat), len(flat) + len(part), PREFETCH_KIND, chosen.note_ids)
+                span = Span(len(flat) + len(closing), len(flat) + len(part), PREFETCH_KIND,
+                            chosen.note_ids)
                 self.memory.ledger.record(dataclasses.replace(
-                    record, ids=[*flat, *part], spans=(*record.spans, span)))
+                    record, ids=[*flat, *part], spans=(*record.spans, span),
+                    ended_cleanly=True))
             else:
                 outcome = "moved_on"
         log.info("prefetch %s: %d notes, %d tokens", outcome, len(chosen.note_ids), len(part))
@@ -106,9 +111,9 @@ class PrefetchService:
 
 
 def _fits(record: Record) -> bool:
-    """A record a prefetch may extend: memory on, an answer that ended with its
-    end-of-turn token, last; not prefetched for already (its last span ends it)."""
-    if record.bare or not record.ended_cleanly or not record.messages:
+    """A record a prefetch may extend: memory on, an answer last; not prefetched for
+    already (its last span ends it)."""
+    if record.bare or not record.messages:
         return False
     if record.messages[-1].role != "assistant":
         return False

@@ -33,14 +33,16 @@ TURN = "why is it lagging?\nThe kafka consumer is behind."
 def test_a_prefetch_takes_the_turns_matches_within_a_turns_limit(store):
     chosen = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
                              PrefetchLimits(notes=2), given=0)
+    assert not PrefetchLimits().on and PrefetchLimits.turned_on().on  # off by default
     assert chosen.kind == PREFETCH_KIND and len(chosen.note_ids) == 2
 
 
 def test_notes_the_record_holds_are_not_prefetched_again(store):
-    first = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                            PrefetchLimits(), given=0)
+    on = PrefetchLimits.turned_on()
+    first = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN, on,
+                            given=0)
     again = choose_prefetch(store, TURN, store.list(), set(first.note_ids), words,
-                            DEFAULT_SHOWN, PrefetchLimits(), given=len(first.note_ids))
+                            DEFAULT_SHOWN, on, given=len(first.note_ids))
     assert not set(first.note_ids) & set(again.note_ids)
 
 
@@ -54,7 +56,7 @@ def test_the_session_cap_counts_what_was_prefetched_before(store):
 
 def test_a_token_budget_too_small_for_any_note_prefetches_nothing(store):
     assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                           PrefetchLimits(budget=5), given=0) is None
+                           PrefetchLimits(notes=3, budget=5), given=0) is None
 
 
 def test_zero_notes_is_prefetch_off(store):
