@@ -222,9 +222,8 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
         qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
         allowed_roots=_allowed_roots(path, search.get("allowed_roots")),
-        notes_shown=_settings(path, "notes_shown", raw.get("notes_shown") or {},
-                              NOTES_SHOWN_KEYS),
-        prefetch=_settings(path, "prefetch", raw.get("prefetch") or {}, PREFETCH_KEYS),
+        notes_shown=_settings(path, "notes_shown", raw.get("notes_shown"), NOTES_SHOWN_KEYS),
+        prefetch=_settings(path, "prefetch", raw.get("prefetch"), PREFETCH_KEYS),
         **sizes,
     )
 
@@ -233,6 +232,8 @@ def _settings(path: Path, section: str, raw: Any,
               known: dict[str, tuple[str, ...] | None]) -> tuple[tuple[str, int | str], ...]:
     """`memory.<section>` (notes_shown, prefetch): each key's value checked here, a choice
     or a count of 0 or more, so a bad value names its key at load."""
+    if raw is None:  # absent, or an empty YAML mapping's null
+        return ()
     _check_type(path, f"memory.{section}", raw, (dict,))
     out: list[tuple[str, int | str]] = []
     for key, value in raw.items():

@@ -157,6 +157,7 @@ def test_by_default_prefetch_is_off(served, tmp_path):
                                           scope="user", source="cli",
                                           has_user_message=True).ok
     two_turns(off, "off")
+    assert len(off.memory.prefetch_due) == 0  # not even marked due
     assert tick(off, served) == []
 
 
@@ -179,3 +180,29 @@ def test_an_answer_cut_by_its_length_is_closed_before_the_prefetch(app, served, 
     assert list(following.ids[:len(closed.ids)]) == list(closed.ids)
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(closed.ids) - \
         tiny_profile.block_size
+
+
+def test_a_prefetched_note_edited_since_reaches_the_next_turn_as_a_correction(app, served):
+    history = two_turns(app, "fix")
+    (run,) = tick(app, served)
+    store = app.memory.store("tester")
+    assert store.edit(run.note_ids[0], body="the kafka consumer now restarts with "
+                      "kafkactl restart").ok
+    app.chat([*history, user("thanks, anything else?")], "No.", headers={SESSION: "fix"})
+    rec = record(app, "fix")
+    (fix,) = [s for s in rec.spans if s.kind == "correction"]
+    assert "kafkactl restart" in span_text(app, rec, fix)
+
+
+def test_an_answer_that_calls_a_tool_gets_no_prefetch():
+    from conductor.ledger.records import Record, VisibleMessage
+    from server.background.prefetch import _fits
+
+    def ending_with(answer: VisibleMessage) -> Record:
+        return Record(user="u", session="s", messages=(
+            VisibleMessage.of("user", "restart the kafka consumer"), answer), ids=[1, 2],
+            ended_cleanly=True)
+
+    assert _fits(ending_with(VisibleMessage.of("assistant", "Restart it.")))
+    calling = VisibleMessage.of("assistant", "", [("run", {"cmd": "systemctl restart"})])
+    assert not _fits(ending_with(calling))

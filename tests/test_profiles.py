@@ -67,6 +67,7 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
      "'memory.notes_shown.note_format'"),
     (BASE + "memory:\n  notes_shown:\n    depth: 2\n", "'memory.notes_shown.depth'"),
     (BASE + "memory:\n  notes_shown: 5\n", "'memory.notes_shown'"),
+    (BASE + "memory:\n  notes_shown: 0\n", "'memory.notes_shown'"),
     (BASE + "memory:\n  prefetch:\n    notes: -1\n", "'memory.prefetch.notes'"),
     (BASE + "memory:\n  prefetch:\n    when: idle\n", "'memory.prefetch.when'"),
     ("device: cpu\n", "'model'"),

@@ -9,10 +9,9 @@ look-alike). The rules, in order:
 2. A bare "yes" or "no" is never an accepted answer: a reply that opens "No, I'm not a bot"
    matches it without answering. The item's other accepted answers stand; an item with
    only those is not scored.
-3. A reply that shows a note's markup from the hidden context (its id, as the header
-   `[0123456789] title (kind, status)` or the plain format's `(note 0123456789)` gives
-   it, or the `(kind, status)` tail) copies the hidden context instead of answering:
-   wrong, in either format the notes are shown in.
+3. A reply that shows a note's markup from the hidden context (its id, as the index and
+   the header `[0123456789] title (kind, status)` give it or in `(note 0123456789)`, or
+   the `(kind, status)` tail) copies the hidden context instead of answering: wrong.
 4. A reply that names a wrong value is wrong ("Yes, you can deploy ... the freeze starts"
    names "yes"), and so is one that offers the answer as one of several
    ("teal or blue", "either 18 or 20").

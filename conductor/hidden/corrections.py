@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from conductor.hidden.prefetch import PREFETCH_KIND
 from conductor.hidden.tail_notes import note_block
 from conductor.ledger.records import Span
 from conductor.notes import NoteStore
@@ -21,7 +22,7 @@ from conductor.notes.note_format import Note
 
 CORRECTION_KIND = "correction"
 # The hidden spans that hold a note's text (the shared index holds titles only).
-HOLDS_TEXT = ("notes", "session", "block", CORRECTION_KIND)
+HOLDS_TEXT = ("notes", "session", "block", CORRECTION_KIND, PREFETCH_KIND)
 FRAME = ("Memory update: notes shown earlier in this conversation have changed since. "
          "These versions replace them:")
 

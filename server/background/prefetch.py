@@ -15,7 +15,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from conductor.hidden.prefetch import MATCHED_KINDS, PREFETCH_KIND, choose_prefetch
+from conductor.hidden.corrections import HOLDS_TEXT
+from conductor.hidden.prefetch import PREFETCH_KIND, choose_prefetch
 from conductor.hidden.shared_context import session_notes, shared_notes
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span
@@ -69,9 +70,13 @@ class PrefetchService:
         store = self.memory.store(user)
         with store.one_scan():
             allowed = [*shared_notes(store, record.project), *session_notes(store, session)]
-            already = {i for s in record.spans if s.kind in MATCHED_KINDS for i in s.note_ids}
+            # every note the conversation holds the text of: matched, prefetched, written
+            # in a block, corrected
+            already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
             given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
-            turn_text = "\n".join(m.content for m in record.messages[-2:])
+            asked = next((m.content for m in reversed(record.messages) if m.role == "user"),
+                         "")
+            turn_text = f"{asked}\n{record.messages[-1].content}"
             chosen = choose_prefetch(store, turn_text, allowed, already,
                                      self.engine.count_tokens, self.memory.notes_shown,
                                      self.memory.prefetch_limits, given)
@@ -111,11 +116,13 @@ class PrefetchService:
 
 
 def _fits(record: Record) -> bool:
-    """A record a prefetch may extend: memory on, an answer last; not prefetched for
-    already (its last span ends it)."""
+    """A record a prefetch may extend: memory on, an answer last that calls no tool (the
+    idle time after a call is the tool running, and its result goes right after the
+    call); not prefetched for already (its last span ends it)."""
     if record.bare or not record.messages:
         return False
-    if record.messages[-1].role != "assistant":
+    last = record.messages[-1]
+    if last.role != "assistant" or last.tool_calls:
         return False
-    last = record.spans[-1] if record.spans else None
-    return not (last is not None and last.kind == PREFETCH_KIND and last.end == len(record.ids))
+    span = record.spans[-1] if record.spans else None
+    return not (span is not None and span.kind == PREFETCH_KIND and span.end == len(record.ids))

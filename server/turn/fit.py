@@ -107,7 +107,8 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
             services, memory.user, replay.spans):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
     fresh = None
-    if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans):
+    if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans) \
+            and _may_show_shared(services, memory):
         # A record laid out without the shared context: afresh with it, when it fits
         fresh = _rendered_whole(tokenizer, services, memory, rendered, offered, engine,
                                 engine_tools, visible, leading_tails)
@@ -157,6 +158,14 @@ def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails]))
+
+
+def _may_show_shared(services: MemoryServices, memory: MemoryContext) -> bool:
+    """Whether this request would get a shared context at all (the card, or an index):
+    else a record without one is not worth a second, whole render."""
+    if memory.off_reason is not None:
+        return False
+    return memory.shows_card or (memory.reads and services.notes_shown.index_budget > 0)
 
 
 def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:

@@ -283,8 +283,9 @@ class Answer:
                 None, record_injections, self.services, memory, added, chat.completion_id)
         if self.memory_filter.hidden:  # blocks held back: notes may have been written
             self.services.on_change(chat.memory.user)
-        if chat.ledger_kept and memory.reads and memory.user is not None and goes_on(
-                memory.derived, [m.role for m in messages]):
+        if self.services.prefetch_limits.on and chat.ledger_kept and memory.reads \
+                and memory.user is not None and goes_on(memory.derived,
+                                                        [m.role for m in messages]):
             self.services.prefetch_due.turn_recorded(chat.ledger_user, session)
         if chat.memory.writes:
             new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
