@@ -159,3 +159,18 @@ def test_cpu_profiles_keep_the_cpu_attention_rules(name):
         config = BUILTIN_MODELS[profile.builtin_model].config
         head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         assert head in CPU_HEAD_SIZES, (name, head)
+
+
+def test_the_profile_checks_name_every_setting_the_server_reads_and_no_other():
+    """engine/ may not import conductor/, so the profile's lists of keys and choices stand
+    beside the server's dataclasses: they must agree."""
+    import dataclasses
+
+    from conductor.hidden.prefetch import PrefetchLimits
+    from conductor.hidden.tail_notes import MATCH_FRAMES, NOTE_FORMATS, NotesShown
+    from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS
+
+    assert set(NOTES_SHOWN_KEYS) == {f.name for f in dataclasses.fields(NotesShown)}
+    assert NOTES_SHOWN_KEYS["note_format"] == NOTE_FORMATS
+    assert NOTES_SHOWN_KEYS["match_frame"] == tuple(MATCH_FRAMES)
+    assert set(PREFETCH_KEYS) == {f.name for f in dataclasses.fields(PrefetchLimits)}

@@ -29,7 +29,8 @@ ON_NOTES = 3  # a turn's notes where a profile turns prefetch on (`memory.prefet
 class PrefetchLimits:
     """A turn's notes and tokens, and the notes a session may be given in all (0 notes:
     prefetch off, the default: on the bench's conversations the guess was right for 1
-    prefetched note in 6, bench/README.md "Prefetch"; `ON` is what a profile turns on)."""
+    prefetched note in 6, bench/README.md "Prefetch"; `ON_NOTES` is the bench's setting
+    where it is on)."""
 
     notes: int = 0
     budget: int = 300
@@ -38,10 +39,6 @@ class PrefetchLimits:
     def __post_init__(self) -> None:
         if min(self.notes, self.budget, self.session_cap) < 0:
             raise ValueError("prefetch: notes, budget and session_cap must be 0 or more")
-
-    @classmethod
-    def turned_on(cls) -> PrefetchLimits:
-        return cls(notes=ON_NOTES)
 
     @property
     def on(self) -> bool:
@@ -98,4 +95,5 @@ class PrefetchDue:
             return due
 
     def __len__(self) -> int:
-        return len(self._due)
+        with self._lock:
+            return len(self._due)

@@ -6,7 +6,8 @@ The next turn replays the record with them in place, from the cache: notes its m
 matches that were prefetched count as already injected, so only the others are prefilled
 after it. Like the prewarm: lowest priority, one token, ended by any client request at the
 next engine step, never started while a client request is in flight. A prefetch that did
-not finish, or whose session moved on meanwhile, leaves the record as it was.
+not finish leaves the record as it was and stays due; one whose session moved on
+meanwhile is dropped.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class PrefetchService:
                     ended_cleanly=True))
             else:
                 outcome = "moved_on"
+        elif outcome == "preempted":  # a client came: due again in a later idle moment
+            self.memory.prefetch_due.turn_recorded(user, session)
         log.info("prefetch %s: %d notes, %d tokens", outcome, len(chosen.note_ids), len(part))
         if self.memory.metrics is not None:
             self.memory.metrics.background_run("prefetch", outcome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conductor.hidden.prefetch import (
+    ON_NOTES,
     PREFETCH_KIND,
     PrefetchDue,
     PrefetchLimits,
@@ -33,12 +34,12 @@ TURN = "why is it lagging?\nThe kafka consumer is behind."
 def test_a_prefetch_takes_the_turns_matches_within_a_turns_limit(store):
     chosen = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
                              PrefetchLimits(notes=2), given=0)
-    assert not PrefetchLimits().on and PrefetchLimits.turned_on().on  # off by default
+    assert not PrefetchLimits().on and PrefetchLimits(notes=ON_NOTES).on  # off by default
     assert chosen.kind == PREFETCH_KIND and len(chosen.note_ids) == 2
 
 
 def test_notes_the_record_holds_are_not_prefetched_again(store):
-    on = PrefetchLimits.turned_on()
+    on = PrefetchLimits(notes=ON_NOTES)
     first = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN, on,
                             given=0)
     again = choose_prefetch(store, TURN, store.list(), set(first.note_ids), words,
