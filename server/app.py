@@ -51,6 +51,7 @@ from server.routes.layers import layer_router
 from server.routes.memory import memory_router
 from server.routes.memory_admin import memory_admin_router
 from server.routes.notes_admin import notes_admin_router
+from server.routes.responses import responses_router
 from server.routes.screen import screen_router
 from server.routes.vllm import vllm_router
 from server.turn.answering.engine_tools import EngineToolbox
@@ -210,6 +211,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     answer = answerer(state)
     app.include_router(chat_router(state, answer))
     app.include_router(chat_batch_router(state))
+    app.include_router(responses_router(state))
     app.include_router(layer_router(state, answer))
 
     # inside the key check: a refused request is neither counted nor reported on

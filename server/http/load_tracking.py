@@ -16,6 +16,7 @@ from server.http.asgi import route_path
 # The routes that run the engine for a client: vLLM's chat and completions, SageMaker's
 # /invocations (either of them), and Tandem's continuous conversation.
 GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/invocations",
+                               "/v1/responses",
                                "/v1/conductor/converse"})
 
 

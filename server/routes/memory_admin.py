@@ -125,6 +125,7 @@ def memory_admin_router(state) -> APIRouter:
         if not result.ok:
             raise APIError(500, f"delete refused ({result.reason})", code=str(result.reason))
         records = memory.ledger.forget_user(name)  # a replay must not bring the notes back
+        await asyncio.to_thread(memory.responses.delete_user, name)  # they hold the talk
         memory.on_change(name)
         return {"ok": True, "user": name, "notes_deleted": result.count,
                 "records_dropped": records}

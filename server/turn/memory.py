@@ -27,6 +27,7 @@ from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
 from conductor.ledger.records import Ledger, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
+from conductor.ledger.stored_responses import ResponseStore
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.paths import valid_session, valid_user
@@ -237,6 +238,7 @@ class MemoryServices:
         ledger_files, shown_files = LedgerFiles(self.root), ShownAnswerFiles(self.root)
         ledger_files.load_into(self.ledger)
         shown_files.load_into(self.shown)
+        self.responses = ResponseStore(self.root)  # the Responses API's stored responses
         self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
                                         shown=(self.shown, shown_files))
 

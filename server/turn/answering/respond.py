@@ -26,7 +26,7 @@ from server.turn.memory import MemoryServices
 from server.turn.prepared import PreparedChat
 
 
-def _start(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+def start_answer(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
            toolbox: EngineToolbox | None) -> tuple[Answer, EngineToolbox | None]:
     toolbox = toolbox if chat.engine_tools and not chat.json_answer else None
     return Answer.start(chat, services, engine.tokenizer, engine.tokens.end_of_turn,
@@ -56,7 +56,7 @@ async def complete(engine: EngineBackend, services: MemoryServices, chat: Prepar
 
 async def _complete_choice(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
                            toolbox: EngineToolbox | None) -> tuple[dict, Answer]:
-    answer, toolbox = _start(engine, services, chat, toolbox)
+    answer, toolbox = start_answer(engine, services, chat, toolbox)
     parts: list[ParsedDelta] = []
     try:
         async for parsed in answer_deltas(engine, answer, toolbox):
@@ -156,7 +156,7 @@ async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: 
                          continuous_usage: bool = False) -> AsyncIterator[str]:
     """One choice's chunks, from its role to its finish reason; as vLLM's, the last
     text comes in the chunk with the finish reason."""
-    answer, toolbox = _start(engine, services, chat, toolbox)
+    answer, toolbox = start_answer(engine, services, chat, toolbox)
     answers.append(answer)
     calls_sent = ids_sent = 0
     wants_logprobs = chat.params.top_logprobs is not None

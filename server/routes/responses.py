@@ -1,0 +1,196 @@
+"""The Responses API: POST /v1/responses and the stored responses' routes.
+
+A response runs as a chat turn (`server/turn/responses/turn.py`); what it stores lives
+with the ledger (`conductor/ledger/stored_responses.py`), per user. A background response
+(`background: true`) is a client request like any other for the engine's scheduler (it
+goes before memory's own background work); it runs as a task of the server, is polled
+with GET and stopped with `/cancel`. A restart finds it unfinished and marks it failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from conductor.ledger.stored_responses import ResponseStore, StoredResponse
+from engine.backend import BackendFailed, EngineDead
+from server.http.errors import APIError, backend_error, engine_dead_error, json_body
+from server.http.errors import validation_error as chat_validation_error
+from server.http.responses_schema import ResponsesRequest
+from server.http.sse import prepended
+from server.turn.answering.respond import response_headers
+from server.turn.memory import request_user
+from server.turn.responses.turn import ResponseRun, prepare, previous_conversation
+
+log = logging.getLogger("tandem.server")
+
+UNFINISHED = ("queued", "in_progress")
+CANCEL_WAIT_S = 30.0  # a cancelled background response stops at the engine's next step
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(404, f"no stored response {response_id!r}", code="not_found",
+                    param="response_id")
+
+
+def responses_router(state) -> APIRouter:
+    router = APIRouter()
+    store: ResponseStore = state.memory.responses
+    running: dict[str, asyncio.Task] = {}  # background responses, by id
+
+    def user_of(request: Request) -> str | None:
+        peer = request.client.host if request.client else None
+        return request_user(request.headers, peer, state.memory.settings,
+                            request.state.key_user)
+
+    async def stored_or_404(request: Request, response_id: str) -> StoredResponse:
+        user = user_of(request)
+        stored = await asyncio.to_thread(store.load, user, response_id)
+        if stored is None:
+            raise _not_found(response_id)
+        if stored.response.get("status") in UNFINISHED and response_id not in running:
+            # a background response the server was running when it stopped
+            stored.response.update(status="failed", error={
+                "code": "server_restarted",
+                "message": "the server stopped while this response ran"})
+            await asyncio.to_thread(store.save, user, stored)
+        return stored
+
+    @router.post("/v1/responses")
+    async def create(request: Request):
+        body = await json_body(request)
+        try:
+            parsed = ResponsesRequest.model_validate(body)
+        except ValidationError as exc:
+            raise chat_validation_error(exc) from None
+        engine = state.ready_engine()
+        user = user_of(request)
+        stored = None
+        if parsed.previous_response_id is not None:
+            stored = await asyncio.to_thread(store.load, user, parsed.previous_response_id)
+        previous = previous_conversation(stored, parsed)
+        peer = request.client.host if request.client else None
+        turn = prepare(engine, state.profile, state.memory, parsed, previous, request.headers,
+                       peer, request.state.key_user)
+        run = ResponseRun(engine, state.memory, turn, state.tools)
+        headers = response_headers(turn.chat)
+
+        async def keep(final: dict[str, Any]) -> None:
+            if parsed.store:
+                await asyncio.to_thread(store.save, user, StoredResponse(final, turn.context))
+
+        if parsed.background:
+            queued = turn.shape.object("queued")
+            await keep(queued)
+            running[turn.shape.id] = asyncio.create_task(
+                _in_background(run, keep, lambda: running.pop(turn.shape.id, None)))
+            return JSONResponse(queued, headers=headers)
+        events = run.events(keep)
+        if parsed.stream:
+            stream = _sse(events)
+            first = await anext(stream)  # the engine has the request: see server.http.sse
+            return StreamingResponse(prepended(first, stream), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", **headers})
+        final = None
+        async for event in events:
+            final = event.get("response", final)
+        return JSONResponse(final, headers=headers)
+
+    @router.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str, request: Request, stream: bool = False) -> dict:
+        if stream:
+            raise APIError(400, "stream: a stored response is read whole here",
+                           code="unsupported_value", param="stream")
+        return (await stored_or_404(request, response_id)).response
+
+    @router.delete("/v1/responses/{response_id}")
+    async def delete(response_id: str, request: Request) -> dict:
+        await stored_or_404(request, response_id)
+        task = running.get(response_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+        await asyncio.to_thread(store.delete, user_of(request), response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    @router.post("/v1/responses/{response_id}/cancel")
+    async def cancel(response_id: str, request: Request) -> dict:
+        stored = await stored_or_404(request, response_id)
+        if not stored.response.get("background"):
+            raise APIError(400, "only a background response can be cancelled",
+                           code="invalid_value", param="response_id")
+        task = running.get(response_id)
+        if task is None:  # finished already: as it is
+            return stored.response
+        task.cancel()
+        await asyncio.wait([task], timeout=CANCEL_WAIT_S)
+        return (await stored_or_404(request, response_id)).response
+
+    @router.get("/v1/responses/{response_id}/input_items")
+    async def input_items(response_id: str, request: Request,
+                          limit: int = Query(default=20, ge=1, le=100),
+                          order: Literal["asc", "desc"] = "desc",
+                          after: str | None = None) -> dict:
+        items = (await stored_or_404(request, response_id)).context
+        if order == "desc":
+            items = items[::-1]
+        if after is not None:
+            at = next((n for n, item in enumerate(items) if item.get("id") == after), None)
+            if at is None:
+                raise APIError(400, f"after: no item {after!r} in this response's input",
+                               code="invalid_value", param="after")
+            items = items[at + 1:]
+        page = items[:limit]
+        return {"object": "list", "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > limit}
+
+    return router
+
+
+async def _in_background(run: ResponseRun, keep, done) -> None:
+    """A background response to its end; cancelled, it keeps what it had written."""
+    try:
+        async for event in run.events(keep):
+            if event["type"] == "response.created":
+                await keep(run.turn.shape.object("in_progress"))
+    except asyncio.CancelledError:
+        await keep(run.final("cancelled"))
+    except (EngineDead, BackendFailed) as exc:
+        error = (engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc))
+        await keep(run.turn.shape.object("failed", error={"code": error.code,
+                                                          "message": error.message}))
+    except Exception:  # the client polls: it reads "failed", the log has the trace
+        log.exception("a background response failed")
+        await keep(run.turn.shape.object("failed", error={
+            "code": "server_error", "message": "the response failed; the log says why"}))
+    finally:
+        done()
+
+
+async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
+    """The events as server-sent events, numbered; an engine or a backend that fails
+    mid-stream ends it with an `error` event."""
+    number = 0
+
+    def line(event: dict) -> str:
+        nonlocal number
+        event = {**event, "sequence_number": number}
+        number += 1
+        return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+    try:
+        async for event in events:
+            yield line(event)
+    except (EngineDead, BackendFailed) as exc:
+        error = engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
+        yield line({"type": "error", "code": error.code, "message": error.message,
+                    "param": None})

@@ -1,0 +1,184 @@
+"""The Responses API's items, checked one by one and turned into chat messages.
+
+A conversation here is a list of items, each with an id: the input items of every turn
+and the output items of every answer, as `GET /v1/responses/{id}/input_items` lists
+them. The turn runs on chat messages (the chat route's way through memory), so the items
+become the messages a chat client would have sent: an answer's reasoning, text and
+function calls one assistant message, a function call's output one tool message. Those
+messages are what the ledger recorded for the answer, so the next turn replays its ids.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from server.http.errors import APIError
+
+INPUT_ROLES = ("user", "system", "developer", "assistant")
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+def _bad(param: str, why: str, code: str = "invalid_value") -> APIError:
+    return APIError(400, f"{param}: {why}", code=code, param=param)
+
+
+def _text_of(content: Any, param: str, allowed: tuple[str, ...] = TEXT_PARTS) -> str:
+    """A string, or the text parts joined; any other part (an image, a file) refused."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _bad(param, "a string or a list of text parts")
+    texts = []
+    for n, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in allowed or not isinstance(part.get("text"), str):
+            shown = kind if isinstance(kind, str) else "not a text part"
+            raise _bad(f"{param}[{n}]", f"'{shown}' is not served: only text parts "
+                       f"({', '.join(allowed)})", code="unsupported_value")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _string(item: dict, key: str, param: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise _bad(f"{param}.{key}", "a non-empty string is required")
+    return value
+
+
+def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's `input` as items in their stored form, each with an id; a 400 that
+    names the item and its field for anything else."""
+    if isinstance(value, str):
+        return [{"type": "message", "id": new_id("msg"), "role": "user", "status": "completed",
+                 "content": [{"type": "input_text", "text": value}]}]
+    return [_one_item(item, f"input[{n}]") for n, item in enumerate(value)]
+
+
+def _one_item(item: Any, param: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise _bad(param, "an item is an object")
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        role = item.get("role")
+        if role not in INPUT_ROLES:
+            raise _bad(f"{param}.role", f"one of {', '.join(INPUT_ROLES)}")
+        part = "output_text" if role == "assistant" else "input_text"
+        text = _text_of(item.get("content"), f"{param}.content")
+        return {"type": "message", "id": item.get("id") or new_id("msg"), "role": role,
+                "status": "completed", "content": [{"type": part, "text": text}]}
+    if kind == "function_call":
+        arguments = item.get("arguments", "{}")
+        if not isinstance(arguments, str):
+            raise _bad(f"{param}.arguments", "a string of JSON")
+        return {"type": "function_call", "id": item.get("id") or new_id("fc"),
+                "call_id": _string(item, "call_id", param), "name": _string(item, "name", param),
+                "arguments": arguments, "status": "completed"}
+    if kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else _text_of(output, f"{param}.output")
+        return {"type": "function_call_output", "id": item.get("id") or new_id("fco"),
+                "call_id": _string(item, "call_id", param), "output": text,
+                "status": "completed"}
+    if kind == "reasoning":
+        text = reasoning_text(item, param)
+        return {"type": "reasoning", "id": item.get("id") or new_id("rs"), "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}]}
+    shown = kind if isinstance(kind, str) else "(none)"
+    raise _bad(f"{param}.type", f"'{shown}' is not an item this server takes (message, "
+               "function_call, function_call_output, reasoning)", code="unsupported_value")
+
+
+def reasoning_text(item: dict, param: str) -> str:
+    """A reasoning item's text: its content, else its summary (the model's own words are
+    what the template replays)."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if parts:
+            return _text_of(parts, f"{param}.{key}")
+    return ""
+
+
+def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation's items as chat messages. One answer's reasoning, text and calls
+    join into one assistant message, in the order the model wrote them."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        kind = item["type"]
+        last = messages[-1] if messages and messages[-1]["role"] == "assistant" else None
+        if kind == "message" and item["role"] != "assistant":
+            messages.append({"role": item["role"], "content": _text_of(item["content"], "")})
+        elif kind == "message":
+            text = _text_of(item["content"], "")
+            if last is not None and last["content"] is None and not last.get("tool_calls"):
+                last["content"] = text
+            else:
+                messages.append({"role": "assistant", "content": text})
+        elif kind == "reasoning":
+            messages.append({"role": "assistant", "content": None,
+                             "reasoning_content": reasoning_text(item, "")})
+        elif kind == "function_call":
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            if last is None:
+                last = {"role": "assistant", "content": None}
+                messages.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": item["output"]})
+    return messages
+
+
+def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Function tools in the chat route's shape; any other kind of tool is refused."""
+    if tools is None:
+        return None
+    out = []
+    for n, tool in enumerate(tools):
+        param = f"tools[{n}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise _bad(f"{param}.type", f"'{kind}' is not served: only function tools (the "
+                       "engine's memory tools run on their own)", code="unsupported_value")
+        function = {"name": _string(tool, "name", param)}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        if tool.get("parameters") is not None:
+            if not isinstance(tool["parameters"], dict):
+                raise _bad(f"{param}.parameters", "a JSON schema object")
+            function["parameters"] = tool["parameters"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """`{"type": "function", "name": N}` is the chat route's named function."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        raise _bad("tool_choice", "'none', 'auto', 'required' or "
+                   '{"type": "function", "name": ...}')
+    return {"type": "function", "function": {"name": choice["name"]}}
+
+
+def chat_response_format(text_format: Any) -> dict[str, Any] | None:
+    """`text.format` as the chat route's response_format (the same grammar path)."""
+    if text_format is None or text_format.type == "text":
+        return None
+    if text_format.type == "json_object":
+        return {"type": "json_object"}
+    schema = {"name": text_format.name, "schema": text_format.schema_}
+    if text_format.strict is not None:
+        schema["strict"] = text_format.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)

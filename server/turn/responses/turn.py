@@ -1,0 +1,172 @@
+"""One Responses API turn: the conversation's items become a chat request, the chat turn
+runs (memory, replay, the ledger: `server/turn/chat_turn.py`), and its answer comes back
+as output items and the API's events.
+
+The conversation a `previous_response_id` names is read from the store, so the client
+sends only what is new; the messages it becomes are those the ledger recorded, so the
+prompt replays the earlier turns' exact ids. `instructions` are not carried over from
+the previous response (OpenAI's rule): each request's own go first, as a system message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from conductor.ledger.stored_responses import StoredResponse, new_response_id
+from engine.backend import EngineBackend, EngineDead
+from engine.profiles import Profile
+from server.http.errors import APIError, validation_error
+from server.http.responses_schema import ResponsesRequest
+from server.http.schema import ChatCompletionRequest
+from server.http.server_defaults import with_server_defaults
+from server.turn import chat_turn
+from server.turn.answering.engine_tools import EngineToolbox
+from server.turn.answering.generate import answer_deltas
+from server.turn.answering.respond import start_answer
+from server.turn.continuous import prepare_continuous
+from server.turn.memory import MemoryServices
+from server.turn.prepared import PreparedChat
+from server.turn.responses import items as item_forms
+from server.turn.responses.output import Event, OutputItems
+from server.turn.responses.shape import ResponseShape, usage
+
+# The chat request's names for a Responses request's fields, in the errors a client reads.
+_PARAM_NAMES = (("response_format.json_schema.schema", "text.format.schema"),
+                ("response_format", "text.format"),
+                ("max_completion_tokens", "max_output_tokens"),
+                ("reasoning_effort", "reasoning.effort"), ("messages", "input"))
+
+
+def as_responses_error(error: APIError) -> APIError:
+    """A chat turn's refusal, naming the Responses request's fields."""
+    message, param = error.message, error.param
+    for chat_name, name in _PARAM_NAMES:
+        message = message.replace(chat_name, name)
+        if param is not None and param.startswith(chat_name):
+            param = name + param[len(chat_name):]
+    return APIError(error.status, message, code=error.code, param=param, kind=error.kind)
+
+
+def chat_request(request: ResponsesRequest, conversation: list[dict[str, Any]]
+                 ) -> ChatCompletionRequest:
+    """The chat request a chat client would send for this conversation."""
+    messages = item_forms.chat_messages(conversation)
+    if request.instructions:
+        messages.insert(0, {"role": "system", "content": request.instructions})
+    body = {
+        "model": request.model, "messages": messages,
+        "tools": item_forms.chat_tools(request.tools),
+        "tool_choice": item_forms.chat_tool_choice(request.tool_choice),
+        "parallel_tool_calls": request.parallel_tool_calls,
+        "response_format": item_forms.chat_response_format(
+            request.text.format if request.text is not None else None),
+        "max_completion_tokens": request.max_output_tokens,
+        "temperature": request.temperature, "top_p": request.top_p,
+        "reasoning_effort": request.reasoning.effort if request.reasoning else None,
+        "script": request.script,
+    }
+    try:
+        return ChatCompletionRequest.model_validate(
+            {k: v for k, v in body.items() if v is not None})
+    except ValidationError as exc:
+        raise as_responses_error(validation_error(exc)) from None
+
+
+@dataclass
+class ResponseTurn:
+    """A prepared response: its shape, the chat turn it runs, the items before its output."""
+
+    shape: ResponseShape
+    chat: PreparedChat
+    context: list[dict[str, Any]]
+
+
+def previous_conversation(stored: StoredResponse | None, request: ResponsesRequest
+                          ) -> list[dict[str, Any]]:
+    """The items a `previous_response_id` continues; a 400 naming the field when it is
+    not this user's stored, finished response (another user's is not found either)."""
+    if request.previous_response_id is None:
+        return []
+    if stored is None:
+        raise APIError(400, f"previous_response_id: no stored response "
+                       f"{request.previous_response_id!r}", code="previous_response_not_found",
+                       param="previous_response_id")
+    if stored.response.get("status") in ("queued", "in_progress"):
+        raise APIError(400, "previous_response_id: that response has not finished yet",
+                       code="invalid_value", param="previous_response_id")
+    return stored.conversation
+
+
+def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
+            request: ResponsesRequest, previous: list[dict[str, Any]], headers,
+            peer: str | None, key_user: str | None) -> ResponseTurn:
+    """The chat turn of this response, on the profile's way (the continuous
+    conversation's on a continuous profile); APIError naming the Responses fields."""
+    context = [*previous, *item_forms.input_items(request.input)]
+    chat = with_server_defaults(chat_request(request, context), profile)
+    build = (prepare_continuous if profile.memory.conversation == "continuous"
+             else chat_turn.prepare)
+    try:
+        prepared = build(engine, profile, services, chat, headers, peer, key_user)
+    except APIError as error:
+        raise as_responses_error(error) from None
+    shape = ResponseShape(id=new_response_id(), model=prepared.model, request=request,
+                          tools=list(request.tools or []))
+    return ResponseTurn(shape=shape, chat=prepared, context=context)
+
+
+class ResponseRun:
+    """One response on the engine: `events` runs it; `output` and `answer` hold what was
+    written so far (a cancelled background response keeps it)."""
+
+    def __init__(self, engine: EngineBackend, services: MemoryServices, turn: ResponseTurn,
+                 toolbox: EngineToolbox | None) -> None:
+        self.engine, self.turn = engine, turn
+        self.answer, self._toolbox = start_answer(engine, services, turn.chat, toolbox)
+        self.output = OutputItems()
+
+    async def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]]
+                     ) -> AsyncIterator[Event]:
+        """From `response.created` to `response.completed` (or `response.incomplete`);
+        `on_final` has the finished object before the last event. The first event waits
+        for the engine's first delta, as a chat stream's does."""
+        answer, output = self.answer, self.output
+        deltas = answer_deltas(self.engine, answer, self._toolbox)
+        try:
+            first = await anext(deltas, None)
+            started = self.turn.shape.object("in_progress")
+            yield {"type": "response.created", "response": started}
+            yield {"type": "response.in_progress", "response": started}
+            if first is not None:
+                for event in output.feed(first):
+                    yield event
+                async for parsed in deltas:
+                    for event in output.feed(parsed):
+                        yield event
+        except (GeneratorExit, asyncio.CancelledError, EngineDead):
+            answer.stopped()  # the record ends where the client's text did
+            raise
+        for event in output.feed(answer.finish()):
+            yield event
+        length = answer.finish_reason == "length"
+        for event in output.close("incomplete" if length else "completed"):
+            yield event
+        final = self.final("incomplete" if length else "completed")
+        await on_final(final)
+        yield {"type": f"response.{final['status']}", "response": final}
+
+    def final(self, status: str) -> dict[str, Any]:
+        """The response object as it stands: "completed", "incomplete" (cut by its
+        length) or "cancelled" (what was written before)."""
+        if status == "cancelled":
+            self.output.close("incomplete")
+        reasoning = self.answer.reasoning
+        return self.turn.shape.object(
+            status, self.output.items,
+            usage(self.answer.usage(), self.engine.count_tokens(reasoning) if reasoning else 0),
+            incomplete="max_output_tokens" if status == "incomplete" else None)
