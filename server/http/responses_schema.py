@@ -108,8 +108,8 @@ class ResponsesRequest(BaseModel):
                 raise PydanticCustomError("unsupported", "{name}: {why}",
                                           {"name": name, "why": why})
         unsupported = {
-            "background": "needs store: true (a background response is polled from the "
-                          "store)" if self.background and not self.store else
+            "background": "background can only be used when `store` is true (it is "
+                          "polled from the store)" if self.background and not self.store else
                           "and stream cannot both be true here: poll GET "
                           "/v1/responses/{id}" if self.background and self.stream else None,
             "stream_options": "only with stream: true"

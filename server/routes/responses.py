@@ -36,7 +36,8 @@ CANCEL_WAIT_S = 30.0  # a cancelled background response stops at the engine's ne
 
 
 def _not_found(response_id: str) -> APIError:
-    return APIError(404, f"no stored response {response_id!r}", code="not_found",
+    # vLLM's wording, which its own tests match
+    return APIError(404, f"Response with id {response_id!r} not found.", code="not_found",
                     param="response_id")
 
 
@@ -124,7 +125,7 @@ def responses_router(state) -> APIRouter:
     async def cancel(response_id: str, request: Request) -> dict:
         stored = await stored_or_404(request, response_id)
         if not stored.response.get("background"):
-            raise APIError(400, "only a background response can be cancelled",
+            raise APIError(400, "Cannot cancel a synchronous response.",
                            code="invalid_value", param="response_id")
         task = running.get(response_id)
         if task is None:  # finished already: as it is

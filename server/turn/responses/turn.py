@@ -93,8 +93,9 @@ def previous_conversation(stored: StoredResponse | None, request: ResponsesReque
     if request.previous_response_id is None:
         return []
     if stored is None:
-        raise APIError(400, f"previous_response_id: no stored response "
-                       f"{request.previous_response_id!r}", code="previous_response_not_found",
+        raise APIError(400, f"previous_response_id: Response with id "
+                       f"{request.previous_response_id!r} not found.",
+                       code="previous_response_not_found",
                        param="previous_response_id")
     if stored.response.get("status") in ("queued", "in_progress"):
         raise APIError(400, "previous_response_id: that response has not finished yet",

@@ -1,0 +1,194 @@
+"""Stored responses: a restart between turns keeps the conversation, another user's id is
+not found, background responses are polled and cancelled, bad input is a 400 that names
+the field, and the files are private, bounded and written whole."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import openai
+import pytest
+
+from conductor.ledger.stored_responses import ResponseStore, StoredResponse, new_response_id
+from server.access.auth import Auth
+from server.access.keys import KeyStore
+from server.app import create_app
+from tests.inprocess import InProcessApp
+from tests.served import AppOnLoop
+
+
+def sdk(app: AppOnLoop, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{app.base_url}/v1", api_key=key, max_retries=0)
+
+
+def serve(served, home, **create) -> AppOnLoop:
+    engine = served.app.state.tandem.engine
+    app = AppOnLoop(served, create_app(engine.profile, home, engine=engine, **create))
+    app.start()
+    return app
+
+
+def test_a_restart_between_turns_keeps_the_conversation_and_its_replay(served, tmp_path):
+    first = serve(served, tmp_path)
+    try:
+        asked = sdk(first).responses.create(model="tiny", input="Where is the spare key?",
+                                            extra_body={"script": "Under the blue pot."})
+    finally:
+        first.stop()  # its lifespan's end saves the ledger
+    second = serve(served, tmp_path)
+    try:
+        client = sdk(second)
+        assert client.responses.retrieve(asked.id).output_text == "Under the blue pot."
+        follow = client.responses.create(model="tiny", input="And the bike lock?",
+                                         previous_response_id=asked.id,
+                                         extra_body={"script": "Same pot."})
+    finally:
+        second.stop()
+    assert follow.output_text == "Same pot."
+    done = asked.usage.input_tokens + asked.usage.output_tokens
+    assert follow.usage.input_tokens_details.cached_tokens >= done - 32
+
+
+@pytest.fixture
+def two_users(served, tmp_path):
+    keys = KeyStore(tmp_path)
+    alice, bob = keys.add("alice"), keys.add("bob")
+    app = serve(served, tmp_path, auth=Auth(keys=keys))
+    yield sdk(app, alice), sdk(app, bob), tmp_path
+    app.stop()
+
+
+def test_another_user_s_response_is_not_found_by_any_route(two_users):
+    alice, bob, home = two_users
+    mine = alice.responses.create(model="tiny", input="My locker code is 4411.",
+                                  extra_body={"script": "Noted."})
+    for attempt in (lambda: bob.responses.retrieve(mine.id),
+                    lambda: bob.responses.delete(mine.id),
+                    lambda: bob.responses.cancel(mine.id),
+                    lambda: bob.responses.input_items.list(mine.id)):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    with pytest.raises(openai.BadRequestError) as refused:
+        bob.responses.create(model="tiny", input="What is my code?",
+                             previous_response_id=mine.id, extra_body={"script": "No."})
+    assert refused.value.body["param"] == "previous_response_id"
+    assert alice.responses.retrieve(mine.id).output_text == "Noted.", "still alice's"
+    folder = home / "memory" / "ledger" / "responses"
+    (user_folder,) = folder.iterdir()
+    (path,) = user_folder.iterdir()
+    assert stat.S_IMODE(user_folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+BAD = [
+    ({"input": [{"type": "computer_call", "id": "x"}]}, "input[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content[0]"),
+    ({"input": [{"type": "function_call_output", "output": "sunny"}]}, "input[0].call_id"),
+    ({"input": "hi", "previous_response_id": new_response_id()}, "previous_response_id"),
+    ({"input": "hi", "previous_response_id": "../../etc/passwd"}, "previous_response_id"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "no such type"}}}}}},
+     "text.format"),
+    ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": "hi", "tool_choice": {"type": "function", "name": "absent"}}, "tool_choice"),
+    ({"input": "hi", "background": True, "store": False}, "background"),
+    ({"input": "hi", "conversation": "conv_1"}, "conversation"),
+    ({"input": "hi", "frequency": 1}, "frequency"),
+    ({"input": ""}, "input"),
+    ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+]
+
+
+@pytest.mark.parametrize("body, param", BAD, ids=[param for _, param in BAD])
+def test_bad_input_is_a_400_naming_the_parameter(served, tmp_path, body, param):
+    app = InProcessApp(served, tmp_path)
+    response = app.request("POST", "/v1/responses",
+                           json={"model": "tiny", "script": "x", **body})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert param.split("[")[0] in response.json()["error"]["message"]
+
+
+def test_unknown_routes_ids_and_queries_are_clear_errors(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    assert app.request("GET", "/v1/responses/not-an-id").status_code == 404
+    made = app.request("POST", "/v1/responses", json={"model": "tiny", "input": "hi",
+                                                      "script": "Hello."}).json()
+    listed = app.request("GET", f"/v1/responses/{made['id']}/input_items?limit=0")
+    assert listed.status_code == 400 and listed.json()["error"]["param"] == "query.limit"
+    assert app.request("POST", f"/v1/responses/{made['id']}/cancel").status_code == 400
+
+
+def poll(client: openai.OpenAI, response_id: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
+
+
+def test_a_background_response_is_polled_to_its_end(served):
+    client = sdk(served)
+    queued = client.responses.create(model="tiny", input="Hello", background=True,
+                                     extra_body={"script": "Hello from the background."})
+    assert queued.status == "queued" and queued.background
+    done = poll(client, queued.id)
+    assert done.status == "completed" and done.output_text == "Hello from the background."
+
+
+def test_a_cancelled_background_response_keeps_what_it_wrote(served):
+    client = sdk(served)
+    queued = client.responses.create(model="tiny", input="Write at length", background=True,
+                                     max_output_tokens=3000)  # the model's own words
+    deadline = time.monotonic() + 30
+    while client.responses.retrieve(queued.id).status == "queued":
+        assert time.monotonic() < deadline, "it started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # some words written
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    assert poll(client, queued.id).status == "cancelled", "it stays cancelled"
+    assert 0 < cancelled.usage.output_tokens < 3000, "stopped at an engine step"
+    assert [item.status for item in cancelled.output] == ["incomplete"], "kept, marked cut"
+    assert client.responses.cancel(queued.id).status == "cancelled", "a second cancel: as is"
+
+
+def test_a_response_left_unfinished_by_a_restart_reads_failed(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    response_id = new_response_id()
+    app.memory.responses.save("tester", StoredResponse(
+        {"id": response_id, "object": "response", "status": "in_progress",
+         "background": True, "output": []}, []))
+    read = app.request("GET", f"/v1/responses/{response_id}").json()
+    assert read["status"] == "failed" and read["error"]["code"] == "server_restarted"
+
+
+def test_the_store_keeps_a_user_s_newest_responses_whole(tmp_path):
+    store = ResponseStore(tmp_path, limit=3)
+    ids = []
+    for n in range(5):
+        ids.append(new_response_id())
+        store.save("alice", StoredResponse({"id": ids[-1], "output": [n]}, [{"n": n}]))
+    assert [store.load("alice", i) is not None for i in ids] == [False, False, True, True, True]
+    assert store.load("bob", ids[-1]) is None, "another user's folder"
+    assert store.load("alice", ids[-1]).conversation == [{"n": 4}, 4]
+    folder = store._user_folder("alice")
+    assert sorted(os.listdir(folder)) == sorted(f"{i}.json" for i in ids[2:]), "no temp file"
+    assert store.load("alice", "../" + ids[-1]) is None and not store.delete("alice", "x")
+    store.delete_user("alice")
+    assert store.load("alice", ids[-1]) is None
+
+
+def test_deleting_a_user_deletes_their_stored_responses(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    made = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "My bank PIN is 2580.", "script": "Noted."}).json()
+    assert app.request("GET", f"/v1/responses/{made['id']}").status_code == 200
+    done = app.request("POST", "/v1/conductor/memory/delete-user",
+                       json={"user": "tester", "confirm": "tester"})
+    assert done.status_code == 200, done.text
+    assert app.request("GET", f"/v1/responses/{made['id']}").status_code == 404
