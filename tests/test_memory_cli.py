@@ -69,7 +69,7 @@ def test_memory_sources_sync_and_search_from_the_command_line(tmp_path, capsys):
     assert main(["memory", "sources", *home, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert not listed["from_file"] and [s["id"] for s in listed["sources"]] == [
-        "core", "semantic", "notes"]
+        "core", "semantic", "notes", "history"]
     registry = tmp_path / "memory/layers/ada/embed/sources.json"
     assert listed["registry"] == str(registry)
     registry.parent.mkdir(parents=True)

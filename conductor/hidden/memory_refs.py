@@ -17,7 +17,7 @@ from conductor.layers.user_layers import UserLayers
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 from conductor.search.chunks import split_markdown, without_frontmatter
-from conductor.search.sources import Registry
+from conductor.search.sources import Registry, Source
 
 NOTE_ID = re.compile(r"^[0-9a-f]{10}$")
 
@@ -38,14 +38,15 @@ def read_ref(ref: str, store: NoteStore, layers: UserLayers, registry: Registry,
         return _note_text(ref, None if hidden else store.get(ref))
     path_part, _, section = ref.partition("#")
     head, _, rel = path_part.strip("/").partition("/")
-    file = _source_file(registry, head, rel) or _layer_file(layers, head, rel)
+    source, file = _source_file(registry, head, rel) or (None, _layer_file(layers, head, rel))
     note_id = note_id_of_file(rel) if file is not None else None
     if note_id is not None and visible is not None and note_id not in visible:
         file = None
     if file is None:
         raise RefError(f"no memory file {path_part!r}: use a note id or a ref from "
                        "memory_search (e.g. semantic/facts.md)")
-    text = file.read_text(encoding="utf-8", errors="replace")
+    text = (source.read(file) if source is not None
+            else file.read_text(encoding="utf-8", errors="replace"))
     body, title = without_frontmatter(text)
     if not section.strip():
         return f"# {title}\n\n{body.strip()}" if title else body.strip()
@@ -61,12 +62,11 @@ def _note_text(note_id: str, note: Note | None) -> str:
     return f"# {note.title}\n({about})\n\n{note.body.strip()}"
 
 
-def _source_file(registry: Registry, source_id: str, rel: str) -> Path | None:
-    """The file of the source `source_id` at `rel`, when the source indexes it."""
+def _source_file(registry: Registry, source_id: str, rel: str) -> tuple[Source, Path] | None:
+    """The source `source_id` and its file at `rel`, when the source indexes it."""
     source = next((s for s in registry.sources if s.id == source_id), None)
-    if source is None or not rel:
-        return None
-    return dict(source.files()).get(rel)
+    file = dict(source.files()).get(rel) if source is not None and rel else None
+    return (source, file) if file is not None else None
 
 
 def _layer_file(layers: UserLayers, layer: str, name: str) -> Path | None:

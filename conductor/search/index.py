@@ -212,8 +212,8 @@ class SearchIndex:
         to_move: list[tuple[str, str, str, Chunk]] = []  # (old id, new id, rel, chunk)
         used: set[str] = set()
         for rel, path, stat in changed:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            chunks = split_markdown(text, whole=source.type == "chunked_markdown_tree")
+            chunks = split_markdown(source.read(path),
+                                    whole=source.type == "chunked_markdown_tree")
             mine = {h: i for i, h in old.get(rel, {}).get("chunks", [])}
             entries = []
             for chunk in chunks:

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-COLLECTIONS = ("core", "semantic", "notes", "library", "zettelkasten")
-TYPES = ("markdown_tree", "markdown_file", "chunked_markdown_tree")
+from conductor.search.turn_text import turn_markdown
+
+COLLECTIONS = ("core", "semantic", "notes", "history", "library", "zettelkasten")
+# history_turns: the history layer's turn files (JSON), read as Markdown (`turn_text.py`)
+TYPES = ("markdown_tree", "markdown_file", "chunked_markdown_tree", "history_turns")
 SOURCES_FILE = "sources.json"
 
 
@@ -37,6 +40,11 @@ class Source:
     path: Path  # resolved
     include: tuple[str, ...] = ("**/*.md",)
     exclude: tuple[str, ...] = ()
+
+    def read(self, path: Path) -> str:
+        """A file of the source as search chunks it and `memory_read` shows it."""
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return turn_markdown(text) if self.type == "history_turns" else text
 
     def files(self) -> list[tuple[str, Path]]:
         """(path relative to the source, absolute path) of every file it indexes; a file
@@ -85,6 +93,9 @@ def default_sources(root: Path, user: str) -> list[dict]:
         {"id": "notes", "collection": "notes", "type": "markdown_tree",
          "path": f"notes/{user}", "include": ["user/**/*.md", "projects/**/*.md",
                                               "sessions/**/*.md"]},
+        # the continuous conversation's turns: a question finds the turn that answers it
+        {"id": "history", "collection": "history", "type": "history_turns",
+         "path": f"layers/{user}/history/turns", "include": ["**/*.json"]},
     ]
 
 

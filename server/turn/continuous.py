@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from conductor.hidden.shared_context import SHARED_KIND
@@ -105,8 +107,10 @@ def prepare_continuous(engine: EngineBackend, profile: Profile, services: Memory
             bounds = WindowBounds(bounds.turns, max(0, window_tokens - over))
     if prepared.memory.writes:
         text = last.text()
+        # once its file is down, the turn is searchable (the index syncs in idle time)
+        written = partial(services.on_change, user)
         prepared.on_recorded = lambda recorded: _append_turn(layers, text, now, offset,
-                                                             recorded, replaced)
+                                                             recorded, replaced, written)
     else:
         # A message that leaves no history turn (X-Tandem-Memory: read) is not a step of
         # the conversation: no later message starts with it, and its record would take
@@ -178,7 +182,8 @@ def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: M
 
 
 def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
-                 recorded: RecordedTurn, replaced: Turn | None = None) -> None:
+                 recorded: RecordedTurn, replaced: Turn | None = None,
+                 written: Callable[[], None] = lambda: None) -> None:
     """The turn into the history: a new one, or in the place of `replaced` (a regenerate
     keeps its number and its file)."""
     user_parts = [Part("text", text)]
@@ -201,12 +206,13 @@ def _append_turn(layers: UserLayers, text: str, at: datetime, offset: int,
     else:
         turn = layers.history.reserve(lambda seq: Turn(seq, at, offset, messages,
                                                        recorded.interrupted))
-    asyncio.get_running_loop().run_in_executor(None, _write_turn, layers, turn)
+    asyncio.get_running_loop().run_in_executor(None, _write_turn, layers, turn, written)
 
 
-def _write_turn(layers: UserLayers, turn: Turn) -> None:
+def _write_turn(layers: UserLayers, turn: Turn, written: Callable[[], None]) -> None:
     try:
         layers.history.write(turn)
+        written()
     except OSError as exc:  # reported, never a crash of the answer that already went out
         log.error("history turn %d not written: %s", turn.seq, type(exc).__name__)
 
