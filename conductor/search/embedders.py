@@ -41,12 +41,16 @@ def minilm_dir() -> Path | None:
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 with transformers: mean pooling over the tokens, then L2 norm
-    (what sentence-transformers does for this model), on the CPU."""
+    (what sentence-transformers does for this model), on the CPU. Another sentence
+    model pooled the same way (all-mpnet-base-v2) runs here under its own `version`."""
 
     version = "all-minilm-l6-v2:384"
     dimensions = 384
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, version: str | None = None,
+                 dimensions: int | None = None) -> None:
+        if version is not None and dimensions is not None:
+            self.version, self.dimensions = version, dimensions
         from transformers import AutoModel, AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -28,6 +28,7 @@ from typing import Any
 
 from conductor.search.chunks import Chunk, split_markdown
 from conductor.search.embedders import Embedder
+from conductor.search.fusion import PREFETCH_FACTOR, fused
 from conductor.search.sources import Registry, Source, load_sources
 from conductor.search.stores import (
     EdgeStore,
@@ -282,8 +283,9 @@ class SearchIndex:
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, mode: str = "hybrid", collection: str | None = None,
                limit: int = 10) -> list[Hit]:
-        """Hybrid: the dense and BM25 prefetches fused by reciprocal rank; without an
-        embedder every mode runs on BM25 (`self.embedder is None` tells the caller)."""
+        """Hybrid: the dense and BM25 rankings fused by weighted reciprocal rank
+        (`conductor/search/fusion.py`); without an embedder every mode runs on BM25
+        (`self.embedder is None` tells the caller)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         with self._lock:
@@ -292,7 +294,12 @@ class SearchIndex:
             sparse = Sparse(list(words.indices), list(words.values))
             dense = (self.embedder.embed([query])[0]
                      if self.embedder is not None and mode != "sparse" else None)
-            found = store.query(dense, sparse, mode, collection, limit)
+            if mode == "hybrid" and dense is not None:
+                deep = limit * PREFETCH_FACTOR
+                found = fused(store.query(dense, sparse, "dense", collection, deep),
+                              store.query(dense, sparse, "sparse", collection, deep), limit)
+            else:
+                found = store.query(dense, sparse, mode, collection, limit)
         return [Hit(p["collection"], p["path"], p["section"], score, p["text"],
                     p.get("source", ""))
                 for score, p in found]

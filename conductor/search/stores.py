@@ -17,16 +17,6 @@ from typing import Any, Protocol
 from conductor.storage.atomic import ensure_dir, make_private
 
 DENSE, SPARSE = "dense", "bm25"
-PREFETCH_FACTOR = 4
-# Reciprocal rank fusion (score: weight / (k + rank), ranks from 0) with a small k, so the
-# top ranks count most, and dense weighted 1.8: BM25 hits on common words then cannot push
-# a match of meaning out of the top, while an exact identifier first for BM25 and second
-# for dense (1.8/2 + 1/1) beats dense's first (1.8/1). Not 2.0: that makes those two tie,
-# and a tie falls to the order of random point ids. Chosen on the labelled set in
-# bench/search/data (recall@5: equal weights at k=60 0.855, these 0.945 = dense alone,
-# identifiers 1.00 against dense's 0.93; BM25 alone 0.545).
-RRF_K = 1
-RRF_WEIGHTS = [1.8, 1.0]  # dense, sparse: the prefetches' order
 
 
 @dataclass(frozen=True)
@@ -132,9 +122,7 @@ class EdgeStore:
         from qdrant_edge import (
             FieldCondition,
             Filter,
-            Fusion,
             MatchValue,
-            Prefetch,
             Query,
             QueryRequest,
             SparseVector,
@@ -144,18 +132,12 @@ class EdgeStore:
                                              match=MatchValue(value=collection))])
                  if collection else None)
         by_words = Query.Nearest(SparseVector(sparse.indices, sparse.values), using=SPARSE)
+        # hybrid is fused by the caller (conductor/search/fusion.py) from these two
         if dense is None or mode == "sparse":
             request = QueryRequest(limit=limit, query=by_words, filter=where, with_payload=True)
-        elif mode == "dense":
+        else:
             request = QueryRequest(limit=limit, query=Query.Nearest(dense, using=DENSE),
                                    filter=where, with_payload=True)
-        else:
-            deep = limit * PREFETCH_FACTOR
-            request = QueryRequest(
-                limit=limit, query=Fusion.Rrf(k=RRF_K, weights=RRF_WEIGHTS), with_payload=True,
-                prefetches=[Prefetch(limit=deep, query=Query.Nearest(dense, using=DENSE),
-                                     filter=where),
-                            Prefetch(limit=deep, query=by_words, filter=where)])
         return [(float(p.score), p.payload) for p in self._shard.query(request)]
 
     def count(self) -> int:
@@ -249,17 +231,9 @@ class ServerStore:
         if dense is None or mode == "sparse":
             found = self._client.query_points(self.collection, query=self._sparse(sparse),
                                               using=SPARSE, query_filter=where, limit=limit)
-        elif mode == "dense":
+        else:  # dense; hybrid is fused by the caller (conductor/search/fusion.py)
             found = self._client.query_points(self.collection, query=dense, using=DENSE,
                                               query_filter=where, limit=limit)
-        else:
-            deep = limit * PREFETCH_FACTOR
-            found = self._client.query_points(
-                self.collection, limit=limit,
-                prefetch=[m.Prefetch(query=dense, using=DENSE, filter=where, limit=deep),
-                          m.Prefetch(query=self._sparse(sparse), using=SPARSE, filter=where,
-                                     limit=deep)],
-                query=m.RrfQuery(rrf=m.Rrf(k=RRF_K, weights=RRF_WEIGHTS)))
         return [(float(p.score), p.payload or {}) for p in found.points]
 
     def count(self) -> int:

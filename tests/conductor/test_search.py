@@ -200,12 +200,13 @@ def test_a_source_id_used_twice_is_refused(tmp_path):
         load_sources(tmp_path, "ada", embed)
 
 
-def test_the_default_sources_cover_core_semantic_and_notes(tmp_path):
+def test_the_default_sources_cover_core_semantic_notes_and_the_history(tmp_path):
     registry = load_sources(tmp_path, "ada", tmp_path / "layers/ada/embed")
     assert not registry.from_file
     assert [(s.id, s.path) for s in registry.sources] == [
         ("core", tmp_path / "layers/ada/core"), ("semantic", tmp_path / "layers/ada/semantic"),
-        ("notes", tmp_path / "notes/ada")]
+        ("notes", tmp_path / "notes/ada"), ("history", tmp_path / "layers/ada/history/turns")]
+    assert registry.sources[-1].type == "history_turns"
 
 
 def test_each_user_has_an_index_of_their_own(tmp_path, embedder):
