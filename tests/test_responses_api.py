@@ -40,6 +40,15 @@ def cached(response) -> int:
     return response.usage.input_tokens_details.cached_tokens
 
 
+def latest_record(served, answer: str):
+    """The ledger's newest record whose answer is `answer` (the turn just run)."""
+    ledger = served.app.state.tandem.memory.ledger
+    user = served.app.state.tandem.memory.settings.user_name
+    user = user.lower() if user else user
+    found = [ledger.latest(user, session) for session in ledger.sessions_of(user)]
+    return next(r for r in found if r is not None and r.messages[-1].content == answer)
+
+
 def test_the_plainest_call_answers_with_one_message(client):
     """One string of input, no instructions, no script: the model's own words."""
     response = client.responses.create(model="tiny", input="Hello", max_output_tokens=12)
@@ -49,7 +58,8 @@ def test_the_plainest_call_answers_with_one_message(client):
     assert [item.type for item in response.output if item.type != "reasoning"] == ["message"]
 
 
-def test_six_turns_by_previous_response_id_each_replay_the_last(client, template):
+def test_six_turns_by_previous_response_id_each_replay_the_last(client, template,
+                                                                template_served):
     """Every turn k+1 finds turn k's input and output cached, to within a block: the
     ledger replays the recorded ids (the client never re-sends the history, so nothing
     can be rendered differently)."""
@@ -58,16 +68,22 @@ def test_six_turns_by_previous_response_id_each_replay_the_last(client, template
              ("Which is older?", "The teapot, by centuries."),
              ("Why?", "Tea came before electric kettles."), ("Thanks", "You are welcome.")]
     done: list = []
+    records: list = []
     for n, (question, script) in enumerate(turns):
         response = create(client, script, input=question, instructions="Answer briefly.",
                           previous_response_id=done[-1].id if done else None,
                           stream=n % 2 == 1)
         assert response.status == "completed" and response.output_text == script
+        record = latest_record(template_served, script)
         if done:
             last = done[-1].usage
             assert cached(response) >= last.input_tokens + last.output_tokens - 32, (
                 f"turn {n + 1} on {template} re-read the conversation")
+            before = list(records[-1].ids)
+            assert list(record.ids[: len(before)]) == before, (
+                "the prompt opens with the last turn's exact ids")
         done.append(response)
+        records.append(record)
     ids = [response.id for response in done]
     assert client.responses.retrieve(ids[-1]).previous_response_id == ids[-2]
     items = client.responses.input_items.list(ids[-1], order="asc", limit=100).data
@@ -127,7 +143,9 @@ def test_the_sdk_stream_helper_assembles_the_same_response(client):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_tool_loop_runs_by_function_call_outputs(client, stream):
-    asked = create(client, CALL, input="Weather in Paris?", tools=[WEATHER], stream=stream)
+    asked = create(client, "Let me look that up.\n" + CALL, input="Weather in Paris?",
+                   tools=[WEATHER], stream=stream)
+    assert [item.type for item in asked.output] == ["message", "function_call"]
     (call,) = [item for item in asked.output if item.type == "function_call"]
     assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
     assert call.call_id and call.status == "completed"
@@ -137,7 +155,7 @@ def test_a_tool_loop_runs_by_function_call_outputs(client, stream):
     assert answered.output_text == "Sunny in Paris."
     assert cached(answered) >= asked.usage.input_tokens + asked.usage.output_tokens - 32
     items = client.responses.input_items.list(answered.id, order="asc").data
-    assert [item.type for item in items] == ["message", "function_call",
+    assert [item.type for item in items] == ["message", "message", "function_call",
                                              "function_call_output"]
 
 
@@ -176,3 +194,28 @@ def test_a_memory_block_is_held_back_with_its_status_line(client):
     assert "remembered: kettle brand" in response.output_text
     follow = create(client, "A Bosch.", input="Which kettle?", previous_response_id=response.id)
     assert cached(follow) >= response.usage.input_tokens + response.usage.output_tokens - 32
+
+
+def test_an_answer_with_an_engine_tool_between_reasoned_generations_replays(client,
+                                                                            template):
+    """Reasoning, a memory search's status line, more reasoning, the answer: four output
+    items, one answer in the ledger; the next turn replays it."""
+    search = '<tool_call>\n{"name": "memory_search", "arguments": {"query": "kettle"}}' \
+        "\n</tool_call>"
+    asked = create(client, [f"<think>\nLook it up.\n</think>\n\n{search}",
+                            "<think>\nNothing found.\n</think>\n\nNo note on kettles."],
+                   input="What kettle do I have?", reasoning={"effort": "high"})
+    kinds = [item.type for item in asked.output]
+    assert kinds.count("message") >= 1 and "searched memory" in asked.output_text, kinds
+    follow = create(client, "Fine.", input="OK.", previous_response_id=asked.id)
+    assert cached(follow) >= asked.usage.input_tokens + asked.usage.output_tokens - 32, (
+        template, kinds)
+
+
+def test_an_empty_answer_is_still_a_turn_to_go_on_from(client):
+    empty = create(client, "", input="Say nothing.")
+    assert empty.output_text == "" and empty.status == "completed"
+    follow = create(client, "Now something.", input="Now say something.",
+                    previous_response_id=empty.id)
+    assert follow.output_text == "Now something."
+    assert cached(follow) >= empty.usage.input_tokens + empty.usage.output_tokens - 32

@@ -18,6 +18,9 @@ from server.app import create_app
 from tests.inprocess import InProcessApp
 from tests.served import AppOnLoop
 
+BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: spare key\n\n'
+         "The spare key is under the blue pot.\n</tandem_memory>")
+
 
 def sdk(app: AppOnLoop, key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{app.base_url}/v1", api_key=key, max_retries=0)
@@ -34,19 +37,22 @@ def test_a_restart_between_turns_keeps_the_conversation_and_its_replay(served, t
     first = serve(served, tmp_path)
     try:
         asked = sdk(first).responses.create(model="tiny", input="Where is the spare key?",
-                                            extra_body={"script": "Under the blue pot."})
+                                            extra_body={"script": f"Under the blue pot. {BLOCK}"})
     finally:
         first.stop()  # its lifespan's end saves the ledger
     second = serve(served, tmp_path)
     try:
         client = sdk(second)
-        assert client.responses.retrieve(asked.id).output_text == "Under the blue pot."
+        assert client.responses.retrieve(asked.id).output_text == asked.output_text
+        assert "remembered: spare key" in asked.output_text
         follow = client.responses.create(model="tiny", input="And the bike lock?",
                                          previous_response_id=asked.id,
                                          extra_body={"script": "Same pot."})
     finally:
         second.stop()
     assert follow.output_text == "Same pot."
+    # the held-back block is in the record's ids, not in the text the client was shown:
+    # only a replay of the saved record finds the answer cached
     done = asked.usage.input_tokens + asked.usage.output_tokens
     assert follow.usage.input_tokens_details.cached_tokens >= done - 32
 
@@ -143,7 +149,8 @@ def test_a_background_response_is_polled_to_its_end(served):
 def test_a_cancelled_background_response_keeps_what_it_wrote(served):
     client = sdk(served)
     queued = client.responses.create(model="tiny", input="Write at length", background=True,
-                                     max_output_tokens=3000)  # the model's own words
+                                     max_output_tokens=3000,  # a script that takes a while
+                                     extra_body={"script": "word " * 2500})
     deadline = time.monotonic() + 30
     while client.responses.retrieve(queued.id).status == "queued":
         assert time.monotonic() < deadline, "it started"
@@ -164,7 +171,8 @@ def test_a_response_left_unfinished_by_a_restart_reads_failed(served, tmp_path):
         {"id": response_id, "object": "response", "status": "in_progress",
          "background": True, "output": []}, []))
     read = app.request("GET", f"/v1/responses/{response_id}").json()
-    assert read["status"] == "failed" and read["error"]["code"] == "server_restarted"
+    assert read["status"] == "failed" and read["error"]["code"] == "server_error"
+    assert "restart" in read["error"]["message"]
 
 
 def test_the_store_keeps_a_user_s_newest_responses_whole(tmp_path):
@@ -192,3 +200,32 @@ def test_deleting_a_user_deletes_their_stored_responses(served, tmp_path):
                        json={"user": "tester", "confirm": "tester"})
     assert done.status_code == 200, done.text
     assert app.request("GET", f"/v1/responses/{made['id']}").status_code == 404
+
+
+def test_a_deleted_running_response_stays_deleted(served):
+    client = sdk(served)
+    queued = client.responses.create(model="tiny", input="Write at length", background=True,
+                                     max_output_tokens=3000,
+                                     extra_body={"script": "word " * 2500})
+    client.responses.delete(queued.id)
+    time.sleep(1.0)  # the run's own last save comes after the delete
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(queued.id)
+
+
+def test_input_items_page_by_after_and_order(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    first = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "one", "script": "One."}).json()
+    second = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "two", "script": "Two.",
+        "previous_response_id": first["id"]}).json()
+    path = f"/v1/responses/{second['id']}/input_items"
+    page = app.request("GET", path, params={"limit": 2, "order": "asc"}).json()
+    assert [i["role"] for i in page["data"]] == ["user", "assistant"] and page["has_more"]
+    rest = app.request("GET", path, params={"order": "asc", "after": page["last_id"]}).json()
+    assert [i["content"][0]["text"] for i in rest["data"]] == ["two"] and not rest["has_more"]
+    newest = app.request("GET", path, params={"limit": 1}).json()
+    assert newest["data"][0]["content"][0]["text"] == "two", "desc by default"
+    bad = app.request("GET", path, params={"after": "msg_nope"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "after"

@@ -57,6 +57,15 @@ class ResponseStore:
         self.folder = memory_root / "ledger" / "responses"
         self.limit = limit
         self._lock = threading.Lock()  # a save and its eviction at a time
+        # What was deleted stays deleted: a response still running when its id or its
+        # user was deleted must not write its file again (`save` checks both).
+        self._deleted: set[str] = set()
+        self._generation: dict[str | None, int] = {}
+
+    def generation(self, user: str | None) -> int:
+        """The user's deletions so far: a save made for an older generation is dropped."""
+        with self._lock:
+            return self._generation.get(user, 0)
 
     def _user_folder(self, user: str | None) -> Path:
         name = hashlib.blake2b(f"{user}".encode("utf-8", "surrogatepass"),
@@ -68,16 +77,23 @@ class ResponseStore:
             return None  # not an id this store makes: never a path
         return self._user_folder(user) / f"{response_id}.json"
 
-    def save(self, user: str | None, stored: StoredResponse) -> None:
+    def save(self, user: str | None, stored: StoredResponse,
+             generation: int | None = None) -> bool:
+        """Write the response whole; False (nothing written) when it was deleted, or its
+        user was since `generation`."""
         path = self._path(user, stored.response["id"])
         if path is None:
             raise ValueError("not a stored response's id")
         payload = {"version": FORMAT_VERSION, "response": stored.response,
                    "context": stored.context}
         with self._lock:
+            if stored.response["id"] in self._deleted or (
+                    generation is not None and generation != self._generation.get(user, 0)):
+                return False
             atomic_write(path, json.dumps(payload, ensure_ascii=False, separators=(",", ":")),
                          kind="responses")
             self._evict(path.parent)
+        return True
 
     def load(self, user: str | None, response_id: str) -> StoredResponse | None:
         path = self._path(user, response_id)
@@ -96,11 +112,16 @@ class ResponseStore:
 
     def delete(self, user: str | None, response_id: str) -> bool:
         path = self._path(user, response_id)
-        return path is not None and remove_file(path, kind="responses")
+        if path is None:
+            return False
+        with self._lock:
+            self._deleted.add(response_id)
+            return remove_file(path, kind="responses")
 
     def delete_user(self, user: str | None) -> None:
-        """All of a user's responses (the user's delete)."""
+        """All of a user's responses (the user's delete), and any still being written."""
         with self._lock:
+            self._generation[user] = self._generation.get(user, 0) + 1
             shutil.rmtree(self._user_folder(user), ignore_errors=True)
 
     def _evict(self, folder: Path) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -53,14 +54,15 @@ def responses_router(state) -> APIRouter:
 
     async def stored_or_404(request: Request, response_id: str) -> StoredResponse:
         user = user_of(request)
+        live = response_id in running  # before the read: a run may end while it reads
         stored = await asyncio.to_thread(store.load, user, response_id)
         if stored is None:
             raise _not_found(response_id)
-        if stored.response.get("status") in UNFINISHED and response_id not in running:
+        if stored.response.get("status") in UNFINISHED and not live:
             # a background response the server was running when it stopped
             stored.response.update(status="failed", error={
-                "code": "server_restarted",
-                "message": "the server stopped while this response ran"})
+                "code": "server_error",
+                "message": "the server stopped while this response ran (a restart)"})
             await asyncio.to_thread(store.save, user, stored)
         return stored
 
@@ -82,26 +84,35 @@ def responses_router(state) -> APIRouter:
                        peer, request.state.key_user)
         run = ResponseRun(engine, state.memory, turn, state.tools)
         headers = response_headers(turn.chat)
+        generation = store.generation(user)  # a delete of the user meanwhile wins
 
         async def keep(final: dict[str, Any]) -> None:
             if parsed.store:
-                await asyncio.to_thread(store.save, user, StoredResponse(final, turn.context))
+                await asyncio.to_thread(store.save, user, StoredResponse(final, turn.context),
+                                        generation)
+
+        def keep_cut(final: dict[str, Any]) -> None:
+            """What a run cut short wrote, stored behind (nothing may wait here)."""
+            if parsed.store:
+                asyncio.get_running_loop().run_in_executor(
+                    None, store.save, user, StoredResponse(final, turn.context), generation)
 
         if parsed.background:
             queued = turn.shape.object("queued")
             await keep(queued)
             running[turn.shape.id] = asyncio.create_task(
-                _in_background(run, keep, lambda: running.pop(turn.shape.id, None)))
+                _in_background(run, keep, keep_cut, lambda: running.pop(turn.shape.id, None)))
             return JSONResponse(queued, headers=headers)
-        events = run.events(keep)
+        events = run.events(keep, keep_cut)
         if parsed.stream:
             stream = _sse(events)
             first = await anext(stream)  # the engine has the request: see server.http.sse
             return StreamingResponse(prepended(first, stream), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
         final = None
-        async for event in events:
-            final = event.get("response", final)
+        async with aclosing(events):
+            async for event in events:
+                final = event.get("response", final)
         return JSONResponse(final, headers=headers)
 
     @router.get("/v1/responses/{response_id}")
@@ -157,17 +168,20 @@ def responses_router(state) -> APIRouter:
     return router
 
 
-async def _in_background(run: ResponseRun, keep, done) -> None:
-    """A background response to its end; cancelled, it keeps what it had written."""
+async def _in_background(run: ResponseRun, keep, keep_cut, done) -> None:
+    """A background response to its end; cancelled, it keeps what it had written (or
+    the finished response, when the cancel came while that was being stored)."""
+    events = run.events(keep, keep_cut)
     try:
-        async for event in run.events(keep):
-            if event["type"] == "response.created":
-                await keep(run.turn.shape.object("in_progress"))
+        async with aclosing(events):
+            async for event in events:
+                if event["type"] == "response.created":
+                    await keep(run.turn.shape.object("in_progress"))
     except asyncio.CancelledError:
-        await keep(run.final("cancelled"))
+        await keep(run.finished or run.final("cancelled"))
     except (EngineDead, BackendFailed) as exc:
         error = (engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc))
-        await keep(run.turn.shape.object("failed", error={"code": error.code,
+        await keep(run.turn.shape.object("failed", error={"code": "server_error",
                                                           "message": error.message}))
     except Exception:  # the client polls: it reads "failed", the log has the trace
         log.exception("a background response failed")
@@ -189,8 +203,9 @@ async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
         return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
     try:
-        async for event in events:
-            yield line(event)
+        async with aclosing(events):  # a client that leaves ends the run now, not at GC
+            async for event in events:
+                yield line(event)
     except (EngineDead, BackendFailed) as exc:
         error = engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
         yield line({"type": "error", "code": error.code, "message": error.message,

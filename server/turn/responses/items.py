@@ -10,7 +10,6 @@ messages are what the ledger recorded for the answer, so the next turn replays i
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
@@ -64,6 +63,8 @@ def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _one_item(item: Any, param: str) -> dict[str, Any]:
     if not isinstance(item, dict):
         raise _bad(param, "an item is an object")
+    if item.get("id") is not None and not isinstance(item["id"], str):
+        raise _bad(f"{param}.id", "an item's id is a string")
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
         role = item.get("role")
@@ -105,34 +106,37 @@ def reasoning_text(item: dict, param: str) -> str:
     return ""
 
 
+ANSWER_ITEMS = ("reasoning", "function_call")  # with an assistant message: one answer's
+
+
 def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation's items as chat messages. One answer's reasoning, text and calls
-    join into one assistant message, in the order the model wrote them."""
+    """The conversation's items as chat messages. A run of answer items (reasoning,
+    assistant messages, function calls) is one assistant message, as the ledger recorded
+    the answer: its texts joined in order, its reasoning joined, its calls after."""
     messages: list[dict[str, Any]] = []
     for item in items:
         kind = item["type"]
-        last = messages[-1] if messages and messages[-1]["role"] == "assistant" else None
-        if kind == "message" and item["role"] != "assistant":
-            messages.append({"role": item["role"], "content": _text_of(item["content"], "")})
-        elif kind == "message":
-            text = _text_of(item["content"], "")
-            if last is not None and last["content"] is None and not last.get("tool_calls"):
-                last["content"] = text
+        answer = kind in ANSWER_ITEMS or (kind == "message" and item["role"] == "assistant")
+        if not answer:
+            if kind == "function_call_output":
+                messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                                 "content": item["output"]})
             else:
-                messages.append({"role": "assistant", "content": text})
-        elif kind == "reasoning":
-            messages.append({"role": "assistant", "content": None,
-                             "reasoning_content": reasoning_text(item, "")})
-        elif kind == "function_call":
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
-            if last is None:
-                last = {"role": "assistant", "content": None}
-                messages.append(last)
-            last.setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item["call_id"],
-                             "content": item["output"]})
+                messages.append({"role": item["role"],
+                                 "content": _text_of(item["content"], "")})
+            continue
+        if not messages or messages[-1].get("role") != "assistant":
+            messages.append({"role": "assistant", "content": None})
+        last = messages[-1]
+        if kind == "reasoning":
+            last["reasoning_content"] = (last.get("reasoning_content") or "") + \
+                reasoning_text(item, "")
+        elif kind == "message":
+            last["content"] = (last["content"] or "") + _text_of(item["content"], "")
+        else:
+            last.setdefault("tool_calls", []).append(
+                {"id": item["call_id"], "type": "function",
+                 "function": {"name": item["name"], "arguments": item["arguments"]}})
     return messages
 
 
@@ -180,5 +184,3 @@ def chat_response_format(text_format: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def arguments_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)

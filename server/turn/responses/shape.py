@@ -58,8 +58,9 @@ def usage(chat_usage: dict[str, Any], reasoning_tokens: int) -> dict[str, Any]:
     """The chat route's usage in the Responses API's names."""
     return {
         "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {
-            "cached_tokens": chat_usage["prompt_tokens_details"]["cached_tokens"]},
+        "input_tokens_details": {  # nothing is written to a cache a client pays for
+            "cached_tokens": chat_usage["prompt_tokens_details"]["cached_tokens"],
+            "cache_write_tokens": 0},
         "output_tokens": chat_usage["completion_tokens"],
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": chat_usage["total_tokens"],

@@ -49,6 +49,10 @@ def as_responses_error(error: APIError) -> APIError:
         message = message.replace(chat_name, name)
         if param is not None and param.startswith(chat_name):
             param = name + param[len(chat_name):]
+    if param is not None and param.startswith("input."):
+        # a chat message's number is not an input item's (instructions and the earlier
+        # conversation come first): the whole input is named
+        param = "input"
     return APIError(error.status, message, code=error.code, param=param, kind=error.kind)
 
 
@@ -100,6 +104,9 @@ def previous_conversation(stored: StoredResponse | None, request: ResponsesReque
     if stored.response.get("status") in ("queued", "in_progress"):
         raise APIError(400, "previous_response_id: that response has not finished yet",
                        code="invalid_value", param="previous_response_id")
+    if not stored.response.get("output"):  # an empty answer is still the ledger's turn
+        return [*stored.conversation, {"type": "message", "role": "assistant",
+                                       "content": [{"type": "output_text", "text": ""}]}]
     return stored.conversation
 
 
@@ -123,19 +130,23 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
 
 class ResponseRun:
     """One response on the engine: `events` runs it; `output` and `answer` hold what was
-    written so far (a cancelled background response keeps it)."""
+    written so far (a cancelled response keeps it). `finished` is the completed object
+    once `events` has it, so a cancel that lands while it is being stored keeps it."""
 
     def __init__(self, engine: EngineBackend, services: MemoryServices, turn: ResponseTurn,
                  toolbox: EngineToolbox | None) -> None:
         self.engine, self.turn = engine, turn
         self.answer, self._toolbox = start_answer(engine, services, turn.chat, toolbox)
         self.output = OutputItems()
+        self.finished: dict[str, Any] | None = None
 
-    async def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]]
+    async def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]],
+                     on_cut: Callable[[dict[str, Any]], None] = lambda _final: None
                      ) -> AsyncIterator[Event]:
         """From `response.created` to `response.completed` (or `response.incomplete`);
-        `on_final` has the finished object before the last event. The first event waits
-        for the engine's first delta, as a chat stream's does."""
+        `on_final` has the finished object before the last event, `on_cut` (which must
+        not wait) what was written when the client leaves or the run is cancelled. The
+        first event waits for the engine's first delta, as a chat stream's does."""
         answer, output = self.answer, self.output
         deltas = answer_deltas(self.engine, answer, self._toolbox)
         try:
@@ -151,15 +162,16 @@ class ResponseRun:
                         yield event
         except (GeneratorExit, asyncio.CancelledError, EngineDead):
             answer.stopped()  # the record ends where the client's text did
+            on_cut(self.final("cancelled"))
             raise
         for event in output.feed(answer.finish()):
             yield event
         length = answer.finish_reason == "length"
         for event in output.close("incomplete" if length else "completed"):
             yield event
-        final = self.final("incomplete" if length else "completed")
-        await on_final(final)
-        yield {"type": f"response.{final['status']}", "response": final}
+        self.finished = self.final("incomplete" if length else "completed")
+        await on_final(self.finished)
+        yield {"type": f"response.{self.finished['status']}", "response": self.finished}
 
     def final(self, status: str) -> dict[str, Any]:
         """The response object as it stands: "completed", "incomplete" (cut by its
