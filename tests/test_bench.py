@@ -52,6 +52,22 @@ def test_every_mode_has_every_turn_with_sane_figures(report):
     assert first_on["memory_tokens"] > 0, "turn 1 with memory on carries card and index"
 
 
+def test_the_threaded_conversation_s_follow_ups_find_their_prefetched_notes(report):
+    """Part 2b: the second turn of each topic matches a note the turn before prefetched,
+    so the prefetch lane prefills less of it than memory on does."""
+    results, _ = report
+    threaded = results["threaded"]
+    turns = threaded["turns"]
+    assert {t["mode"] for t in turns} == {"off", "on", "prefetch"} and len(turns) == 24
+    assert threaded["prefetch"]["hit_notes"] >= 3, threaded["prefetch"]
+    prefilled = {(t["mode"], t["turn"]): t["prefilled_tokens"] for t in turns}
+    follow_ups = range(2, 9, 2)
+    assert sum(prefilled[("prefetch", n)] for n in follow_ups) < sum(
+        prefilled[("on", n)] for n in follow_ups)
+    names = {t["key"] for t in results["summary"]["targets"]}
+    assert "threaded_follow_up_ttft_prefetch_over_off" in names
+
+
 def test_recall_and_writer_figures_are_there(report):
     results, _ = report
     assert sorted(r["mode"] for r in results["recall"]) == ["off", "on"] * QUICK.recall_samples

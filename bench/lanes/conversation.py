@@ -61,6 +61,44 @@ TURNS: tuple[Turn, ...] = (
          "need a review from the payments team and a green staging deploy first."),
 )
 
+# The same project, a topic kept for two turns: each second message follows up on the
+# first (as a developer does while working one thing through), so the notes it needs can
+# be guessed from the turn before it. The prefetch is measured on both conversations.
+THREADED_TURNS: tuple[Turn, ...] = (
+    Turn("I'm picking up the quayside service again. The pytest suite fails on my laptop "
+         "with a Postgres connection error. Where do the tests get their database from?",
+         "The tests read DATABASE_URL from tests/conftest.py and expect the compose "
+         "database on port 5433. Start it with `docker compose up -d db`, then run pytest."),
+    Turn("That fixed it, but a few tests now fail with too many connections open. How is "
+         "the database pool configured for the tests?",
+         "The app's engine uses a pool of 10; tests swap in NullPool in conftest.py so "
+         "nothing is held between tests. A test that builds its own engine skips that."),
+    Turn("Let's add a retry to the payment webhook client. Which HTTP client library do we "
+         "use, and what are the timeout conventions?",
+         "The webhook client uses httpx with a shared AsyncClient in quayside/http.py. "
+         "Timeouts are explicit: 5 s connect, 10 s read. Wrap the send in tenacity."),
+    Turn("I wrapped the send in tenacity with retry on Exception. Shutdown now hangs "
+         "sometimes. Could the retries be catching cancellation?",
+         "Yes: retrying on Exception also retries CancelledError. Retry on "
+         "httpx.TransportError only, and close the client in the lifespan handler."),
+    Turn("How should I name the new feature flag for webhook retries, and where are "
+         "feature flags registered?",
+         "Flags are registered in quayside/flags.py as snake_case with the team prefix, "
+         "so `payments_webhook_retries`. Default it to off and add it to flags.md."),
+    Turn("There is also an old flag for the v1 checkout nobody uses. How do I remove a "
+         "feature flag properly?",
+         "Delete its checks and its declaration in quayside/flags.py, and note the removal "
+         "in the changelog."),
+    Turn("The CI pipeline is slow. Which jobs run on every pull request and how is the "
+         "pip cache keyed?",
+         "Every pull request runs lint, unit and migrations. The pip cache is keyed on "
+         "requirements.lock's hash; the migrations job has no cache, which is the slow part."),
+    Turn("Since yesterday every job misses the pip cache, though I only sorted the lock "
+         "file. Why would that bust it?",
+         "The key hashes requirements.lock, so reordering its lines changes the hash and "
+         "every job starts cold once."),
+)
+
 RECALL_QUESTIONS: tuple[Turn, ...] = (
     Turn("What do you remember about the quayside project and how I like to work?",
          "I remember the compose database for tests, the alembic naming rule and your "

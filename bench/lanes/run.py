@@ -19,7 +19,7 @@ from bench.lanes.jobs import run_jobs_part
 from bench.lanes.lane import MODES, Lane
 from bench.lanes.new_sessions import run_new_sessions
 from bench.lanes.probe import EngineProbe
-from bench.lanes.session import run_recall, run_session, session_turns
+from bench.lanes.session import run_recall, run_session, run_threaded, session_turns
 from bench.lanes.summary import write_report
 from bench.lanes.writer import client_ids, client_ttft, measure_writer
 from bench.paths import RESULTS_DIR
@@ -80,6 +80,8 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
         progress(f"profile {profile.name}: {config.turns} turns x {len(MODES)} modes, "
                  "store of 50 notes")
         turns = await run_session(lanes, session_turns(config.turns), script, progress)
+        session_prefetch = lanes["prefetch"].prefetch.as_dict()
+        threaded = await run_threaded(lanes, script, progress)
         recall = await run_recall(lanes, config.recall_samples, script, progress)
         new_sessions = await run_new_sessions(lanes, script, profile.block_size, progress)
         continuous = await run_continuous(lanes["on"], session_turns(config.turns), script,
@@ -95,7 +97,8 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
                   "load_average_start": load_start, "load_average_end": os.getloadavg()},
         "environment": environment(profile, engine.model_path),
         "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns],
-                    "prefetch": lanes["prefetch"].prefetch.as_dict()},
+                    "prefetch": session_prefetch},
+        "threaded": threaded,
         "recall": [r.as_dict() for r in recall],
         "new_sessions": new_sessions,
         "continuous": continuous,

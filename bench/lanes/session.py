@@ -4,9 +4,10 @@ turn by turn, then a new session asking what is remembered, memory on against of
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from bench.lanes.conversation import RECALL_QUESTIONS, TURNS, Turn
-from bench.lanes.lane import MODES, Lane, TurnResult
+from bench.lanes.conversation import RECALL_QUESTIONS, THREADED_TURNS, TURNS, Turn
+from bench.lanes.lane import MODES, Lane, PrefetchTally, TurnResult
 
 Progress = Callable[[str], None]
 
@@ -33,6 +34,26 @@ async def run_session(lanes: dict[str, Lane], turns: Sequence[Turn], script: boo
             progress(_line(f"turn {k + 1}/{len(turns)}", result))
             results.append(result)
     return results
+
+
+THREADED_MODES = ("off", "on", "prefetch")
+
+
+async def run_threaded(lanes: dict[str, Lane], script: bool, progress: Progress
+                       ) -> dict[str, Any]:
+    """Part 2b: the threaded conversation (a topic kept for two turns) in the modes the
+    prefetch is judged by, interleaved as part 1; the prefetch lane's guesses counted
+    apart from part 1's."""
+    lanes["prefetch"].prefetch = PrefetchTally()
+    conversations = {mode: lanes[mode].conversation("threaded") for mode in THREADED_MODES}
+    results: list[TurnResult] = []
+    for k, turn in enumerate(THREADED_TURNS):
+        for mode in rotated(THREADED_MODES, k):
+            result = await lanes[mode].ask(conversations[mode], turn, k + 1, script)
+            progress(_line(f"threaded {k + 1}/{len(THREADED_TURNS)}", result))
+            results.append(result)
+    return {"modes": list(THREADED_MODES), "turns": [r.as_dict() for r in results],
+            "prefetch": lanes["prefetch"].prefetch.as_dict()}
 
 
 async def run_recall(lanes: dict[str, Lane], samples: int, script: bool,

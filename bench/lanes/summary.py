@@ -14,6 +14,7 @@ from bench.lanes.jobs import markdown_lines as jobs_markdown
 from bench.lanes.lane import MODES
 from bench.lanes.new_sessions import NEW_SESSION_PLOT, new_session_ratios, plot_new_sessions
 from bench.lanes.new_sessions import markdown_lines as new_session_markdown
+from bench.lanes.threaded_summary import threaded_markdown, threaded_ratios
 from bench.report import fmt, mean_of, ratio, spread
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
@@ -66,6 +67,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
                                             mean_of(r["prompt_tokens"] for r in recall["off"])),
         "client_ttft_writer_over_idle": writer["client_ttft_busy_over_idle"],
         **new_session_ratios(results.get("new_sessions") or []),
+        **threaded_ratios(results.get("threaded")),
         **continuous_ratios(results.get("continuous") or [],
                             results["environment"]["block_size"]),
         "client_ttft_job_over_idle": (results.get("jobs") or {}).get(
@@ -99,6 +101,16 @@ def targets(ratios: dict[str, float | None],
               "<= 1.15", lambda v: v <= 1.15),
         check("prefetched notes a later message matched (hit rate, reported)",
               "prefetch_hit_rate", "-", None),
+        check("threaded conversation: TTFT on with prefetch / off (later turns)",
+              "threaded_ttft_prefetch_over_off", "<= 1.15", lambda v: v <= 1.15),
+        check("threaded: TTFT on with prefetch / off, follow-up turns",
+              "threaded_follow_up_ttft_prefetch_over_off", "<= 1.15", lambda v: v <= 1.15),
+        check("threaded: TTFT on / off, follow-up turns (no prefetch, reported)",
+              "threaded_follow_up_ttft_on_over_off", "-", None),
+        check("threaded: TTFT on with prefetch / off, topic openers (reported)",
+              "threaded_opener_ttft_prefetch_over_off", "-", None),
+        check("threaded: prefetch hit rate (reported)", "threaded_prefetch_hit_rate", "-",
+              None),
         check("decode per token on / off (later turns)", "decode_on_over_off",
               "0.98 - 1.02", lambda v: abs(v - 1) <= 0.02),
         check("cached fraction on / off (later turns)", "cached_fraction_on_over_off",
@@ -162,6 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
                   f"tokens) prefetched, {prefetch['hit_notes']} of them matched by a later "
                   f"message (hit rate {fmt(prefetch['hit_rate'], 2)}), "
                   f"{prefetch['wasted_tokens']} tokens never matched."]
+    lines += threaded_markdown(results.get("threaded"), summary["ratios"])
     lines += ["", "New session asking what is remembered (part 3):", "",
               "| mode | prompt tok | cached tok | TTFT s |", "| --- | ---: | ---: | ---: |"]
     for r in results["recall"]:

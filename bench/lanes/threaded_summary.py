@@ -1,0 +1,69 @@
+"""Part 2b's figures: the threaded conversation (a topic kept for two turns) in off, on
+and prefetch; its follow-up turns (the second of each topic) are where a guess from the
+turn before can be right, its openers where it cannot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.report import fmt, mean_of, ratio
+
+LATER_FROM_TURN = 2
+
+
+def _mean_ttft(turns: list[dict], mode: str, which: Callable[[int], bool]) -> float | None:
+    return mean_of(t["ttft_s"] for t in turns
+                   if t["mode"] == mode and t["turn"] >= LATER_FROM_TURN and which(t["turn"]))
+
+
+def _follow_up(turn: int) -> bool:
+    return turn % 2 == 0
+
+
+def _opener(turn: int) -> bool:
+    return turn % 2 == 1
+
+
+def _every(_turn: int) -> bool:
+    return True
+
+
+def threaded_ratios(threaded: dict[str, Any] | None) -> dict[str, float | None]:
+    if not threaded:
+        return {}
+    turns = threaded["turns"]
+
+    def over_off(mode: str, which: Callable[[int], bool]) -> float | None:
+        return ratio(_mean_ttft(turns, mode, which), _mean_ttft(turns, "off", which))
+
+    return {
+        "threaded_ttft_on_over_off": over_off("on", _every),
+        "threaded_ttft_prefetch_over_off": over_off("prefetch", _every),
+        "threaded_follow_up_ttft_on_over_off": over_off("on", _follow_up),
+        "threaded_follow_up_ttft_prefetch_over_off": over_off("prefetch", _follow_up),
+        "threaded_opener_ttft_prefetch_over_off": over_off("prefetch", _opener),
+        "threaded_prefetch_hit_rate": (threaded.get("prefetch") or {}).get("hit_rate"),
+    }
+
+
+def threaded_markdown(threaded: dict[str, Any] | None,
+                      ratios: dict[str, float | None]) -> list[str]:
+    if not threaded:
+        return []
+    turns = threaded["turns"]
+    lines = ["", "Threaded conversation (part 2b: a topic kept for two turns), TTFT s of "
+             "later turns:", "", "| mode | all later | follow-ups | openers |",
+             "| --- | ---: | ---: | ---: |"]
+    for mode in threaded["modes"]:
+        lines.append(f"| {mode} | {fmt(_mean_ttft(turns, mode, _every))} | "
+                     f"{fmt(_mean_ttft(turns, mode, _follow_up))} | "
+                     f"{fmt(_mean_ttft(turns, mode, _opener))} |")
+    prefetch = threaded.get("prefetch") or {}
+    if prefetch:
+        lines += ["", f"Its prefetch: {prefetch['prefetched_notes']} notes "
+                  f"({prefetch['prefetched_tokens']} tokens) prefetched, "
+                  f"{prefetch['hit_notes']} matched by a later message (hit rate "
+                  f"{fmt(ratios.get('threaded_prefetch_hit_rate'), 2)}), "
+                  f"{prefetch['wasted_tokens']} tokens never matched."]
+    return lines
