@@ -24,14 +24,15 @@ def _line(label: str, result: TurnResult) -> str:
 
 
 async def run_session(lanes: dict[str, Lane], turns: Sequence[Turn], script: bool,
-                      progress: Progress) -> list[TurnResult]:
+                      progress: Progress, modes: Sequence[str] = MODES,
+                      name: str = "session", label: str = "turn") -> list[TurnResult]:
     """Parts 1 and 2: every mode takes turn k before any takes turn k+1."""
-    conversations = {mode: lanes[mode].conversation("session") for mode in MODES}
+    conversations = {mode: lanes[mode].conversation(name) for mode in modes}
     results: list[TurnResult] = []
     for k, turn in enumerate(turns):
-        for mode in rotated(MODES, k):
+        for mode in rotated(modes, k):
             result = await lanes[mode].ask(conversations[mode], turn, k + 1, script)
-            progress(_line(f"turn {k + 1}/{len(turns)}", result))
+            progress(_line(f"{label} {k + 1}/{len(turns)}", result))
             results.append(result)
     return results
 
@@ -45,13 +46,8 @@ async def run_threaded(lanes: dict[str, Lane], script: bool, progress: Progress
     prefetch is judged by, interleaved as part 1; the prefetch lane's guesses counted
     apart from part 1's."""
     lanes["prefetch"].prefetch = PrefetchTally()
-    conversations = {mode: lanes[mode].conversation("threaded") for mode in THREADED_MODES}
-    results: list[TurnResult] = []
-    for k, turn in enumerate(THREADED_TURNS):
-        for mode in rotated(THREADED_MODES, k):
-            result = await lanes[mode].ask(conversations[mode], turn, k + 1, script)
-            progress(_line(f"threaded {k + 1}/{len(THREADED_TURNS)}", result))
-            results.append(result)
+    results = await run_session(lanes, THREADED_TURNS, script, progress, THREADED_MODES,
+                                name="threaded", label="threaded")
     return {"modes": list(THREADED_MODES), "turns": [r.as_dict() for r in results],
             "prefetch": lanes["prefetch"].prefetch.as_dict()}
 

@@ -8,6 +8,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.backend import BackendFailed, EngineDead, RequestRejected
@@ -109,6 +110,16 @@ def validation_error(exc) -> APIError:
 
 
 BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+async def validated_body(request: Request, model):
+    """The request's JSON body as `model` (a pydantic model class); a 400 naming the
+    field when it is not one."""
+    body = await json_body(request)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
 
 
 async def json_body(request: Request) -> dict:

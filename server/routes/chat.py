@@ -12,10 +12,9 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
 
 from engine.backend import EngineBackend
-from server.http.errors import json_body, validation_error
+from server.http.errors import validated_body
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
 from server.http.sse import started
@@ -61,11 +60,7 @@ def chat_router(state, answer: Answerer) -> APIRouter:
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = await json_body(request)
-        try:
-            parsed = ChatCompletionRequest.model_validate(body)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
+        parsed = await validated_body(request, ChatCompletionRequest)
         profile = state.profile  # per request: the Memory screen may switch memory mode
         parsed = with_server_defaults(parsed, profile)
         engine = state.ready_engine()

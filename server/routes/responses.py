@@ -18,12 +18,10 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
 
 from conductor.ledger.stored_responses import ResponseStore, StoredResponse
 from engine.backend import BackendFailed, EngineDead
-from server.http.errors import APIError, backend_error, engine_dead_error, json_body
-from server.http.errors import validation_error as chat_validation_error
+from server.http.errors import APIError, backend_error, engine_dead_error, validated_body
 from server.http.responses_schema import ResponsesRequest
 from server.http.sse import prepended
 from server.turn.answering.respond import response_headers
@@ -68,11 +66,7 @@ def responses_router(state) -> APIRouter:
 
     @router.post("/v1/responses")
     async def create(request: Request):
-        body = await json_body(request)
-        try:
-            parsed = ResponsesRequest.model_validate(body)
-        except ValidationError as exc:
-            raise chat_validation_error(exc) from None
+        parsed = await validated_body(request, ResponsesRequest)
         engine = state.ready_engine()
         user = user_of(request)
         stored = None
