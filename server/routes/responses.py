@@ -87,9 +87,13 @@ def responses_router(state) -> APIRouter:
 
         def keep_cut(final: dict[str, Any]) -> None:
             """What a run cut short wrote, stored behind (nothing may wait here)."""
-            if parsed.store:
+            if not parsed.store:
+                return
+            try:
                 asyncio.get_running_loop().run_in_executor(
                     None, store.save, user, StoredResponse(final, turn.context), generation)
+            except RuntimeError:  # no loop left (the server is stopping): nothing to keep
+                pass
 
         if parsed.background:
             queued = turn.shape.object("queued")

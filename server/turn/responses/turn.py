@@ -160,9 +160,9 @@ class ResponseRun:
                 async for parsed in deltas:
                     for event in output.feed(parsed):
                         yield event
-        except (GeneratorExit, asyncio.CancelledError, EngineDead):
+        except (GeneratorExit, asyncio.CancelledError, EngineDead) as exc:
             answer.stopped()  # the record ends where the client's text did
-            on_cut(self.final("cancelled"))
+            on_cut(self.final("failed" if isinstance(exc, EngineDead) else "cancelled"))
             raise
         for event in output.feed(answer.finish()):
             yield event
@@ -175,8 +175,8 @@ class ResponseRun:
 
     def final(self, status: str) -> dict[str, Any]:
         """The response object as it stands: "completed", "incomplete" (cut by its
-        length) or "cancelled" (what was written before)."""
-        if status == "cancelled":
+        length), "cancelled" or "failed" (what was written before)."""
+        if status in ("cancelled", "failed"):
             self.output.close("incomplete")
         reasoning = self.answer.reasoning
         return self.turn.shape.object(
