@@ -229,3 +229,36 @@ def test_input_items_page_by_after_and_order(served, tmp_path):
     assert newest["data"][0]["content"][0]["text"] == "two", "desc by default"
     bad = app.request("GET", path, params={"after": "msg_nope"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "after"
+
+
+def test_a_stream_the_client_leaves_is_stored_as_cancelled_and_can_be_continued(served):
+    import json as json_lib
+
+    import httpx
+
+    created = None
+    with httpx.Client(base_url=served.base_url, timeout=60) as http, http.stream(
+            "POST", "/v1/responses", json={"model": "tiny", "input": "Talk", "stream": True,
+                                           "script": "word " * 2500}) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json_lib.loads(line[6:])
+            created = created or event["response"]["id"]  # response.created comes first
+            if event["type"] == "response.output_text.delta":
+                break  # the client leaves mid-answer
+    client = sdk(served)
+    deadline = time.monotonic() + 30
+    while True:  # stored behind, once the server sees the client gone
+        try:
+            if client.responses.retrieve(created).status == "cancelled":
+                break
+        except openai.NotFoundError:
+            pass
+        assert time.monotonic() < deadline, "the cut response was stored as cancelled"
+        time.sleep(0.1)
+    cut = client.responses.retrieve(created)
+    assert 0 < len(cut.output_text) < len("word " * 2500)
+    follow = client.responses.create(model="tiny", input="Go on.", previous_response_id=created,
+                                     extra_body={"script": "Done."})
+    assert follow.output_text == "Done."
