@@ -191,6 +191,20 @@ def test_the_store_keeps_a_user_s_newest_responses_whole(tmp_path):
     assert store.load("alice", ids[-1]) is None
 
 
+def test_a_deleted_response_or_user_is_not_written_back_by_a_late_save(tmp_path):
+    store = ResponseStore(tmp_path)
+    gone, kept = new_response_id(), new_response_id()
+    assert store.save("alice", StoredResponse({"id": gone}, []))
+    store.delete("alice", gone)
+    assert not store.save("alice", StoredResponse({"id": gone, "status": "cancelled"}, []))
+    assert store.load("alice", gone) is None, "a run still going does not bring it back"
+    before = store.generation("alice")
+    store.delete_user("alice")
+    assert not store.save("alice", StoredResponse({"id": kept}, []), before)
+    assert store.load("alice", kept) is None, "nor anything of a deleted user"
+    assert store.save("alice", StoredResponse({"id": kept}, []), store.generation("alice"))
+
+
 def test_deleting_a_user_deletes_their_stored_responses(served, tmp_path):
     app = InProcessApp(served, tmp_path)
     made = app.request("POST", "/v1/responses", json={

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+
+from server.http.schema import refuse_unserved
 
 # Fields of the Responses API a local server takes and has no use for: accepted, no effect.
 ACCEPTED_NO_EFFECT = ("user", "safety_identifier", "prompt_cache_key", "service_tier",
@@ -103,20 +104,12 @@ class ResponsesRequest(BaseModel):
 
     @model_validator(mode="after")
     def _refuse_what_is_not_served(self) -> ResponsesRequest:
-        for name, why in REFUSED.items():
-            if getattr(self, name) is not None:
-                raise PydanticCustomError("unsupported", "{name}: {why}",
-                                          {"name": name, "why": why})
-        unsupported = {
+        refuse_unserved(self, REFUSED, {
             "background": "background can only be used when `store` is true (it is "
                           "polled from the store)" if self.background and not self.store else
                           "and stream cannot both be true here: poll GET "
                           "/v1/responses/{id}" if self.background and self.stream else None,
             "stream_options": "only with stream: true"
             if self.stream_options is not None and not self.stream else None,
-        }
-        for name, why in unsupported.items():
-            if why is not None:
-                raise PydanticCustomError("unsupported", "{name}: {why}",
-                                          {"name": name, "why": why})
+        })
         return self

@@ -136,6 +136,16 @@ class StructuredOutputs(BaseModel):
         return self
 
 
+def refuse_unserved(model: BaseModel, refused: dict[str, str],
+                    unsupported: dict[str, str | None]) -> None:
+    """A 400 naming the first field set that is never served (`refused`: field -> why),
+    or that is not served as sent (`unsupported`: field -> why, None where it is)."""
+    reasons = {name: why for name, why in refused.items() if getattr(model, name) is not None}
+    reasons |= {name: why for name, why in unsupported.items() if why is not None}
+    for name, why in reasons.items():
+        raise PydanticCustomError("unsupported", "{name}: {why}", {"name": name, "why": why})
+
+
 THINKING_EFFORT = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 
 
@@ -234,11 +244,7 @@ class ChatCompletionRequest(BaseModel):
 
     @model_validator(mode="after")
     def _refuse_what_is_not_served(self) -> ChatCompletionRequest:
-        for name, why in REFUSED.items():
-            if getattr(self, name) is not None:
-                raise PydanticCustomError("unsupported", "{name}: {why}",
-                                          {"name": name, "why": why})
-        unsupported = {
+        refuse_unserved(self, REFUSED, {
             "top_logprobs": "needs logprobs: true"
             if self.top_logprobs is not None and not self.logprobs else None,
             "logprob_token_ids": "needs logprobs: true"
@@ -258,11 +264,7 @@ class ChatCompletionRequest(BaseModel):
             "constrain the answer" if self.structured_outputs is not None
             and (self.response_format not in (None, {"type": "text"})
                  or self.tool_choice not in (None, "none", "auto")) else None,
-        }
-        for name, why in unsupported.items():
-            if why is not None:
-                raise PydanticCustomError("unsupported", "{name}: {why}",
-                                          {"name": name, "why": why})
+        })
         return self
 
     @field_validator("logit_bias")

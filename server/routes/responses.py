@@ -99,7 +99,7 @@ def responses_router(state) -> APIRouter:
             queued = turn.shape.object("queued")
             await keep(queued)
             running[turn.shape.id] = asyncio.create_task(
-                _in_background(run, keep, keep_cut, lambda: running.pop(turn.shape.id, None)))
+                _in_background(run, keep, lambda: running.pop(turn.shape.id, None)))
             return JSONResponse(queued, headers=headers)
         events = run.events(keep, keep_cut)
         if parsed.stream:
@@ -166,10 +166,11 @@ def responses_router(state) -> APIRouter:
     return router
 
 
-async def _in_background(run: ResponseRun, keep, keep_cut, done) -> None:
-    """A background response to its end; cancelled, it keeps what it had written (or
-    the finished response, when the cancel came while that was being stored)."""
-    events = run.events(keep, keep_cut)
+async def _in_background(run: ResponseRun, keep, done) -> None:
+    """A background response to its end, the only writer of its file while it runs:
+    cancelled, it keeps what it had written (or the finished response, when the cancel
+    came while that was being stored); failed, what it had written and why."""
+    events = run.events(keep)  # no `on_cut`: what a cut leaves is stored below, once
     try:
         async with aclosing(events):
             async for event in events:
@@ -179,12 +180,11 @@ async def _in_background(run: ResponseRun, keep, keep_cut, done) -> None:
         await keep(run.finished or run.final("cancelled"))
     except (EngineDead, BackendFailed) as exc:
         error = (engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc))
-        await keep(run.turn.shape.object("failed", error={"code": "server_error",
-                                                          "message": error.message}))
+        await keep(run.final("failed", {"code": "server_error", "message": error.message}))
     except Exception:  # the client polls: it reads "failed", the log has the trace
         log.exception("a background response failed")
-        await keep(run.turn.shape.object("failed", error={
-            "code": "server_error", "message": "the response failed; the log says why"}))
+        await keep(run.final("failed", {"code": "server_error",
+                                        "message": "the response failed; the log says why"}))
     finally:
         done()
 

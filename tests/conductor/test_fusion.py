@@ -3,6 +3,9 @@ both rankings hold is one hit, and the served rule is the one the held-out bench
 
 from __future__ import annotations
 
+import json
+
+from bench.paths import RESULTS_DIR
 from bench.search.fusion import RRF
 from conductor.search.fusion import DENSE_WEIGHT, RRF_K, SPARSE_WEIGHT, fused
 
@@ -33,7 +36,14 @@ def test_a_hit_in_both_rankings_is_one_hit_and_limit_holds():
     assert found[0][0] == DENSE_WEIGHT / RRF_K + SPARSE_WEIGHT / (RRF_K + 1)
 
 
-def test_the_served_rule_is_the_bench_s_rrf_k5_dense_x4():
+def test_the_served_rule_is_the_one_the_committed_held_out_run_chose():
+    results = json.loads((RESULTS_DIR / "search-held-out" / "results.json").read_text())
+    chosen = results["embedders"]["minilm"]["chosen"]
+    assert chosen == RRF(RRF_K, DENSE_WEIGHT / SPARSE_WEIGHT).name
+    assert results["embedders"]["minilm"]["chosen_holds_on_dev"]
+
+
+def test_the_served_fusion_ranks_as_the_bench_s_formula():
     dense, sparse = hits("a", "b", "c", "d", "e", "f"), hits("f", "e", "x", "a")
     bench = RRF(RRF_K, DENSE_WEIGHT / SPARSE_WEIGHT).fuse(
         [(p["path"], s) for s, p in dense], [(p["path"], s) for s, p in sparse])

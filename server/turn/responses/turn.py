@@ -173,13 +173,13 @@ class ResponseRun:
         await on_final(self.finished)
         yield {"type": f"response.{self.finished['status']}", "response": self.finished}
 
-    def final(self, status: str) -> dict[str, Any]:
+    def final(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
         """The response object as it stands: "completed", "incomplete" (cut by its
-        length), "cancelled" or "failed" (what was written before)."""
+        length), "cancelled" or "failed" (what was written before, and `error`)."""
         if status in ("cancelled", "failed"):
             self.output.close("incomplete")
         reasoning = self.answer.reasoning
         return self.turn.shape.object(
             status, self.output.items,
             usage(self.answer.usage(), self.engine.count_tokens(reasoning) if reasoning else 0),
-            incomplete="max_output_tokens" if status == "incomplete" else None)
+            error=error, incomplete="max_output_tokens" if status == "incomplete" else None)
