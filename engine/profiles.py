@@ -139,7 +139,7 @@ NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
 # memory.prefetch: the notes chosen after a turn and prefilled in idle time (the server's
 # conductor.hidden.prefetch.PrefetchLimits holds the defaults); 0 notes turns it off.
 PREFETCH_KEYS: dict[str, tuple[str, ...] | None] = {
-    "notes": None, "budget": None, "session_cap": None}
+    "notes": None, "budget": None, "session_cap": None, "hint_notes": None}
 JOBS_MODES = ("off", "on")
 _WRITER_KEYS = ("mode",)
 

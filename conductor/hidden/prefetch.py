@@ -5,8 +5,10 @@ cache instead of prefilling them after the new message.
 The guess is the matching rule of `tail_notes.build_matches` run over the turn just
 finished (its user message and its answer): notes that share words with what is being
 talked about, not yet in the conversation, within a small budget a turn and a cap a
-session. Chosen here; placed, prefilled and measured by the server
-(server/background/prefetch.py).
+session. A client may also say what comes next (a hint: the draft being typed, the
+files open in an editor; `POST /v1/memory/prefetch`): the same rule over the hint
+chooses notes placed after the ones already there. Chosen here; placed, prefilled and
+measured by the server (server/background/prefetch.py).
 """
 
 from __future__ import annotations
@@ -35,24 +37,34 @@ class PrefetchLimits:
     notes: int = 0
     budget: int = 300
     session_cap: int = 12
+    # A client's hint: the notes it may bring (0: hints refused). On by default: nothing
+    # is spent until a client sends one, and a hint is a guess the client vouches for.
+    hint_notes: int = ON_NOTES
 
     def __post_init__(self) -> None:
-        if min(self.notes, self.budget, self.session_cap) < 0:
-            raise ValueError("prefetch: notes, budget and session_cap must be 0 or more")
+        if min(self.notes, self.budget, self.session_cap, self.hint_notes) < 0:
+            raise ValueError("prefetch: notes, budget, session_cap and hint_notes must be 0 "
+                             "or more")
 
     @property
     def on(self) -> bool:
         return self.notes > 0 and self.budget > 0 and self.session_cap > 0
 
+    @property
+    def hints_on(self) -> bool:
+        return self.hint_notes > 0 and self.budget > 0 and self.session_cap > 0
+
 
 def choose_prefetch(store: NoteStore, turn_text: str, allowed: Iterable[Note],
                     already: set[str], count_tokens: CountTokens, shown: NotesShown,
-                    limits: PrefetchLimits, given: int) -> TailNote | None:
+                    limits: PrefetchLimits, given: int,
+                    notes: int | None = None) -> TailNote | None:
     """The notes to place after the answer, or None. `turn_text`: the finished turn's user
-    message and answer; `already`: notes the record holds; `given`: notes this session was
-    prefetched before (the cap counts them)."""
-    room = min(limits.notes, limits.session_cap - given)
-    if not limits.on or room <= 0:
+    message and answer, or a client's hint; `already`: notes the record holds; `given`:
+    notes this session was prefetched before (the cap counts them); `notes`: this run's
+    number (default: a turn's, `limits.notes`)."""
+    room = min(limits.notes if notes is None else notes, limits.session_cap - given)
+    if limits.budget <= 0 or room <= 0:
         return None
     sized = dataclasses.replace(shown, max_matches=room, match_budget=limits.budget)
     found = build_matches(store, turn_text, allowed, already, count_tokens, sized)
@@ -71,21 +83,55 @@ def goes_on(derived_session: bool, roles: list[str]) -> bool:
     return not derived_session or roles.count("user") >= MIN_USER_MESSAGES
 
 
+HINT_MAX_CHARS = 4000
+
+
 class PrefetchDue:
     """Sessions whose last turn was recorded and not yet prefetched for, most recent
-    last; bounded (an old one is dropped: its user has moved on)."""
+    last, and the hints clients sent about their next message; both bounded (an old one
+    is dropped: its user has moved on). Hints live in memory only: a draft never
+    reaches a file or a log."""
 
     def __init__(self, bound: int = 16) -> None:
         self._due: dict[tuple[str, str], None] = {}
+        self._hints: dict[tuple[str, str], str] = {}
         self._bound = bound
         self._lock = threading.Lock()
 
     def turn_recorded(self, user: str, session: str) -> None:
         with self._lock:
-            self._due.pop((user, session), None)
-            self._due[(user, session)] = None
-            while len(self._due) > self._bound:
-                self._due.pop(next(iter(self._due)))
+            self._mark_due((user, session))
+
+    def _mark_due(self, key: tuple[str, str]) -> None:
+        self._due.pop(key, None)
+        self._due[key] = None
+        while len(self._due) > self._bound:
+            self._due.pop(next(iter(self._due)))
+
+    def hinted(self, user: str, session: str, hint: str) -> None:
+        """A client's word on what comes next in the session: due with it (a newer hint
+        replaces an older one)."""
+        with self._lock:
+            self._hints.pop((user, session), None)
+            self._hints[(user, session)] = hint
+            while len(self._hints) > self._bound:
+                self._hints.pop(next(iter(self._hints)))
+            self._mark_due((user, session))
+
+    def hint(self, user: str, session: str) -> str | None:
+        with self._lock:
+            return self._hints.get((user, session))
+
+    def hint_used(self, user: str, session: str, hint: str) -> None:
+        """Prefetched for (or nothing to fetch): dropped, unless a newer one came."""
+        with self._lock:
+            if self._hints.get((user, session)) == hint:
+                del self._hints[(user, session)]
+
+    def message_came(self, user: str, session: str) -> None:
+        """The message a hint was about has arrived: the hint is spent."""
+        with self._lock:
+            self._hints.pop((user, session), None)
 
     def take(self) -> list[tuple[str, str]]:
         """Every due session, most recent first; they are no longer due."""

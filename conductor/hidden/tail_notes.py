@@ -152,8 +152,13 @@ def note_block(note: Note, note_format: str = "header") -> str:
 
 def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
                   already: set[str], count_tokens: CountTokens,
-                  shown: NotesShown = DEFAULT_SHOWN) -> TailNote | None:
-    """The matching-notes tail for one user message, or None when nothing qualifies."""
+                  shown: NotesShown = DEFAULT_SHOWN,
+                  in_place: frozenset[str] = frozenset()) -> TailNote | None:
+    """The matching-notes tail for one user message, or None when nothing qualifies.
+
+    `already`: notes matched earlier in the session, skipped (the message gets others).
+    `in_place`: notes prefetched for this message: one it matches takes its place among
+    the matches without a second copy, so a right guess costs nothing after the message."""
     if shown.max_matches == 0:
         return None
     allowed_ids = {n.id for n in allowed}
@@ -165,18 +170,24 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
     chosen: list[Note] = []
     frame = MATCH_FRAMES[shown.match_frame]
     used = count_tokens(frame)
+    placed = 0  # matches already in the prompt, prefetched
     for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):
-        if note.id not in allowed_ids or note.id in already:
+        if note.id not in allowed_ids or (note.id in already and note.id not in in_place):
             continue
         shared = words & content_words(" ".join([note.title, " ".join(note.tags), note.body]))
         if len(shared) < MIN_SHARED_WORDS:
+            continue
+        if note.id in in_place:
+            placed += 1
+            if placed + len(chosen) == shown.max_matches:
+                break
             continue
         cost = count_tokens("\n\n" + note_block(note, shown.note_format))
         if used + cost > shown.match_budget:
             continue
         chosen.append(note)
         used += cost
-        if len(chosen) == shown.max_matches:
+        if placed + len(chosen) == shown.max_matches:
             break
     if not chosen:
         return None

@@ -7,7 +7,8 @@ matches that were prefetched count as already injected, so only the others are p
 after it. Like the prewarm: lowest priority, one token, ended by any client request at the
 next engine step, never started while a client request is in flight. A prefetch that did
 not finish leaves the record as it was and stays due; one whose session moved on
-meanwhile is dropped.
+meanwhile is dropped. A client's hint about its next message (POST /v1/memory/prefetch)
+makes the session due again: the notes the hint matches go after those already there.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class PrefetchRun:
     note_ids: tuple[str, ...]
     tokens: int  # the hidden message's ids
     outcome: str  # "done", "preempted" or "moved_on" (a newer record: nothing kept)
+    hinted: bool = False  # chosen by a client's hint rather than the guess
 
 
 class PrefetchService:
@@ -65,8 +67,13 @@ class PrefetchService:
         return runs
 
     async def _prefetch(self, user: str, session: str) -> PrefetchRun | None:
+        due = self.memory.prefetch_due
+        limits = self.memory.prefetch_limits
+        hint = due.hint(user, session) if limits.hints_on else None
         record = self.memory.ledger.latest(user, session)
-        if record is None or not _fits(record):
+        if record is None or not _fits(record, after_prefetch=hint is not None):
+            return None
+        if hint is None and not limits.on:
             return None
         store = self.memory.store(user)
         with store.one_scan():
@@ -75,13 +82,13 @@ class PrefetchService:
             # in a block, corrected
             already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
             given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
-            asked = next((m.content for m in reversed(record.messages) if m.role == "user"),
-                         "")
-            turn_text = f"{asked}\n{record.messages[-1].content}"
-            chosen = choose_prefetch(store, turn_text, allowed, already,
+            chosen = choose_prefetch(store, hint or _turn_text(record), allowed, already,
                                      self.engine.count_tokens, self.memory.notes_shown,
-                                     self.memory.prefetch_limits, given)
+                                     limits, given,
+                                     notes=limits.hint_notes if hint else limits.notes)
         if chosen is None:
+            if hint is not None:
+                due.hint_used(user, session, hint)
             return None
         flat = list(flat_ids(record.ids))
         # An answer cut by its length ends without its end-of-turn token; the client's
@@ -94,6 +101,8 @@ class PrefetchService:
             if delta.finished:
                 outcome = "preempted" if delta.finish_reason == "abort" else "done"
         if outcome == "done":
+            if hint is not None:
+                due.hint_used(user, session, hint)
             if self.memory.ledger.latest(user, session) is record:
                 span = Span(len(flat) + len(closing), len(flat) + len(part), PREFETCH_KIND,
                             chosen.note_ids)
@@ -103,11 +112,12 @@ class PrefetchService:
             else:
                 outcome = "moved_on"
         elif outcome == "preempted":  # a client came: due again in a later idle moment
-            self.memory.prefetch_due.turn_recorded(user, session)
+            due.turn_recorded(user, session)
         log.info("prefetch %s: %d notes, %d tokens", outcome, len(chosen.note_ids), len(part))
         if self.memory.metrics is not None:
             self.memory.metrics.background_run("prefetch", outcome)
-        return PrefetchRun(user, session, chosen.note_ids, len(part), outcome)
+        return PrefetchRun(user, session, chosen.note_ids, len(part), outcome,
+                           hinted=hint is not None)
 
     def _hidden_after_answer(self, text: str) -> list[int]:
         """A hidden system message after the answer's end-of-turn token: the record goes
@@ -118,14 +128,26 @@ class PrefetchService:
                 *tokenizer.encode(IM_END_TEXT, add_special_tokens=False)]
 
 
-def _fits(record: Record) -> bool:
+def _fits(record: Record, after_prefetch: bool = False) -> bool:
     """A record a prefetch may extend: memory on, an answer last that calls no tool (the
     idle time after a call is the tool running, and its result goes right after the
-    call); not prefetched for already (its last span ends it)."""
+    call); not prefetched for already, unless `after_prefetch` (a hint's notes go after
+    the guess's)."""
     if record.bare or not record.messages:
         return False
     last = record.messages[-1]
     if last.role != "assistant" or last.tool_calls:
         return False
+    return after_prefetch or not _prefetched(record)
+
+
+def _prefetched(record: Record) -> bool:
+    """The record ends with prefetched notes (its last span ends it)."""
     span = record.spans[-1] if record.spans else None
-    return not (span is not None and span.kind == PREFETCH_KIND and span.end == len(record.ids))
+    return span is not None and span.kind == PREFETCH_KIND and span.end == len(record.ids)
+
+
+def _turn_text(record: Record) -> str:
+    """The finished turn the guess reads: its user message and its answer."""
+    asked = next((m.content for m in reversed(record.messages) if m.role == "user"), "")
+    return f"{asked}\n{record.messages[-1].content}"

@@ -13,6 +13,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from conductor.hidden.prefetch import HINT_MAX_CHARS
 from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
@@ -20,6 +21,10 @@ from conductor.search.sources import COLLECTIONS, SourceError
 from server.background.search import SearchService
 from server.http.errors import APIError
 from server.turn.memory import TOKEN_HEADER, MemoryServices, request_user
+
+
+class PrefetchHint(BaseModel):
+    hint: str
 
 
 class MemoryWrite(BaseModel):
@@ -81,6 +86,28 @@ def memory_router(services: MemoryServices,
                                              source="route")
         services.on_change(user)
         return _result_json(result)
+
+    @router.post("/prefetch", status_code=202)
+    async def prefetch(body: PrefetchHint, request: Request) -> dict:
+        """A client's word on what comes next in the session (the draft being typed, the
+        files open in an editor): the notes it matches are prefilled after the
+        conversation in idle time, so the next message finds them in the cache."""
+        user, session = session_of(request)
+        hint = body.hint.strip()
+        if not hint:
+            raise APIError(400, "hint must not be empty", code="invalid_value", param="hint")
+        if len(hint) > HINT_MAX_CHARS:
+            raise APIError(400, f"hint must be at most {HINT_MAX_CHARS} characters",
+                           code="invalid_value", param="hint")
+        if not services.prefetch_limits.hints_on:
+            raise APIError(409, "this profile takes no prefetch hints "
+                           "(memory.prefetch.hint_notes is 0)", code="prefetch_off")
+        record = services.ledger.latest(user, session)
+        if record is None or record.bare:
+            raise APIError(409, "this session has no recorded turn with memory on to "
+                           "prefetch after", code="no_conversation")
+        services.prefetch_due.hinted(user, session, hint)
+        return {"status": "queued"}
 
     @router.get("/search")
     async def search(request: Request, q: str, limit: int = 10, mode: str | None = None,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
-from conductor.hidden.prefetch import MATCHED_KINDS
+from conductor.hidden.prefetch import MATCHED_KINDS, PREFETCH_KIND
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -53,6 +53,7 @@ def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Repla
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
+    services.prefetch_due.message_came(memory.user, memory.session)
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
         _choose(services, memory, replay, request, count_tokens, hidden)
@@ -104,10 +105,11 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
     if store is not None and notes is not None and memory.has_user_message:
         # "Already injected" belongs to this branch of the conversation: the notes in the
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
-        already = {i for s in (replay.spans if replay else ()) if s.kind in MATCHED_KINDS
-                   for i in s.note_ids}
+        spans = replay.spans if replay else ()
+        already = {i for s in spans if s.kind in MATCHED_KINDS for i in s.note_ids}
+        prefetched = frozenset(i for s in spans if s.kind == PREFETCH_KIND for i in s.note_ids)
         found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
-                              count_tokens, services.notes_shown)
+                              count_tokens, services.notes_shown, in_place=prefetched)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conductor.hidden.prefetch import (
@@ -11,7 +13,7 @@ from conductor.hidden.prefetch import (
     PrefetchLimits,
     choose_prefetch,
 )
-from conductor.hidden.tail_notes import DEFAULT_SHOWN
+from conductor.hidden.tail_notes import DEFAULT_SHOWN, build_matches
 from conductor.notes import NoteStore
 
 
@@ -82,3 +84,19 @@ def test_a_named_session_goes_on_from_its_first_turn_a_derived_one_from_its_seco
     assert goes_on(False, ["user", "assistant"])
     assert not goes_on(True, ["user", "assistant"])
     assert goes_on(True, ["system", "user", "assistant", "user", "assistant"])
+
+
+def test_a_prefetched_note_the_message_matches_takes_its_match_slot(store):
+    """A right guess costs nothing after the message: the match it answers is in place,
+    and no other note is prefilled in its stead (a note matched earlier is skipped and
+    another one matched, as before)."""
+    message = "how do I fix the kafka consumer?"
+    (top,) = build_matches(store, message, store.list(), set(), words, DEFAULT_SHOWN).note_ids
+    assert build_matches(store, message, store.list(), {top}, words, DEFAULT_SHOWN,
+                         in_place=frozenset({top})) is None
+    instead = build_matches(store, message, store.list(), {top}, words, DEFAULT_SHOWN)
+    assert instead is not None and instead.note_ids != (top,)
+    two = dataclasses.replace(DEFAULT_SHOWN, max_matches=2)
+    (other,) = build_matches(store, message, store.list(), {top}, words, two,
+                             in_place=frozenset({top})).note_ids
+    assert other != top

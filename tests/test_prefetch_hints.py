@@ -1,0 +1,193 @@
+"""A client's hint about its next message (POST /v1/memory/prefetch), on the real engine:
+the notes it matches are prefilled after the conversation in idle time, and the message
+finds them in the cache; the hint is the session's own, checked, and never kept."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from conductor.hidden.prefetch import HINT_MAX_CHARS, ON_NOTES, PREFETCH_KIND
+from server.access.auth import Auth
+from server.access.keys import KeyStore
+from tests.inprocess import InProcessApp
+
+SESSION = "X-Tandem-Session"
+TOKEN = "X-Tandem-Memory-Token"
+KAFKA_HINT = "how do I restart the kafka consumer on"  # a draft, its last words not typed
+
+
+def add_notes(app: InProcessApp, user: str = "tester") -> None:
+    for title, body in (
+            ("restart the kafka consumer", "kafka consumer restarts with systemctl restart "
+             "consumer on the broker host"),
+            ("staging database port", "the staging database listens on port 5433"),
+            ("office wifi", "the office wifi password is on the fridge")):
+        assert app.memory.store(user).add(title=title, body=body, kind="runbook",
+                                          scope="user", source="cli",
+                                          has_user_message=True).ok
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    """The default profile: no guess after a turn, hints taken."""
+    default = InProcessApp(served, tmp_path)
+    add_notes(default)
+    return default
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def one_turn(app: InProcessApp, session: str, headers: dict | None = None
+             ) -> tuple[list[dict], dict]:
+    """A first turn about nothing in the notes; the history and the routes' headers."""
+    headers = {SESSION: session, **(headers or {})}
+    _, _, response = app.chat([user("hello there")], "Hi.", headers=headers)
+    return [user("hello there"), assistant("Hi.")], {
+        **headers, TOKEN: response.headers["x-tandem-memory-token"]}
+
+
+def hint(app: InProcessApp, headers: dict, text: str, **body):
+    return app.request("POST", "/v1/memory/prefetch", headers=headers,
+                       json={"hint": text, **body})
+
+
+def tick(app: InProcessApp, served):
+    return served.run(app.app.state.tandem.prefetch.tick())
+
+
+def record(app: InProcessApp, session: str, who: str = "tester"):
+    return app.memory.ledger.latest(who, session)
+
+
+def note_id(app: InProcessApp, title: str, who: str = "tester") -> str:
+    (found,) = [n for n in app.memory.store(who).list() if n.title == title]
+    return found.id
+
+
+def test_a_hints_notes_are_in_the_next_turns_replayed_ids_and_cached(app, served,
+                                                                     tiny_profile):
+    history, routes = one_turn(app, "draft")
+    assert tick(app, served) == []  # the default profile makes no guess of its own
+    accepted = hint(app, routes, KAFKA_HINT)
+    assert accepted.status_code == 202 and accepted.json() == {"status": "queued"}
+    (run,) = tick(app, served)
+    kafka = note_id(app, "restart the kafka consumer")
+    assert (run.outcome, run.hinted, run.note_ids) == ("done", True, (kafka,))
+    prefetched = record(app, "draft")
+    assert [s.note_ids for s in prefetched.spans if s.kind == PREFETCH_KIND] == [(kafka,)]
+    assert tick(app, served) == []  # a hint is used once
+    _, usage, _ = app.chat([*history, user("how do I restart the kafka consumer on staging?")],
+                           "Like that.", headers={SESSION: "draft"})
+    following = record(app, "draft")
+    assert list(following.ids[:len(prefetched.ids)]) == list(prefetched.ids)
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= len(prefetched.ids) - \
+        tiny_profile.block_size
+    matched = [i for s in following.spans if s.kind in ("notes", PREFETCH_KIND)
+               for i in s.note_ids]
+    assert matched == [kafka]  # in place: no second copy, and no other note instead
+
+
+def test_a_hints_notes_go_after_the_notes_the_guess_prefetched(served, tmp_path):
+    guessing = InProcessApp(served, tmp_path, memory_changes={
+        "prefetch": (("notes", ON_NOTES),)})
+    add_notes(guessing)
+    history, routes = one_turn(guessing, "both")
+    guessing.chat([*history, user("why is the queue lagging?")],
+                  "The kafka consumer is behind; a consumer restart clears it.",
+                  headers={SESSION: "both"})
+    assert [r.hinted for r in tick(guessing, served)] == [False]
+    assert hint(guessing, routes, "which port does the staging database").status_code == 202
+    assert [(r.outcome, r.hinted) for r in tick(guessing, served)] == [("done", True)]
+    spans = [s for s in record(guessing, "both").spans if s.kind == PREFETCH_KIND]
+    assert [s.note_ids for s in spans] == [
+        (note_id(guessing, "restart the kafka consumer"),),
+        (note_id(guessing, "staging database port"),)]
+    assert spans[0].end == spans[1].start
+
+
+def test_a_hint_about_a_message_already_sent_is_dropped(app, served):
+    history, routes = one_turn(app, "late")
+    assert hint(app, routes, "which port does the staging database").status_code == 202
+    # the message arrives before any idle moment (the user sent something else after
+    # all): the hint was about it, and is spent
+    app.chat([*history, user("never mind, thanks")], "Sure.", headers={SESSION: "late"})
+    assert tick(app, served) == []
+    assert app.memory.prefetch_due.hint("tester", "late") is None
+
+
+def test_a_hint_matching_nothing_new_prefetches_nothing(app, served):
+    _, routes = one_turn(app, "nothing")
+    assert hint(app, routes, "tell me a joke about penguins please").status_code == 202
+    assert tick(app, served) == []
+    assert app.memory.prefetch_due.hint("tester", "nothing") is None
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"hint": "   "}, "must not be empty"),
+    ({"hint": "kafka " * (HINT_MAX_CHARS // 5)}, f"at most {HINT_MAX_CHARS}"),
+    ({"hint": ["kafka", "consumer"]}, "hint"),
+    ({}, "hint"),
+])
+def test_a_bad_hint_is_a_400_with_its_reason(app, body, why):
+    _, routes = one_turn(app, "bad")
+    response = app.request("POST", "/v1/memory/prefetch", headers=routes, json=body)
+    assert response.status_code == 400, response.text
+    assert why in response.text
+    assert app.memory.prefetch_due.hint("tester", "bad") is None
+
+
+def test_a_hint_needs_the_sessions_token_and_its_user(served, tmp_path):
+    keys = KeyStore(tmp_path)
+    alice, bob = keys.add("alice"), keys.add("bob")
+    app = InProcessApp(served, tmp_path, auth=Auth(keys=keys))
+    add_notes(app, "alice")
+    _, routes = one_turn(app, "mine", {"Authorization": f"Bearer {alice}"})
+    no_token = {k: v for k, v in routes.items() if k != TOKEN}
+    assert hint(app, no_token, KAFKA_HINT).status_code == 403
+    assert hint(app, {**routes, TOKEN: "forged"}, KAFKA_HINT).status_code == 403
+    bobs = {**routes, "Authorization": f"Bearer {bob}"}  # alice's token, bob's key
+    assert hint(app, bobs, KAFKA_HINT).status_code == 403
+    assert hint(app, {k: v for k, v in routes.items() if k != "Authorization"},
+                KAFKA_HINT).status_code == 401
+    assert app.memory.prefetch_due.hint("alice", "mine") is None
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+
+
+def test_a_hint_reaches_no_file_and_no_log(app, served, tmp_path, caplog):
+    _, routes = one_turn(app, "quiet")
+    secret_draft = "restart the kafka consumer, the zq7 password is hunter2"
+    with caplog.at_level(logging.DEBUG):
+        assert hint(app, routes, secret_draft).status_code == 202
+        assert [r.outcome for r in tick(app, served)] == ["done"]
+    assert "hunter2" not in caplog.text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert b"hunter2" not in path.read_bytes(), path
+
+
+def test_a_profile_can_refuse_hints(served, tmp_path):
+    refusing = InProcessApp(served, tmp_path, memory_changes={
+        "prefetch": (("hint_notes", 0),)})
+    _, routes = one_turn(refusing, "refused")
+    response = hint(refusing, routes, KAFKA_HINT)
+    assert response.status_code == 409 and "hint_notes" in response.text
+
+
+def test_a_session_whose_last_turn_had_memory_off_takes_no_hint(app, served):
+    """No token is handed out with memory off; a session that turned memory off after
+    its first turn still holds one, and is refused."""
+    history, routes = one_turn(app, "bare")
+    app.chat([*history, user("hello again")], "Hi again.",
+             headers={SESSION: "bare", "X-Tandem-Memory": "off"})
+    assert record(app, "bare").bare
+    response = hint(app, routes, KAFKA_HINT)
+    assert response.status_code == 409 and "memory on" in response.text
+    assert tick(app, served) == []
