@@ -58,7 +58,8 @@ def test_the_threaded_conversation_s_follow_ups_find_their_prefetched_notes(repo
     results, _ = report
     threaded = results["threaded"]
     turns = threaded["turns"]
-    assert {t["mode"] for t in turns} == {"off", "on", "prefetch"} and len(turns) == 24
+    assert {t["mode"] for t in turns} == {"off", "on", "prefetch", "hinted"}
+    assert len(turns) == 32
     assert threaded["prefetch"]["hit_notes"] >= 3, threaded["prefetch"]
     prefilled = {(t["mode"], t["turn"]): t["prefilled_tokens"] for t in turns}
     follow_ups = range(2, 9, 2)
@@ -66,6 +67,22 @@ def test_the_threaded_conversation_s_follow_ups_find_their_prefetched_notes(repo
         prefilled[("on", n)] for n in follow_ups)
     names = {t["key"] for t in results["summary"]["targets"]}
     assert "threaded_follow_up_ttft_prefetch_over_off" in names
+
+
+def test_the_hinted_lane_s_drafts_bring_the_notes_its_messages_then_match(report):
+    """The hinted lane's client sends two drafts of each later message as hints: the
+    notes they bring are matched by the message, which then prefills less than memory on
+    without hints (the openers as well: a draft knows the new topic)."""
+    results, _ = report
+    for part in (results["session"], results["threaded"]):
+        hinted = part["hinted"]
+        assert hinted["hit_notes"] >= 3 and hinted["hit_rate"] >= 0.3, hinted
+        later = [t for t in part["turns"] if t["turn"] >= 2]
+        prefilled = {m: sum(t["prefilled_tokens"] for t in later if t["mode"] == m)
+                     for m in ("on", "hinted")}
+        assert prefilled["hinted"] < prefilled["on"], prefilled
+    names = {t["key"] for t in results["summary"]["targets"]}
+    assert {"ttft_hinted_over_off", "threaded_ttft_hinted_over_off"} <= names
 
 
 def test_recall_and_writer_figures_are_there(report):

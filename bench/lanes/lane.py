@@ -18,16 +18,28 @@ from conductor.hidden.tail_notes import build_matches
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
-from server.turn.memory import MemorySettings
+from server.turn.memory import TOKEN_HEADER, MemorySettings
 
 USER = "bench"
 # naive: memory off, every note in the system prompt; prefetch: memory on with the notes a
 # conversation is likely to need next prefilled in idle time after each turn (issue 40;
-# `on` runs without it)
-MODES = ("off", "shadow", "on", "naive", "prefetch")
+# `on` runs without it); hinted: memory on, no guess of its own, and the client sends its
+# draft of each later message as a hint before it (POST /v1/memory/prefetch)
+MODES = ("off", "shadow", "on", "naive", "prefetch", "hinted")
+PREFETCHING = ("prefetch", "hinted")
 TAIL_KINDS = ("shared", "session", "notes", "prefetch")
 PREFETCH_OFF = (("notes", 0),)
 PREFETCH_ON = (("notes", ON_NOTES),)
+# The drafts a typing client sends: at half of the message's words, and with the last
+# tenth still untyped (a client sends one whenever the user pauses; the message itself
+# comes seconds later, time enough on this CPU for the ~100 tokens a hint prefills).
+DRAFT_FRACTIONS = (0.5, 0.9)
+
+
+def draft(message: str, fraction: float) -> str:
+    """The first `fraction` of the message's words, as typed so far."""
+    words = message.split()
+    return " ".join(words[:max(1, round(len(words) * fraction))])
 
 
 @dataclass
@@ -93,6 +105,7 @@ class Conversation:
     session: str
     history: list[dict] = field(default_factory=list)
     tail_tokens: int = 0
+    token: str | None = None  # the memory routes' token, from the first answer on
 
 
 class Lane:
@@ -101,7 +114,7 @@ class Lane:
     def __init__(self, mode: str, probe: EngineProbe, home: Path, nonce: str,
                  generation: dict[str, Any]) -> None:
         profile: Profile = probe.profile
-        app_mode = {"naive": "off", "prefetch": "on"}.get(mode, mode)
+        app_mode = {"naive": "off", "prefetch": "on", "hinted": "on"}.get(mode, mode)
         # The writer stays off here: background turns are measured on their own.
         memory = dataclasses.replace(profile.memory, mode=app_mode, writer_mode="off",
                                      prefetch=PREFETCH_ON if mode == "prefetch"
@@ -117,7 +130,8 @@ class Lane:
         self.services = self.app.state.tandem.memory
         self._naive_tokens: dict[str, int] = {}
         self._continuous = Conversation(session="continuous")
-        self.prefetch = PrefetchTally()  # the prefetch lane's guesses and their hits
+        self.prefetch = PrefetchTally()  # the prefetch lanes' guesses and their hits
+        self._token: str | None = None  # the last answer's memory token
 
     def store(self) -> NoteStore:
         return self.services.store(USER)
@@ -134,7 +148,9 @@ class Lane:
                   script: bool) -> TurnResult:
         """One turn: send the history plus `turn.user`, keep the answer in the history."""
         system = self.system(turn.user)
-        if self.mode == "prefetch":
+        if self.mode == "hinted" and conversation.token is not None:
+            await self._send_drafts(conversation, turn.user)
+        if self.mode in PREFETCHING:
             self.prefetch.message(self._would_match(conversation, turn.user))
         user = {"role": "user", "content": turn.user}
         messages = [{"role": "system", "content": system}, *conversation.history, user]
@@ -144,12 +160,29 @@ class Lane:
             body["script"] = turn.answer
         content, usage, completion_id, sent, done = await self._post(
             "/v1/chat/completions", body, {"X-Tandem-Session": conversation.session})
+        conversation.token = self._token or conversation.token
         conversation.history += [user, {"role": "assistant", "content": content}]
         result = self._result(conversation, system, number, usage, completion_id, sent, done)
         if self.mode == "prefetch":  # the idle time before the next turn
-            for run in await self.app.state.tandem.prefetch.tick():
-                self.prefetch.fetched(run.note_ids, run.tokens, run.outcome)
+            await self._idle()
         return result
+
+    async def _idle(self) -> None:
+        """An idle moment: the server's prefetch runs, its notes are counted."""
+        for run in await self.app.state.tandem.prefetch.tick():
+            self.prefetch.fetched(run.note_ids, run.tokens, run.outcome)
+
+    async def _send_drafts(self, conversation: Conversation, message: str) -> None:
+        """The hinted lane's client: each draft of the message as a hint, with the idle
+        moment the user's typing leaves after it."""
+        for fraction in DRAFT_FRACTIONS:
+            response = await self._request(
+                "/v1/memory/prefetch", {"hint": draft(message, fraction)},
+                {"X-Tandem-Session": conversation.session, TOKEN_HEADER: conversation.token})
+            if response.status_code != 202:
+                raise RuntimeError(f"lane {self.mode}: hint refused: HTTP "
+                                   f"{response.status_code}: {response.text}")
+            await self._idle()
 
     def _would_match(self, conversation: Conversation, message: str) -> set[str]:
         """The notes `message` matches before the prefetched ones are skipped: which of
@@ -198,14 +231,19 @@ class Lane:
         new, conversation.tail_tokens = total - conversation.tail_tokens, total
         return new
 
-    async def _post(self, path: str, body: dict, headers: dict[str, str]
-                    ) -> tuple[str, dict, str, float, float]:
+    async def _request(self, path: str, body: dict, headers: dict[str, str]
+                       ) -> httpx.Response:
         transport = httpx.ASGITransport(app=self.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
                                      timeout=None) as client:
-            sent = time.perf_counter()
-            response = await client.post(path, json=body, headers=headers)
-            done = time.perf_counter()
+            return await client.post(path, json=body, headers=headers)
+
+    async def _post(self, path: str, body: dict, headers: dict[str, str]
+                    ) -> tuple[str, dict, str, float, float]:
+        sent = time.perf_counter()
+        response = await self._request(path, body, headers)
+        done = time.perf_counter()
+        self._token = response.headers.get(TOKEN_HEADER)
         if response.status_code != 200:
             raise RuntimeError(f"lane {self.mode}: HTTP {response.status_code}: {response.text}")
         content, usage, completion_id = parse_stream(response.text)

@@ -16,7 +16,7 @@ from typing import Any
 from bench.lanes.continuous import run_continuous
 from bench.lanes.conversation import fill_store
 from bench.lanes.jobs import run_jobs_part
-from bench.lanes.lane import MODES, Lane
+from bench.lanes.lane import MODES, PREFETCHING, Lane
 from bench.lanes.new_sessions import run_new_sessions
 from bench.lanes.probe import EngineProbe
 from bench.lanes.session import run_recall, run_session, run_threaded, session_turns
@@ -75,12 +75,12 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
     await warm_up(engine, nonce)
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp:
         lanes = {m: Lane(m, probe, Path(tmp) / m, nonce, generation) for m in MODES}
-        for mode in ("shadow", "on", "prefetch"):  # naive pastes the same notes
+        for mode in ("shadow", "on", *PREFETCHING):  # naive pastes the same notes
             fill_store(lanes[mode].store())
         progress(f"profile {profile.name}: {config.turns} turns x {len(MODES)} modes, "
                  "store of 50 notes")
         turns = await run_session(lanes, session_turns(config.turns), script, progress)
-        session_prefetch = lanes["prefetch"].prefetch.as_dict()
+        session_prefetch = {m: lanes[m].prefetch.as_dict() for m in PREFETCHING}
         threaded = await run_threaded(lanes, script, progress)
         recall = await run_recall(lanes, config.recall_samples, script, progress)
         new_sessions = await run_new_sessions(lanes, script, profile.block_size, progress)
@@ -97,7 +97,7 @@ async def measure(engine: Engine, config: BenchConfig, progress: Callable[[str],
                   "load_average_start": load_start, "load_average_end": os.getloadavg()},
         "environment": environment(profile, engine.model_path),
         "session": {"modes": list(MODES), "turns": [t.as_dict() for t in turns],
-                    "prefetch": session_prefetch},
+                    **session_prefetch},
         "threaded": threaded,
         "recall": [r.as_dict() for r in recall],
         "new_sessions": new_sessions,

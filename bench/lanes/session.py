@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.lanes.conversation import RECALL_QUESTIONS, THREADED_TURNS, TURNS, Turn
-from bench.lanes.lane import MODES, Lane, PrefetchTally, TurnResult
+from bench.lanes.lane import MODES, PREFETCHING, Lane, PrefetchTally, TurnResult
 
 Progress = Callable[[str], None]
 
@@ -37,19 +37,20 @@ async def run_session(lanes: dict[str, Lane], turns: Sequence[Turn], script: boo
     return results
 
 
-THREADED_MODES = ("off", "on", "prefetch")
+THREADED_MODES = ("off", "on", *PREFETCHING)
 
 
 async def run_threaded(lanes: dict[str, Lane], script: bool, progress: Progress
                        ) -> dict[str, Any]:
     """Part 2b: the threaded conversation (a topic kept for two turns) in the modes the
-    prefetch is judged by, interleaved as part 1; the prefetch lane's guesses counted
+    prefetch is judged by, interleaved as part 1; the prefetching lanes' guesses counted
     apart from part 1's."""
-    lanes["prefetch"].prefetch = PrefetchTally()
+    for mode in PREFETCHING:
+        lanes[mode].prefetch = PrefetchTally()
     results = await run_session(lanes, THREADED_TURNS, script, progress, THREADED_MODES,
                                 name="threaded", label="threaded")
     return {"modes": list(THREADED_MODES), "turns": [r.as_dict() for r in results],
-            "prefetch": lanes["prefetch"].prefetch.as_dict()}
+            **{mode: lanes[mode].prefetch.as_dict() for mode in PREFETCHING}}
 
 
 async def run_recall(lanes: dict[str, Lane], samples: int, script: bool,

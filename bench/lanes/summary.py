@@ -14,7 +14,7 @@ from bench.lanes.jobs import markdown_lines as jobs_markdown
 from bench.lanes.lane import MODES
 from bench.lanes.new_sessions import NEW_SESSION_PLOT, new_session_ratios, plot_new_sessions
 from bench.lanes.new_sessions import markdown_lines as new_session_markdown
-from bench.lanes.threaded_summary import threaded_markdown, threaded_ratios
+from bench.lanes.threaded_summary import prefetch_lines, threaded_markdown, threaded_ratios
 from bench.report import fmt, mean_of, ratio, spread
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
@@ -55,6 +55,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "ttft_on_over_off": ratio(on["ttft_s"], off["ttft_s"]),
         "ttft_prefetch_over_off": ratio(modes["prefetch"]["ttft_s"], off["ttft_s"]),
         "prefetch_hit_rate": (results["session"].get("prefetch") or {}).get("hit_rate"),
+        "ttft_hinted_over_off": ratio(modes["hinted"]["ttft_s"], off["ttft_s"]),
+        "hinted_hit_rate": (results["session"].get("hinted") or {}).get("hit_rate"),
         "engine_ttft_on_over_off": ratio(on["engine_ttft_s"], off["engine_ttft_s"]),
         "decode_on_over_off": ratio(on["decode_s_per_token"], off["decode_s_per_token"]),
         "cached_fraction_on_over_off": ratio(on["cached_fraction"], off["cached_fraction"]),
@@ -80,6 +82,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     spreads = {"ttft_on_over_off": spread(paired_ratios(turns, "ttft_s", "on", "off")),
                "ttft_prefetch_over_off": spread(paired_ratios(turns, "ttft_s", "prefetch",
                                                               "off")),
+               "ttft_hinted_over_off": spread(paired_ratios(turns, "ttft_s", "hinted", "off")),
                "decode_on_over_off": spread(paired_ratios(turns, "decode_s_per_token",
                                                           "on", "off"))}
     return {"later_turns_from": LATER_FROM_TURN, "modes": modes, "ratios": ratios,
@@ -101,6 +104,10 @@ def targets(ratios: dict[str, float | None],
               "<= 1.15", lambda v: v <= 1.15),
         check("prefetched notes a later message matched (hit rate, reported)",
               "prefetch_hit_rate", "-", None),
+        check("TTFT on with the client's drafts as hints / off (later turns)",
+              "ttft_hinted_over_off", "<= 1.15", lambda v: v <= 1.15),
+        check("hinted notes the message matched (hit rate, reported)", "hinted_hit_rate",
+              "-", None),
         check("threaded conversation: TTFT on with prefetch / off (later turns)",
               "threaded_ttft_prefetch_over_off", "<= 1.15", lambda v: v <= 1.15),
         check("threaded: TTFT on with prefetch / off, follow-up turns",
@@ -111,6 +118,8 @@ def targets(ratios: dict[str, float | None],
               "threaded_opener_ttft_prefetch_over_off", "-", None),
         check("threaded: prefetch hit rate (reported)", "threaded_prefetch_hit_rate", "-",
               None),
+        check("threaded: TTFT on with the drafts as hints / off (later turns)",
+              "threaded_ttft_hinted_over_off", "<= 1.15", lambda v: v <= 1.15),
         check("decode per token on / off (later turns)", "decode_on_over_off",
               "0.98 - 1.02", lambda v: abs(v - 1) <= 0.02),
         check("cached fraction on / off (later turns)", "cached_fraction_on_over_off",
@@ -167,14 +176,8 @@ def markdown(results: dict[str, Any]) -> str:
                 if t.get("per_turn") else "")
         lines.append(f"| {t['name']} | {fmt(t['measured'])} | {turn} | {t['target']} | "
                      f"{met} |")
-    prefetch = results["session"].get("prefetch")
-    if prefetch:
-        lines += ["", f"Prefetch (the `prefetch` mode): {len(prefetch['runs'])} runs, "
-                  f"{prefetch['prefetched_notes']} notes ({prefetch['prefetched_tokens']} "
-                  f"tokens) prefetched, {prefetch['hit_notes']} of them matched by a later "
-                  f"message (hit rate {fmt(prefetch['hit_rate'], 2)}), "
-                  f"{prefetch['wasted_tokens']} tokens never matched."]
-    lines += threaded_markdown(results.get("threaded"), summary["ratios"])
+    lines += prefetch_lines(results["session"])
+    lines += threaded_markdown(results.get("threaded"))
     lines += ["", "New session asking what is remembered (part 3):", "",
               "| mode | prompt tok | cached tok | TTFT s |", "| --- | ---: | ---: | ---: |"]
     for r in results["recall"]:

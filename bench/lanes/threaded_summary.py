@@ -1,6 +1,7 @@
-"""Part 2b's figures: the threaded conversation (a topic kept for two turns) in off, on
-and prefetch; its follow-up turns (the second of each topic) are where a guess from the
-turn before can be right, its openers where it cannot."""
+"""Part 2b's figures: the threaded conversation (a topic kept for two turns) in off, on,
+prefetch and hinted; its follow-up turns (the second of each topic) are where a guess from
+the turn before can be right, its openers where it cannot (and a client's draft can).
+With the prefetching lanes' tallies, which part 1 reports the same way."""
 
 from __future__ import annotations
 
@@ -44,11 +45,12 @@ def threaded_ratios(threaded: dict[str, Any] | None) -> dict[str, float | None]:
         "threaded_follow_up_ttft_prefetch_over_off": over_off("prefetch", _follow_up),
         "threaded_opener_ttft_prefetch_over_off": over_off("prefetch", _opener),
         "threaded_prefetch_hit_rate": (threaded.get("prefetch") or {}).get("hit_rate"),
+        "threaded_ttft_hinted_over_off": over_off("hinted", _every),
+        "threaded_hinted_hit_rate": (threaded.get("hinted") or {}).get("hit_rate"),
     }
 
 
-def threaded_markdown(threaded: dict[str, Any] | None,
-                      ratios: dict[str, float | None]) -> list[str]:
+def threaded_markdown(threaded: dict[str, Any] | None) -> list[str]:
     if not threaded:
         return []
     turns = threaded["turns"]
@@ -59,11 +61,22 @@ def threaded_markdown(threaded: dict[str, Any] | None,
         lines.append(f"| {mode} | {fmt(_mean_ttft(turns, mode, _every))} | "
                      f"{fmt(_mean_ttft(turns, mode, _follow_up))} | "
                      f"{fmt(_mean_ttft(turns, mode, _opener))} |")
-    prefetch = threaded.get("prefetch") or {}
-    if prefetch:
-        lines += ["", f"Its prefetch: {prefetch['prefetched_notes']} notes "
-                  f"({prefetch['prefetched_tokens']} tokens) prefetched, "
-                  f"{prefetch['hit_notes']} matched by a later message (hit rate "
-                  f"{fmt(ratios.get('threaded_prefetch_hit_rate'), 2)}), "
-                  f"{prefetch['wasted_tokens']} tokens never matched."]
+    return lines + prefetch_lines(threaded)
+
+
+WHAT_GUESSED = {"prefetch": "the guess after each turn",
+                "hinted": "the client's drafts as hints"}
+
+
+def prefetch_lines(part: dict[str, Any]) -> list[str]:
+    """A line per prefetching lane of a part: notes prefetched, matched, never used."""
+    lines = []
+    for mode, what in WHAT_GUESSED.items():
+        tally = part.get(mode)
+        if tally:
+            lines += ["", f"`{mode}` ({what}): {len(tally['runs'])} runs, "
+                      f"{tally['prefetched_notes']} notes ({tally['prefetched_tokens']} "
+                      f"tokens) prefetched, {tally['hit_notes']} of them matched by a later "
+                      f"message (hit rate {fmt(tally['hit_rate'], 2)}), "
+                      f"{tally['wasted_tokens']} tokens never matched."]
     return lines

@@ -25,6 +25,7 @@ from conductor.notes.note_format import Note
 PREFETCH_KIND = "prefetch"  # a record span of prefetched notes: they count as injected
 MATCHED_KINDS = ("notes", PREFETCH_KIND)  # spans whose notes a later match skips
 ON_NOTES = 3  # a turn's notes where a profile turns prefetch on (`memory.prefetch.notes`)
+HINT_NOTES = 1  # the notes a client's hint brings (`memory.prefetch.hint_notes`)
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,10 @@ class PrefetchLimits:
     budget: int = 300
     session_cap: int = 12
     # A client's hint: the notes it may bring (0: hints refused). On by default: nothing
-    # is spent until a client sends one, and a hint is a guess the client vouches for.
-    hint_notes: int = ON_NOTES
+    # is spent until a client sends one. One note, as a message matches one: a draft's
+    # best match is the guess; more brought three times the waste for no more hits on
+    # the bench's drafts (bench/README.md, "Prefetch hints").
+    hint_notes: int = HINT_NOTES
 
     def __post_init__(self) -> None:
         if min(self.notes, self.budget, self.session_cap, self.hint_notes) < 0:
