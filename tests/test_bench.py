@@ -81,8 +81,12 @@ def test_the_hinted_lane_s_drafts_bring_the_notes_its_messages_then_match(report
         prefilled = {m: sum(t["prefilled_tokens"] for t in later if t["mode"] == m)
                      for m in ("on", "hinted")}
         assert prefilled["hinted"] < prefilled["on"], prefilled
+        assert hinted["hit_turns"] and set(hinted["hit_turns"]) <= {t["turn"] for t in later}
+    ratios = results["summary"]["ratios"]
+    assert ratios["hit_turns_ttft_hinted_over_off"] > 0
     names = {t["key"] for t in results["summary"]["targets"]}
-    assert {"ttft_hinted_over_off", "threaded_ttft_hinted_over_off"} <= names
+    assert {"ttft_hinted_over_off", "threaded_ttft_hinted_over_off",
+            "threaded_hit_turns_ttft_hinted_over_off"} <= names
 
 
 def test_recall_and_writer_figures_are_there(report):

@@ -191,3 +191,22 @@ def test_a_session_whose_last_turn_had_memory_off_takes_no_hint(app, served):
     response = hint(app, routes, KAFKA_HINT)
     assert response.status_code == 409 and "memory on" in response.text
     assert tick(app, served) == []
+
+
+def test_hints_share_a_turns_token_budget_and_no_session_cap(served, tmp_path):
+    """The session cap bounds the guess; a client's hints are bounded by the budget a
+    turn, which every hint after one answer shares and the next answer renews."""
+    small = InProcessApp(served, tmp_path, memory_changes={
+        "prefetch": (("session_cap", 0), ("budget", 60))})
+    add_notes(small)
+    history, routes = one_turn(small, "budget")
+    assert hint(small, routes, KAFKA_HINT).status_code == 202
+    (run,) = tick(small, served)
+    assert run.outcome == "done" and run.tokens <= 60
+    staging = "which port does the staging database"
+    assert hint(small, routes, staging).status_code == 202
+    assert tick(small, served) == []  # the turn's budget is spent
+    small.chat([*history, user("thanks, that was it")], "Good.", headers={SESSION: "budget"})
+    assert hint(small, routes, staging).status_code == 202
+    assert [(r.outcome, r.note_ids) for r in tick(small, served)] == [
+        ("done", (note_id(small, "staging database port"),))]

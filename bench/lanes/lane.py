@@ -79,6 +79,7 @@ class PrefetchTally:
     notes: dict[str, float] = field(default_factory=dict)  # note id -> tokens
     hits: set[str] = field(default_factory=set)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    hit_turns: list[int] = field(default_factory=list)  # every note they matched was there
 
     def fetched(self, note_ids: tuple[str, ...], tokens: int, outcome: str) -> None:
         self.runs.append({"notes": len(note_ids), "tokens": tokens, "outcome": outcome})
@@ -86,8 +87,10 @@ class PrefetchTally:
             for note_id in note_ids:
                 self.notes[note_id] = tokens / len(note_ids)
 
-    def message(self, would_match: set[str]) -> None:
+    def message(self, would_match: set[str], turn: int) -> None:
         self.hits |= would_match & set(self.notes)
+        if would_match and would_match <= set(self.notes):
+            self.hit_turns.append(turn)
 
     def as_dict(self) -> dict[str, Any]:
         wasted = sum(t for n, t in self.notes.items() if n not in self.hits)
@@ -95,7 +98,7 @@ class PrefetchTally:
                 "hit_notes": len(self.hits),
                 "hit_rate": len(self.hits) / len(self.notes) if self.notes else None,
                 "prefetched_tokens": round(sum(self.notes.values())),
-                "wasted_tokens": round(wasted)}
+                "wasted_tokens": round(wasted), "hit_turns": self.hit_turns}
 
 
 @dataclass
@@ -151,7 +154,7 @@ class Lane:
         if self.mode == "hinted" and conversation.token is not None:
             await self._send_drafts(conversation, turn.user)
         if self.mode in PREFETCHING:
-            self.prefetch.message(self._would_match(conversation, turn.user))
+            self.prefetch.message(self._would_match(conversation, turn.user), number)
         user = {"role": "user", "content": turn.user}
         messages = [{"role": "system", "content": system}, *conversation.history, user]
         body = {"model": self.model, "messages": messages, "stream": True,

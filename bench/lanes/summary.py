@@ -14,7 +14,12 @@ from bench.lanes.jobs import markdown_lines as jobs_markdown
 from bench.lanes.lane import MODES
 from bench.lanes.new_sessions import NEW_SESSION_PLOT, new_session_ratios, plot_new_sessions
 from bench.lanes.new_sessions import markdown_lines as new_session_markdown
-from bench.lanes.threaded_summary import prefetch_lines, threaded_markdown, threaded_ratios
+from bench.lanes.threaded_summary import (
+    hit_turns_ratio,
+    prefetch_lines,
+    threaded_markdown,
+    threaded_ratios,
+)
 from bench.report import fmt, mean_of, ratio, spread
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
@@ -57,6 +62,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "prefetch_hit_rate": (results["session"].get("prefetch") or {}).get("hit_rate"),
         "ttft_hinted_over_off": ratio(modes["hinted"]["ttft_s"], off["ttft_s"]),
         "hinted_hit_rate": (results["session"].get("hinted") or {}).get("hit_rate"),
+        "hit_turns_ttft_hinted_over_off": hit_turns_ratio(results["session"], "hinted"),
         "engine_ttft_on_over_off": ratio(on["engine_ttft_s"], off["engine_ttft_s"]),
         "decode_on_over_off": ratio(on["decode_s_per_token"], off["decode_s_per_token"]),
         "cached_fraction_on_over_off": ratio(on["cached_fraction"], off["cached_fraction"]),
@@ -108,6 +114,8 @@ def targets(ratios: dict[str, float | None],
               "ttft_hinted_over_off", "<= 1.15", lambda v: v <= 1.15),
         check("hinted notes the message matched (hit rate, reported)", "hinted_hit_rate",
               "-", None),
+        check("hinted: TTFT / off on the turns whose notes were all prefetched (reported)",
+              "hit_turns_ttft_hinted_over_off", "-", None),
         check("threaded conversation: TTFT on with prefetch / off (later turns)",
               "threaded_ttft_prefetch_over_off", "<= 1.15", lambda v: v <= 1.15),
         check("threaded: TTFT on with prefetch / off, follow-up turns",
@@ -120,6 +128,8 @@ def targets(ratios: dict[str, float | None],
               None),
         check("threaded: TTFT on with the drafts as hints / off (later turns)",
               "threaded_ttft_hinted_over_off", "<= 1.15", lambda v: v <= 1.15),
+        check("threaded: hinted TTFT / off on the turns whose notes were all prefetched "
+              "(reported)", "threaded_hit_turns_ttft_hinted_over_off", "-", None),
         check("decode per token on / off (later turns)", "decode_on_over_off",
               "0.98 - 1.02", lambda v: abs(v - 1) <= 0.02),
         check("cached fraction on / off (later turns)", "cached_fraction_on_over_off",

@@ -30,6 +30,18 @@ def _every(_turn: int) -> bool:
     return True
 
 
+def hit_turns_ratio(part: dict[str, Any], mode: str) -> float | None:
+    """`mode`'s mean TTFT over off's on the later turns where every note the message
+    matched had been prefetched: what a right guess leaves of memory's cost."""
+    hit_turns = set((part.get(mode) or {}).get("hit_turns") or ())
+
+    def mean_ttft(m: str) -> float | None:
+        return mean_of(t["ttft_s"] for t in part["turns"] if t["mode"] == m
+                       and t["turn"] >= LATER_FROM_TURN and t["turn"] in hit_turns)
+
+    return ratio(mean_ttft(mode), mean_ttft("off"))
+
+
 def threaded_ratios(threaded: dict[str, Any] | None) -> dict[str, float | None]:
     if not threaded:
         return {}
@@ -47,6 +59,7 @@ def threaded_ratios(threaded: dict[str, Any] | None) -> dict[str, float | None]:
         "threaded_prefetch_hit_rate": (threaded.get("prefetch") or {}).get("hit_rate"),
         "threaded_ttft_hinted_over_off": over_off("hinted", _every),
         "threaded_hinted_hit_rate": (threaded.get("hinted") or {}).get("hit_rate"),
+        "threaded_hit_turns_ttft_hinted_over_off": hit_turns_ratio(threaded, "hinted"),
     }
 
 

@@ -55,22 +55,29 @@ class PrefetchLimits:
 
     @property
     def hints_on(self) -> bool:
-        return self.hint_notes > 0 and self.budget > 0 and self.session_cap > 0
+        return self.hint_notes > 0 and self.budget > 0
+
+    def guess_room(self, given: int) -> int:
+        """The notes a turn's guess may bring when the session was given `given`."""
+        return min(self.notes, self.session_cap - given)
 
 
-def choose_prefetch(store: NoteStore, turn_text: str, allowed: Iterable[Note],
-                    already: set[str], count_tokens: CountTokens, shown: NotesShown,
-                    limits: PrefetchLimits, given: int,
-                    notes: int | None = None) -> TailNote | None:
-    """The notes to place after the answer, or None. `turn_text`: the finished turn's user
-    message and answer, or a client's hint; `already`: notes the record holds; `given`:
-    notes this session was prefetched before (the cap counts them); `notes`: this run's
-    number (default: a turn's, `limits.notes`)."""
-    room = min(limits.notes if notes is None else notes, limits.session_cap - given)
-    if limits.budget <= 0 or room <= 0:
+# The prefetched part's preamble: short (it is replayed in every later turn of the
+# session) and about what comes next, since it stands before the message, not after it.
+PREFETCH_FRAME = "Hidden notes that may bear on what the user asks next; use them if they do:"
+
+
+def choose_prefetch(store: NoteStore, text: str, allowed: Iterable[Note], already: set[str],
+                    count_tokens: CountTokens, shown: NotesShown, room: int,
+                    budget: int) -> TailNote | None:
+    """Up to `room` notes within `budget` tokens to place after the answer, or None.
+    `text`: the finished turn's user message and answer, or a client's hint; `already`:
+    notes the record holds."""
+    if room <= 0 or budget <= 0:
         return None
-    sized = dataclasses.replace(shown, max_matches=room, match_budget=limits.budget)
-    found = build_matches(store, turn_text, allowed, already, count_tokens, sized)
+    sized = dataclasses.replace(shown, max_matches=room, match_budget=budget)
+    found = build_matches(store, text, allowed, already, count_tokens, sized,
+                          frame=PREFETCH_FRAME)
     if found is None:
         return None
     return TailNote(PREFETCH_KIND, found.text, found.note_ids)

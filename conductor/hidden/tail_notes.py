@@ -153,12 +153,14 @@ def note_block(note: Note, note_format: str = "header") -> str:
 def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
                   already: set[str], count_tokens: CountTokens,
                   shown: NotesShown = DEFAULT_SHOWN,
-                  in_place: frozenset[str] = frozenset()) -> TailNote | None:
+                  in_place: frozenset[str] = frozenset(),
+                  frame: str | None = None) -> TailNote | None:
     """The matching-notes tail for one user message, or None when nothing qualifies.
 
     `already`: notes matched earlier in the session, skipped (the message gets others).
     `in_place`: notes prefetched for this message: one it matches takes its place among
-    the matches without a second copy, so a right guess costs nothing after the message."""
+    the matches without a second copy, so a right guess costs nothing after the message.
+    `frame`: the preamble, when not the profile's (`shown.match_frame`)."""
     if shown.max_matches == 0:
         return None
     allowed_ids = {n.id for n in allowed}
@@ -168,7 +170,7 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
     if len(words) < MIN_SHARED_WORDS:
         return None
     chosen: list[Note] = []
-    frame = MATCH_FRAMES[shown.match_frame]
+    frame = frame or MATCH_FRAMES[shown.match_frame]
     used = count_tokens(frame)
     placed = 0  # matches already in the prompt, prefetched
     for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):

@@ -81,11 +81,14 @@ class PrefetchService:
             # every note the conversation holds the text of: matched, prefetched, written
             # in a block, corrected
             already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
-            given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
+            if hint is None:  # the guess: a few notes a turn, and a cap a session
+                given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
+                room, budget = limits.guess_room(given), limits.budget
+            else:  # a hint: the budget a turn, shared by every hint after this answer
+                room, budget = limits.hint_notes, limits.budget - _trailing_tokens(record)
             chosen = choose_prefetch(store, hint or _turn_text(record), allowed, already,
                                      self.engine.count_tokens, self.memory.notes_shown,
-                                     limits, given,
-                                     notes=limits.hint_notes if hint else limits.notes)
+                                     room, budget)
         if chosen is None:
             if hint is not None:
                 due.hint_used(user, session, hint)
@@ -145,6 +148,16 @@ def _prefetched(record: Record) -> bool:
     """The record ends with prefetched notes (its last span ends it)."""
     span = record.spans[-1] if record.spans else None
     return span is not None and span.kind == PREFETCH_KIND and span.end == len(record.ids)
+
+
+def _trailing_tokens(record: Record) -> int:
+    """The tokens of the prefetched parts the record ends with: since its last answer."""
+    end, total = len(record.ids), 0
+    for span in reversed(record.spans):
+        if span.kind != PREFETCH_KIND or span.end != end:
+            break
+        total, end = total + span.end - span.start, span.start
+    return total
 
 
 def _turn_text(record: Record) -> str:

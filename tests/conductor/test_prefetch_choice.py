@@ -8,6 +8,7 @@ import pytest
 
 from conductor.hidden.prefetch import (
     ON_NOTES,
+    PREFETCH_FRAME,
     PREFETCH_KIND,
     PrefetchDue,
     PrefetchLimits,
@@ -33,39 +34,38 @@ def store(tmp_path) -> NoteStore:
 TURN = "why is it lagging?\nThe kafka consumer is behind."
 
 
-def test_a_prefetch_takes_the_turns_matches_within_a_turns_limit(store):
-    chosen = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                             PrefetchLimits(notes=2), given=0)
+def choose(store, already=frozenset(), room=ON_NOTES, budget=300):
+    return choose_prefetch(store, TURN, store.list(), set(already), words, DEFAULT_SHOWN,
+                           room, budget)
+
+
+def test_a_prefetch_takes_the_turns_matches_within_its_room(store):
+    chosen = choose(store, room=2)
     assert not PrefetchLimits().on and PrefetchLimits(notes=ON_NOTES).on  # off by default
     assert chosen.kind == PREFETCH_KIND and len(chosen.note_ids) == 2
+    # its preamble says the notes are about what comes next: they stand before it
+    assert chosen.text.startswith(PREFETCH_FRAME)
 
 
 def test_notes_the_record_holds_are_not_prefetched_again(store):
-    on = PrefetchLimits(notes=ON_NOTES)
-    first = choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN, on,
-                            given=0)
-    again = choose_prefetch(store, TURN, store.list(), set(first.note_ids), words,
-                            DEFAULT_SHOWN, on, given=len(first.note_ids))
+    first = choose(store)
+    again = choose(store, already=first.note_ids)
     assert not set(first.note_ids) & set(again.note_ids)
 
 
-def test_the_session_cap_counts_what_was_prefetched_before(store):
+def test_the_session_cap_counts_what_was_prefetched_before():
     limits = PrefetchLimits(notes=3, session_cap=4)
-    assert len(choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                               limits, given=3).note_ids) == 1
-    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN, limits,
-                           given=4) is None
+    assert [limits.guess_room(given) for given in (0, 3, 4, 5)] == [3, 1, 0, -1]
 
 
 def test_a_token_budget_too_small_for_any_note_prefetches_nothing(store):
-    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                           PrefetchLimits(notes=3, budget=5), given=0) is None
+    assert choose(store, budget=5) is None
+    assert choose(store, budget=0) is None and choose(store, room=0) is None
 
 
-def test_zero_notes_is_prefetch_off(store):
-    assert not PrefetchLimits(notes=0).on
-    assert choose_prefetch(store, TURN, store.list(), set(), words, DEFAULT_SHOWN,
-                           PrefetchLimits(notes=0), given=0) is None
+def test_zero_notes_is_prefetch_off_and_zero_hint_notes_refuses_hints():
+    assert not PrefetchLimits(notes=0).on and PrefetchLimits().hints_on
+    assert not PrefetchLimits(hint_notes=0).hints_on
     with pytest.raises(ValueError):
         PrefetchLimits(budget=-1)
 
