@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -155,7 +156,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     memory = MemoryServices(home, memory_settings or MemorySettings(),
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
                             notes_shown=NotesShown.of(profile.memory.notes_shown),
-                            prefetch_limits=PrefetchLimits(**dict(profile.memory.prefetch)))
+                            prefetch_limits=_prefetch_limits(profile))
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,
@@ -274,6 +275,14 @@ async def _watch_engine(state: ServerState, on_dead: Callable[[], None] | None) 
     log.error("the engine core process stopped: answering 503 and exiting")
     if on_dead is not None:
         on_dead()
+
+
+def _prefetch_limits(profile: Profile) -> PrefetchLimits:
+    """The profile's prefetch settings; no hints where memory does not read (shadow or
+    off): a hint's notes would reach the model."""
+    limits = PrefetchLimits(**dict(profile.memory.prefetch))
+    return limits if profile.memory.mode == "on" else dataclasses.replace(limits,
+                                                                          hint_notes=0)
 
 
 async def _run_background_when_ready(state: ServerState) -> None:

@@ -84,6 +84,7 @@ def test_the_hinted_lane_s_drafts_bring_the_notes_its_messages_then_match(report
         assert hinted["hit_turns"] and set(hinted["hit_turns"]) <= {t["turn"] for t in later}
     ratios = results["summary"]["ratios"]
     assert ratios["hit_turns_ttft_hinted_over_off"] > 0
+    assert results["summary"]["ttft_fit"]["turns"] >= 6 and ratios["hinted_floor_over_off"] > 0
     names = {t["key"] for t in results["summary"]["targets"]}
     assert {"ttft_hinted_over_off", "threaded_ttft_hinted_over_off",
             "threaded_hit_turns_ttft_hinted_over_off"} <= names
@@ -277,3 +278,27 @@ def test_the_screen_bench_times_the_screens_requests_on_a_large_store_and_writes
                for row in rows.values())
     assert {p.name for p in tmp_path.iterdir()} == {"results.json", "summary.md",
                                                     "screen_latency.png"}
+
+
+def test_the_ttft_fit_recovers_a_known_cost_and_the_floor_is_off_s_prefill_on_a_longer_prompt():
+    from bench.lanes.ttft_model import fit_ttft, prefetch_floor
+
+    def cost(prefilled: int, prompt: int) -> float:
+        return 0.1 + 0.003 * prefilled + 0.0001 * prompt
+
+    turns = []
+    for turn in range(1, 8):  # turn 1 is not a later turn: a wild figure there is ignored
+        for mode, prefilled, prompt in (("off", 50 + turn, 300 + 50 * turn),
+                                        ("hinted", 120 - 9 * turn, 900 + 200 * turn)):
+            turns.append({"mode": mode, "turn": turn, "prefilled_tokens": prefilled,
+                          "prompt_tokens": prompt,
+                          "engine_ttft_s": 9.0 if turn == 1 else cost(prefilled, prompt)})
+    fit = fit_ttft(turns)
+    assert fit["fixed_s"] == pytest.approx(0.1) and fit["r2"] == pytest.approx(1.0)
+    assert fit["per_prefilled_token_s"] == pytest.approx(0.003)
+    assert fit["per_prompt_token_s"] == pytest.approx(0.0001)
+    later = range(2, 8)
+    want = sum(cost(50 + t, 900 + 200 * t) for t in later) / sum(
+        cost(50 + t, 300 + 50 * t) for t in later)
+    assert prefetch_floor(turns, fit) == pytest.approx(want)
+    assert fit_ttft(turns[:4]) is None and prefetch_floor(turns, None) is None

@@ -74,6 +74,11 @@ def note_id(app: InProcessApp, title: str, who: str = "tester") -> str:
 
 def test_a_hints_notes_are_in_the_next_turns_replayed_ids_and_cached(app, served,
                                                                      tiny_profile):
+    # a second note the message matches: without the prefetched one in place, it would
+    # be prefilled after the message in its stead
+    assert app.memory.store("tester").add(
+        title="kafka consumer lag board", body="the kafka consumer lag shows on the board",
+        kind="reference", scope="user", source="cli", has_user_message=True).ok
     history, routes = one_turn(app, "draft")
     assert tick(app, served) == []  # the default profile makes no guess of its own
     accepted = hint(app, routes, KAFKA_HINT)
@@ -124,10 +129,16 @@ def test_a_hint_about_a_message_already_sent_is_dropped(app, served):
 
 
 def test_a_hint_matching_nothing_new_prefetches_nothing(app, served):
-    _, routes = one_turn(app, "nothing")
+    history, routes = one_turn(app, "nothing")
     assert hint(app, routes, "tell me a joke about penguins please").status_code == 202
     assert tick(app, served) == []
     assert app.memory.prefetch_due.hint("tester", "nothing") is None
+    # a note the conversation holds already (matched by a message) is not fetched again
+    app.chat([*history, user("how do I restart the kafka consumer?")], "Like that.",
+             headers={SESSION: "nothing"})
+    assert [s.kind for s in record(app, "nothing").spans].count("notes") == 1
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+    assert tick(app, served) == []
 
 
 @pytest.mark.parametrize("body, why", [
@@ -179,6 +190,17 @@ def test_a_profile_can_refuse_hints(served, tmp_path):
     _, routes = one_turn(refusing, "refused")
     response = hint(refusing, routes, KAFKA_HINT)
     assert response.status_code == 409 and "hint_notes" in response.text
+    assert response.json()["error"]["code"] == "prefetch_off"
+
+
+def test_a_shadow_profile_takes_no_hint(served, tmp_path):
+    """Shadow mode reads nothing back: a hint's notes would reach the model."""
+    shadow = InProcessApp(served, tmp_path, memory_mode="shadow")
+    add_notes(shadow)
+    _, routes = one_turn(shadow, "shadow")
+    response = hint(shadow, routes, KAFKA_HINT)
+    assert response.status_code == 409 and "memory.mode" in response.text
+    assert tick(shadow, served) == []
 
 
 def test_a_session_whose_last_turn_had_memory_off_takes_no_hint(app, served):

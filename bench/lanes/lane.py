@@ -73,24 +73,29 @@ class TurnResult:
 
 @dataclass
 class PrefetchTally:
-    """The prefetch lane's guesses: notes prefetched (with their share of the hidden
-    message's tokens) and which of them a later message of the session matched."""
+    """A prefetching lane's guesses: notes prefetched (with their share of the hidden
+    message's tokens) and which of them the message after them matched."""
 
     notes: dict[str, float] = field(default_factory=dict)  # note id -> tokens
     hits: set[str] = field(default_factory=set)
     runs: list[dict[str, Any]] = field(default_factory=list)
     hit_turns: list[int] = field(default_factory=list)  # every note they matched was there
+    fresh: set[str] = field(default_factory=set)  # prefetched since the last message
 
     def fetched(self, note_ids: tuple[str, ...], tokens: int, outcome: str) -> None:
         self.runs.append({"notes": len(note_ids), "tokens": tokens, "outcome": outcome})
         if outcome == "done":
             for note_id in note_ids:
                 self.notes[note_id] = tokens / len(note_ids)
+            self.fresh |= set(note_ids)
 
     def message(self, would_match: set[str], turn: int) -> None:
-        self.hits |= would_match & set(self.notes)
-        if would_match and would_match <= set(self.notes):
+        """The next message matched `would_match`: a hit is a note prefetched for it
+        (since the message before), which the server then counts as in place."""
+        self.hits |= would_match & self.fresh
+        if would_match and would_match <= self.fresh:
             self.hit_turns.append(turn)
+        self.fresh = set()
 
     def as_dict(self) -> dict[str, Any]:
         wasted = sum(t for n, t in self.notes.items() if n not in self.hits)

@@ -20,6 +20,7 @@ from bench.lanes.threaded_summary import (
     threaded_markdown,
     threaded_ratios,
 )
+from bench.lanes.ttft_model import fit_ttft, prefetch_floor
 from bench.report import fmt, mean_of, ratio, spread
 
 LATER_FROM_TURN = 2  # "later turns": every turn after the first (which carries card + index)
@@ -53,6 +54,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     """Later-turn means per mode, the ratios the targets are about, and each target."""
     turns = results["session"]["turns"]
     modes = {mode: mode_summary(turns, mode) for mode in MODES}
+    ttft_fit = fit_ttft([*turns, *((results.get("threaded") or {}).get("turns") or [])])
     on, off, naive = modes["on"], modes["off"], modes["naive"]
     recall = {m: [r for r in results["recall"] if r["mode"] == m] for m in ("off", "on")}
     writer = results["writer"]
@@ -63,6 +65,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "ttft_hinted_over_off": ratio(modes["hinted"]["ttft_s"], off["ttft_s"]),
         "hinted_hit_rate": (results["session"].get("hinted") or {}).get("hit_rate"),
         "hit_turns_ttft_hinted_over_off": hit_turns_ratio(results["session"], "hinted"),
+        "hinted_floor_over_off": prefetch_floor(turns, ttft_fit),
+        "ttft_fit_r2": ttft_fit["r2"] if ttft_fit else None,
         "engine_ttft_on_over_off": ratio(on["engine_ttft_s"], off["engine_ttft_s"]),
         "decode_on_over_off": ratio(on["decode_s_per_token"], off["decode_s_per_token"]),
         "cached_fraction_on_over_off": ratio(on["cached_fraction"], off["cached_fraction"]),
@@ -92,6 +96,7 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
                "decode_on_over_off": spread(paired_ratios(turns, "decode_s_per_token",
                                                           "on", "off"))}
     return {"later_turns_from": LATER_FROM_TURN, "modes": modes, "ratios": ratios,
+            "ttft_fit": ttft_fit,
             "per_turn_spread": spreads, "targets": targets(ratios, spreads)}
 
 
@@ -116,6 +121,8 @@ def targets(ratios: dict[str, float | None],
               "-", None),
         check("hinted: TTFT / off on the turns whose notes were all prefetched (reported)",
               "hit_turns_ttft_hinted_over_off", "-", None),
+        check("hinted: TTFT / off the fit predicts had every note been prefetched (floor, "
+              "reported)", "hinted_floor_over_off", "-", None),
         check("threaded conversation: TTFT on with prefetch / off (later turns)",
               "threaded_ttft_prefetch_over_off", "<= 1.15", lambda v: v <= 1.15),
         check("threaded: TTFT on with prefetch / off, follow-up turns",
@@ -187,6 +194,12 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {t['name']} | {fmt(t['measured'])} | {turn} | {t['target']} | "
                      f"{met} |")
     lines += prefetch_lines(results["session"])
+    fit = summary.get("ttft_fit")
+    if fit:
+        lines += ["", f"Engine TTFT of later turns, fitted: {fmt(fit['fixed_s'])} s + "
+                  f"{fmt(fit['per_prefilled_token_s'] * 1000, 2)} ms a prefilled token + "
+                  f"{fmt(fit['per_prompt_token_s'] * 1000, 3)} ms a prompt token "
+                  f"(r² {fmt(fit['r2'])}, {fit['turns']} turns of the cached modes)."]
     lines += threaded_markdown(results.get("threaded"))
     lines += ["", "New session asking what is remembered (part 3):", "",
               "| mode | prompt tok | cached tok | TTFT s |", "| --- | ---: | ---: | ---: |"]

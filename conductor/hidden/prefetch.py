@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from conductor.hidden.tail_notes import CountTokens, NotesShown, TailNote, build_matches
+from conductor.ledger.records import Span
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
@@ -40,8 +41,8 @@ class PrefetchLimits:
     session_cap: int = 12
     # A client's hint: the notes it may bring (0: hints refused). On by default: nothing
     # is spent until a client sends one. One note, as a message matches one: a draft's
-    # best match is the guess; more brought three times the waste for no more hits on
-    # the bench's drafts (bench/README.md, "Prefetch hints").
+    # best match is the guess; three brought three times the waste for no more hits on
+    # the bench's drafts (bench/README.md, "Prefetch with the client's drafts").
     hint_notes: int = HINT_NOTES
 
     def __post_init__(self) -> None:
@@ -81,6 +82,19 @@ def choose_prefetch(store: NoteStore, text: str, allowed: Iterable[Note], alread
     if found is None:
         return None
     return TailNote(PREFETCH_KIND, found.text, found.note_ids)
+
+
+def trailing_prefetch(spans: Sequence[Span], end: int) -> list[Span]:
+    """The prefetched parts that ids of length `end` end with: those placed since the
+    last answer, for the message that comes next (older ones are notes like any other
+    the conversation holds)."""
+    trailing: list[Span] = []
+    for span in reversed(spans):
+        if span.kind != PREFETCH_KIND or span.end != end:
+            break
+        trailing.append(span)
+        end = span.start
+    return trailing[::-1]
 
 
 MIN_USER_MESSAGES = 2

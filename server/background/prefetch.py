@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 
 from conductor.hidden.corrections import HOLDS_TEXT
-from conductor.hidden.prefetch import PREFETCH_KIND, choose_prefetch
+from conductor.hidden.prefetch import PREFETCH_KIND, choose_prefetch, trailing_prefetch
 from conductor.hidden.shared_context import session_notes, shared_notes
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span
@@ -84,8 +84,10 @@ class PrefetchService:
             if hint is None:  # the guess: a few notes a turn, and a cap a session
                 given = sum(len(s.note_ids) for s in record.spans if s.kind == PREFETCH_KIND)
                 room, budget = limits.guess_room(given), limits.budget
-            else:  # a hint: the budget a turn, shared by every hint after this answer
+            else:  # a hint: the budget a turn, shared by every prefetch after this answer
                 room, budget = limits.hint_notes, limits.budget - _trailing_tokens(record)
+            # the part's whole hidden message counts, its system-message frame as well
+            budget -= len(self._hidden_after_answer(""))
             chosen = choose_prefetch(store, hint or _turn_text(record), allowed, already,
                                      self.engine.count_tokens, self.memory.notes_shown,
                                      room, budget)
@@ -152,12 +154,7 @@ def _prefetched(record: Record) -> bool:
 
 def _trailing_tokens(record: Record) -> int:
     """The tokens of the prefetched parts the record ends with: since its last answer."""
-    end, total = len(record.ids), 0
-    for span in reversed(record.spans):
-        if span.kind != PREFETCH_KIND or span.end != end:
-            break
-        total, end = total + span.end - span.start, span.start
-    return total
+    return sum(s.end - s.start for s in trailing_prefetch(record.spans, len(record.ids)))
 
 
 def _turn_text(record: Record) -> str:

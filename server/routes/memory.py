@@ -100,8 +100,9 @@ def memory_router(services: MemoryServices,
             raise APIError(400, f"hint must be at most {HINT_MAX_CHARS} characters",
                            code="invalid_value", param="hint")
         if not services.prefetch_limits.hints_on:
-            raise APIError(409, "this profile takes no prefetch hints "
-                           "(memory.prefetch.hint_notes is 0)", code="prefetch_off")
+            raise APIError(409, "this profile takes no prefetch hints (they need memory.mode "
+                           "on, and memory.prefetch.hint_notes and budget above 0)",
+                           code="prefetch_off")
         record = services.ledger.latest(user, session)
         if record is None or record.bare:
             raise APIError(409, "this session has no recorded turn with memory on to "

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
-from conductor.hidden.prefetch import MATCHED_KINDS, PREFETCH_KIND
+from conductor.hidden.prefetch import MATCHED_KINDS, trailing_prefetch
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -107,7 +107,9 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
         spans = replay.spans if replay else ()
         already = {i for s in spans if s.kind in MATCHED_KINDS for i in s.note_ids}
-        prefetched = frozenset(i for s in spans if s.kind == PREFETCH_KIND for i in s.note_ids)
+        # the notes prefetched for this message: placed since the last answer
+        prefetched = frozenset(i for s in trailing_prefetch(spans, len(replay.ids))
+                               for i in s.note_ids) if replay else frozenset()
         found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
                               count_tokens, services.notes_shown, in_place=prefetched)
         if found is not None:
