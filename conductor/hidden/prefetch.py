@@ -31,18 +31,19 @@ HINT_NOTES = 1  # the notes a client's hint brings (`memory.prefetch.hint_notes`
 
 @dataclass(frozen=True)
 class PrefetchLimits:
-    """A turn's notes and tokens, and the notes a session may be given in all (0 notes:
-    prefetch off, the default: on the bench's conversations the guess was right for 1
-    prefetched note in 6, bench/README.md "Prefetch"; `ON_NOTES` is the bench's setting
-    where it is on)."""
+    """The guess's notes a turn and the notes it may give a session in all (0 notes: the
+    guess off, the default: on the bench's conversations it was right for 0 of 12 and 2
+    of 8 prefetched notes, bench/README.md "Prefetch (issue 40)"; `ON_NOTES` is the
+    bench's setting where it is on), a hint's notes, and the tokens a turn that every
+    prefetch after one answer shares."""
 
     notes: int = 0
     budget: int = 300
     session_cap: int = 12
     # A client's hint: the notes it may bring (0: hints refused). On by default: nothing
     # is spent until a client sends one. One note, as a message matches one: a draft's
-    # best match is the guess; three brought three times the waste for no more hits on
-    # the bench's drafts (bench/README.md, "Prefetch with the client's drafts").
+    # best match is the guess, and each note more is prefilled and replayed whether the
+    # message needs it or not (bench/README.md, "Prefetch (issue 40)").
     hint_notes: int = HINT_NOTES
 
     def __post_init__(self) -> None:
