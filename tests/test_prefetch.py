@@ -208,3 +208,22 @@ def test_an_answer_that_calls_a_tool_gets_no_prefetch():
     assert _fits(ending_with(VisibleMessage.of("assistant", "Restart it.")))
     calling = VisibleMessage.of("assistant", "", [("run", {"cmd": "systemctl restart"})])
     assert not _fits(ending_with(calling))
+
+
+def test_the_session_cap_stops_the_guess_once_the_session_was_given_as_many(served,
+                                                                          tmp_path):
+    capped = InProcessApp(served, tmp_path, memory_changes={
+        "prefetch": (("notes", ON_NOTES), ("session_cap", 1))})
+    for title in ("kafka consumer restart", "kafka consumer lag board",
+                  "kafka consumer offsets reset"):
+        assert capped.memory.store("tester").add(
+            title=title, body=f"the {title} runbook for the kafka consumer", kind="runbook",
+            scope="user", source="cli", has_user_message=True).ok
+    history = two_turns(capped, "cap")
+    (run,) = tick(capped, served)
+    assert run.outcome == "done" and len(run.note_ids) == 1  # the cap, not the 3 a turn
+    # the next answer talks about the other two notes: the cap is spent, none is fetched
+    capped.chat([*history, user("thanks")], "The kafka consumer lag board and the kafka "
+                "consumer offsets reset runbook cover the rest.", headers={SESSION: "cap"})
+    assert tick(capped, served) == []
+    assert capped.memory.prefetch_limits.guess_room(1) == 0

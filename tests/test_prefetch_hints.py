@@ -4,6 +4,7 @@ finds them in the cache; the hint is the session's own, checked, and never kept.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -232,3 +233,31 @@ def test_hints_share_a_turns_token_budget_and_no_session_cap(served, tmp_path):
     assert hint(small, routes, staging).status_code == 202
     assert [(r.outcome, r.note_ids) for r in tick(small, served)] == [
         ("done", (note_id(small, "staging database port"),))]
+
+
+def test_a_hint_sent_while_the_session_is_answered_counts_for_the_message_after(app, served):
+    """The user types the next message while the answer streams: the hint is kept past
+    the request in flight, and its note goes in after that answer."""
+    history, routes = one_turn(app, "typing")
+    engine = app.app.state.tandem.engine
+    long_answer = " ".join(["word"] * 120)
+    asked = [*history, user("tell me something long")]
+
+    async def scenario():
+        answering = asyncio.create_task(asyncio.to_thread(
+            app.chat, asked, long_answer, {SESSION: "typing"}))
+        while not engine.running("client"):
+            await asyncio.sleep(0.005)
+        sent = await asyncio.to_thread(hint, app, routes, KAFKA_HINT)
+        during = await app.app.state.tandem.prefetch.tick()  # never beside a client
+        await answering
+        return sent.status_code, during
+
+    status, during = served.run(scenario())
+    assert status == 202 and during == []
+    (run,) = tick(app, served)
+    assert (run.outcome, run.hinted) == ("done", True)
+    rec = record(app, "typing")
+    assert rec.messages[-1].content == long_answer  # after the answer the hint came during
+    assert [s.note_ids for s in rec.spans if s.kind == PREFETCH_KIND] == [
+        (note_id(app, "restart the kafka consumer"),)]
