@@ -226,8 +226,10 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(turns: list[dict], key: str, ylabel: str, title: str, path: Path) -> None:
-    """One line per mode over the turns."""
+def plot(turns: list[dict], key: str, ylabel: str, title: str, path: Path,
+         log: bool = False) -> None:
+    """One line per mode over the turns; `log`: a log scale, so the naive baseline (ten
+    times the rest) leaves the other modes apart."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -238,12 +240,18 @@ def plot(turns: list[dict], key: str, ylabel: str, title: str, path: Path) -> No
     for mode in MODES:
         rows = sorted((t for t in turns if t["mode"] == mode), key=lambda t: t["turn"])
         ax.plot([t["turn"] for t in rows], [t[key] for t in rows], marker="o", label=mode)
+    if log:
+        from matplotlib.ticker import ScalarFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("turn")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    ax.legend(loc="center right" if log else "best", fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -255,7 +263,8 @@ def write_report(results: dict[str, Any], out_dir: Path) -> str:
     results["summary"] = summarise(results)
     turns = results["session"]["turns"]
     profile = results["environment"]["profile"]
-    plot(turns, "ttft_s", "TTFT (s)", f"TTFT per turn ({profile})", out_dir / TTFT_PLOT)
+    plot(turns, "ttft_s", "TTFT (s, log scale)", f"TTFT per turn ({profile})",
+         out_dir / TTFT_PLOT, log=True)
     plot(turns, "cached_fraction", "cached tokens / prompt tokens",
          f"Cached fraction per turn ({profile})", out_dir / CACHED_PLOT)
     results["plots"] = {"ttft": TTFT_PLOT, "cached_fraction": CACHED_PLOT}
