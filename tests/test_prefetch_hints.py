@@ -5,6 +5,7 @@ finds them in the cache; the hint is the session's own, checked, and never kept.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import pytest
@@ -17,6 +18,14 @@ from tests.inprocess import InProcessApp
 SESSION = "X-Tandem-Session"
 TOKEN = "X-Tandem-Memory-Token"
 KAFKA_HINT = "how do I restart the kafka consumer on"  # a draft, its last words not typed
+
+
+def add_rival(app: InProcessApp) -> None:
+    """A second note a kafka restart question matches: it is prefilled after the message
+    where the first is not in place."""
+    assert app.memory.store("tester").add(
+        title="kafka consumer lag board", body="the kafka consumer lag shows on the board",
+        kind="reference", scope="user", source="cli", has_user_message=True).ok
 
 
 def add_notes(app: InProcessApp, user: str = "tester") -> None:
@@ -75,11 +84,7 @@ def note_id(app: InProcessApp, title: str, who: str = "tester") -> str:
 
 def test_a_hints_notes_are_in_the_next_turns_replayed_ids_and_cached(app, served,
                                                                      tiny_profile):
-    # a second note the message matches: without the prefetched one in place, it would
-    # be prefilled after the message in its stead
-    assert app.memory.store("tester").add(
-        title="kafka consumer lag board", body="the kafka consumer lag shows on the board",
-        kind="reference", scope="user", source="cli", has_user_message=True).ok
+    add_rival(app)  # without the prefetched note in place, prefilled in its stead
     history, routes = one_turn(app, "draft")
     assert tick(app, served) == []  # the default profile makes no guess of its own
     accepted = hint(app, routes, KAFKA_HINT)
@@ -261,3 +266,53 @@ def test_a_hint_sent_while_the_session_is_answered_counts_for_the_message_after(
     assert rec.messages[-1].content == long_answer  # after the answer the hint came during
     assert [s.note_ids for s in rec.spans if s.kind == PREFETCH_KIND] == [
         (note_id(app, "restart the kafka consumer"),)]
+
+
+def test_a_note_prefetched_for_an_earlier_message_is_skipped_like_any_matched_one(app,
+                                                                                  served):
+    """Only the notes placed since the last answer stand for the next message's match; an
+    older prefetched note is one the conversation holds, and the message gets another."""
+    add_rival(app)
+    history, routes = one_turn(app, "older")
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+    assert [r.outcome for r in tick(app, served)] == ["done"]
+    history = [*history, user("thanks, later"), assistant("Sure.")]
+    app.chat(history[:-1], "Sure.", headers={SESSION: "older"})
+    app.chat([*history, user("how do I restart the kafka consumer?")], "Like that.",
+             headers={SESSION: "older"})
+    (matched,) = [s.note_ids for s in record(app, "older").spans if s.kind == "notes"]
+    assert matched == (note_id(app, "kafka consumer lag board"),)
+
+
+def test_a_parts_whole_hidden_message_counts_against_the_budget(app, served):
+    """The budget holds the part as prefilled (its system-message frame too), not only
+    the notes' text: a part is never over it (counting the text in pieces may err by a
+    token on the safe side)."""
+    _, routes = one_turn(app, "measure")
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+    (run,) = tick(app, served)
+    limits = app.memory.prefetch_limits
+    for session, budget, fetched in (("short", run.tokens - 2, []),
+                                     ("roomy", run.tokens + 2, [run.tokens])):
+        app.memory.prefetch_limits = dataclasses.replace(limits, budget=budget)
+        _, routes = one_turn(app, session)
+        assert hint(app, routes, KAFKA_HINT).status_code == 202
+        assert [r.tokens for r in tick(app, served)] == fetched, budget
+
+
+def test_a_tool_result_leaves_the_users_hint_for_their_next_message(app, served):
+    """An agent's loop goes on while the user types: the request that carries a tool's
+    result is not the message the hint is about."""
+    history, routes = one_turn(app, "agent")
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+    calling = {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "read_file", "arguments": "{\"path\": \"a.py\"}"}}]}
+    tools = [{"type": "function", "function": {
+        "name": "read_file", "parameters": {"type": "object", "properties": {
+            "path": {"type": "string"}}}}}]
+    app.chat([*history, user("read a.py"), calling,
+              {"role": "tool", "tool_call_id": "call_1", "content": "print('hi')"}],
+             "It prints hi.", headers={SESSION: "agent"}, tools=tools)
+    assert app.memory.prefetch_due.hint("tester", "agent") == KAFKA_HINT
+    assert [(r.outcome, r.hinted) for r in tick(app, served)] == [("done", True)]

@@ -154,7 +154,7 @@ class PrefetchDue:
                 del self._hints[(user, session)]
 
     def message_came(self, user: str, session: str) -> None:
-        """The message a hint was about has arrived: the hint is spent."""
+        """The user message a hint was about has arrived: the hint is spent."""
         with self._lock:
             self._hints.pop((user, session), None)
 

@@ -53,7 +53,8 @@ def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Repla
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
-    services.prefetch_due.message_came(memory.user, memory.session)
+    if memory.has_user_message:  # a hint is about the user's next message, not a tool's
+        services.prefetch_due.message_came(memory.user, memory.session)
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
         _choose(services, memory, replay, request, count_tokens, hidden)
