@@ -89,7 +89,7 @@ def prefetch_lines(part: dict[str, Any]) -> list[str]:
         if tally:
             lines += ["", f"`{mode}` ({what}): {len(tally['runs'])} runs, "
                       f"{tally['prefetched_notes']} notes ({tally['prefetched_tokens']} "
-                      f"tokens) prefetched, {tally['hit_notes']} of them matched by a later "
-                      f"message (hit rate {fmt(tally['hit_rate'], 2)}), "
-                      f"{tally['wasted_tokens']} tokens never matched."]
+                      f"tokens) prefetched, {tally['hit_notes']} of them matched by the "
+                      f"message they were fetched for (hit rate {fmt(tally['hit_rate'], 2)}), "
+                      f"{tally['wasted_tokens']} tokens not matched by it."]
     return lines

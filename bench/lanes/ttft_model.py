@@ -5,11 +5,9 @@ prefills no more than memory off does, over memory on's longer prompt."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from bench.lanes.threaded_summary import LATER_FROM_TURN
 from bench.report import mean_of
 
-LATER_FROM_TURN = 2
 FITTED_MODES = ("off", "shadow", "on", "prefetch", "hinted")  # naive: no cache, apart
 
 
@@ -52,9 +50,3 @@ def prefetch_floor(turns: list[dict], model: dict[str, float] | None,
     base = mean_of(predicted(model, off["prefilled_tokens"], off["prompt_tokens"])
                    for _, off in pairs)
     return floor / base if floor is not None and base else None
-
-
-def ttft_model_part(turns: list[dict]) -> dict[str, Any]:
-    """The fit and the floor it puts under the hinted lane, for results.json."""
-    model = fit_ttft(turns)
-    return {"fit": model, "hinted_floor_over_off": prefetch_floor(turns, model)}
