@@ -74,6 +74,7 @@ async def _alive(stream):
     """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM),
     and a request vLLM refuses before its first output (a grammar its backend cannot
     compile, say) as RequestRejected."""
+    from vllm.exceptions import VLLMClientError  # not a ValueError
     from vllm.v1.engine.exceptions import EngineDeadError
 
     started = False
@@ -83,7 +84,7 @@ async def _alive(stream):
             yield out
     except EngineDeadError:
         raise EngineDead() from None
-    except (ValueError, RuntimeError) as error:
+    except (ValueError, RuntimeError, VLLMClientError) as error:
         if started or isinstance(error, EngineDead):
             raise
         raise RequestRejected(str(error)) from None

@@ -6,7 +6,9 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
+from engine.backend import RequestRejected
 from engine.engine import GenerationParams
 from engine.qwen_tokens import TOOL_CALL
 
@@ -117,3 +119,14 @@ def test_a_client_that_disconnects_mid_stream_aborts_its_engine_request(served, 
         time.sleep(0.1)
     assert engine.stats.requests_aborted["client"] == before + 1
     assert engine.running("client") == []
+
+
+def test_a_request_vllm_refuses_when_it_is_added_is_rejected_not_an_engine_failure(
+        served, engine, tokenizer):
+    # vLLM's VLLMValidationError is no ValueError: uncaught, it was a 500
+    refused = GenerationParams(max_tokens=4, grammar="")
+    with pytest.raises(RequestRejected, match="grammar"):
+        served.run(_collect(engine, prompt_ids(tokenizer), refused, "client"))
+    tokens, _ = served.run(_collect(engine, prompt_ids(tokenizer),
+                                    GenerationParams(max_tokens=2), "client"))
+    assert len(tokens) == 2  # the engine goes on serving
