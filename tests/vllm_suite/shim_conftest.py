@@ -3,7 +3,8 @@
 Every test file under `tests/entrypoints/{openai,serve}/` must appear in the selection
 (`tests/vllm_suite/selection.toml` of the Tandem repository): selected, with the tests
 it excludes and why, or excluded whole with the reason. A file in neither list is an
-error, so a new vLLM version's tests cannot be skipped without a word.
+error, so a new vLLM version's tests cannot be skipped without a word. A test the
+selection reruns (a timing this machine can miss) is marked for pytest-rerunfailures.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def _exclusion(selection: dict, path: str, name: str) -> str | None:
     return None
 
 
+RERUNS = 2
+
+
+def _rerun(selection: dict, path: str, name: str) -> str | None:
+    """Why a selected test is run again when it fails (a timing assumption this machine
+    can miss), or None."""
+    for pattern, reason in selection["files"][path].get("rerun", {}).items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return selection["reruns"][reason]
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     selection = _load()
     known = set(selection["files"]) | set(selection["excluded_files"])
@@ -66,6 +79,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if reason is None else dropped).append(item)
         if reason is not None:
             EXCLUDED[reason] = EXCLUDED.get(reason, 0) + 1
+        elif _rerun(selection, _relative(item.path), item.name):
+            item.add_marker(pytest.mark.flaky(reruns=RERUNS))  # pytest-rerunfailures
     names = {getattr(i.module, "MODEL_NAME", None) for i in kept}
     for item in kept:  # a test that starts its own server names its model in its body
         names |= set(re.findall(r'model_name = "([^"]+)"', inspect.getsource(item.obj)))
