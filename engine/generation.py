@@ -89,20 +89,27 @@ def close_timings(delta: Delta, timings: RequestTimings, stats) -> None:
     stats.finished(timings)
 
 
+def structured_fields(params: GenerationParams) -> dict | None:
+    """The constraint as vLLM's `structured_outputs` fields (one of them), or None: for
+    the engine's StructuredOutputsParams and for a vLLM backend's request body alike."""
+    if params.choices:
+        return {"choice": list(params.choices)}
+    if params.json_schema is not None:
+        return {"json": params.json_schema}
+    if params.regex is not None:
+        return {"regex": params.regex}
+    if params.grammar is not None:
+        return {"grammar": params.grammar}
+    if params.any_json:
+        return {"json_object": True}
+    return None
+
+
 def structured_outputs(params: GenerationParams):
     from vllm.sampling_params import StructuredOutputsParams
 
-    if params.choices:
-        return StructuredOutputsParams(choice=list(params.choices))
-    if params.json_schema is not None:
-        return StructuredOutputsParams(json=params.json_schema)
-    if params.regex is not None:
-        return StructuredOutputsParams(regex=params.regex)
-    if params.grammar is not None:
-        return StructuredOutputsParams(grammar=params.grammar)
-    if params.any_json:
-        return StructuredOutputsParams(json_object=True)
-    return None
+    fields = structured_fields(params)
+    return StructuredOutputsParams(**fields) if fields is not None else None
 
 
 def prompt_logprobs(steps) -> list[dict[int, tuple[float, int | None, str | None]] | None]:

@@ -26,10 +26,8 @@ The results go to `bench/results/proxy/{full,quick}/` with a plot of both.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +36,8 @@ from typing import Any
 
 import httpx
 
-from bench.load.plain_vllm import free_port, plain_vllm
+from bench.load.app_thread import ServedApp
+from bench.load.plain_vllm import plain_vllm
 from bench.paths import RESULTS_DIR
 from bench.proxy.llama_server import built, llama_server
 from bench.report import fmt, write_run
@@ -62,40 +61,6 @@ TURNS = [
 
 def say(message: str) -> None:
     print(f"[proxy bench] {message}", flush=True)
-
-
-class InThread:
-    """An ASGI app under uvicorn on its own thread and event loop."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                     log_level="warning", loop="none"))
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._server.serve())
-
-    def __enter__(self) -> InThread:
-        self._thread.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("the proxy did not become ready")
-
-    def __exit__(self, *_exc) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=60)
 
 
 @contextmanager
@@ -198,7 +163,7 @@ class TimedApp:
         await self.app(scope, receive, timed_send)
 
 
-def overhead(proxy: InThread, timed: TimedApp, engine, requests: int,
+def overhead(proxy: ServedApp, timed: TimedApp, engine, requests: int,
              model: str) -> dict[str, Any]:
     """Per request, less the backend's own time for it (its stream, as the proxy saw it
     from the request sent to the stream's end): the server's time, and the client's."""
@@ -239,7 +204,7 @@ def measure(kind: str, base: str, model: str, turns: list[str], overhead_request
     with tempfile.TemporaryDirectory(prefix="tandem-proxy-bench-") as home:
         app = proxy_app(kind, base, model, Path(home), **served)
         timed = TimedApp(app)
-        with InThread(timed) as proxy:
+        with ServedApp(timed, ready_timeout=120) as proxy:
             say(f"{kind}: the same turns through the proxy, memory on")
             proxied = conversation(proxy.base_url, app.state.tandem.profile.name,
                                    f"Conversation B{lane} (proxied).", turns,

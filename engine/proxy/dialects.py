@@ -24,7 +24,7 @@ import json
 from typing import Any, Protocol
 
 from engine.backend import RequestRejected
-from engine.generation import GenerationParams
+from engine.generation import GenerationParams, structured_fields
 from engine.request_kind import RequestKind
 from engine.special_tokens import SpecialTokens
 
@@ -112,7 +112,7 @@ class VllmDialect(Dialect):
                     "logprobs": 0 if params.logprob_token_ids else params.top_logprobs,
                     "logprob_token_ids": list(params.logprob_token_ids)
                     if params.logprob_token_ids else None,
-                    "structured_outputs": _vllm_structured(params)}
+                    "structured_outputs": structured_fields(params)}
         body.update({k: v for k, v in optional.items() if v is not None})
         if params.script_ids is not None:
             if not self.scripted_kernels:
@@ -192,17 +192,3 @@ DIALECTS = {dialect.name: dialect for dialect in (Dialect, VllmDialect, LlamaCpp
 def dialect_for_owner(owned_by: str | None) -> str | None:
     """The dialect a backend's `/v1/models` entry names (`owned_by`), or None."""
     return {"vllm": "vllm", "llamacpp": "llama.cpp"}.get((owned_by or "").lower())
-
-
-def _vllm_structured(params: GenerationParams) -> dict | None:
-    if params.choices:
-        return {"choice": list(params.choices)}
-    if params.json_schema is not None:
-        return {"json": params.json_schema}
-    if params.regex is not None:
-        return {"regex": params.regex}
-    if params.grammar is not None:
-        return {"grammar": params.grammar}
-    if params.any_json:
-        return {"json_object": True}
-    return None
