@@ -64,7 +64,7 @@ def memory_admin_router(state) -> APIRouter:
 
         def newest() -> list[dict]:
             out = []
-            for entry in reversed(list(store.journal.entries())):
+            for entry in store.journal.newest_first():
                 if entry.get("op") in MEMORY_OPS or (op is not None and entry.get("op") != op):
                     continue
                 if refused is not None and bool(entry.get("ok")) == refused:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import itertools
 from datetime import timedelta
 
 from fastapi import APIRouter, Query, Request
@@ -189,8 +190,7 @@ def _requests_of(store: NoteStore, note_id: str, limit: int = 50) -> list[dict]:
     """The requests the note went into, newest first (the journal's injection entries)."""
     cutoff = store.clock() - timedelta(days=30)
     found: list[dict] = []
-    entries = list(store.journal.entries())[-MAX_JOURNAL_SCAN:]
-    for entry in reversed(entries):
+    for entry in itertools.islice(store.journal.newest_first(), MAX_JOURNAL_SCAN):
         if entry.get("op") in USE_OPS and note_id in (entry.get("ids") or ()):
             at = parse_time(entry["at"]) if entry.get("at") else None
             if at is not None and at < cutoff:

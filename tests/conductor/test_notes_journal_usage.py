@@ -7,6 +7,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from notes_helpers import FakeClock
 
 from conductor.background.nightly import run_nightly
@@ -96,6 +98,33 @@ def test_journal_is_append_only_json_lines(store: NoteStore) -> None:
     assert second.startswith(first)
     for line in second.splitlines():
         json.loads(line)
+
+
+def test_newest_first_is_every_entry_in_reverse_whatever_the_block_size(
+        tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    assert list(journal.newest_first()) == []  # no file yet
+    for n in range(40):
+        journal.append(op="inject", ids=[f"n{n}", "é" * (n % 7)], request_id=f"r{n}")
+    with journal.path.open("a") as f:
+        f.write('{"op": "torn", "ids": ["half\n')  # a crash mid-line, then more entries
+    journal.append(op="add", id="after-the-tear")
+    expected = list(journal.entries())[::-1]
+    assert expected[0]["id"] == "after-the-tear" and len(expected) == 41
+    for block in (1, 2, 3, 7, 64, 1 << 16):
+        assert list(journal.newest_first(block)) == expected, block
+
+
+@given(st.lists(st.text(max_size=30), max_size=25), st.integers(1, 50),
+       st.booleans())
+def test_reading_backwards_yields_the_lines_reading_forwards_does(
+        tmp_path_factory, texts: list[str], block: int, torn_end: bool) -> None:
+    path = tmp_path_factory.mktemp("j") / "journal.jsonl"
+    lines = [json.dumps({"op": "x", "at": t}, ensure_ascii=False) for t in texts]
+    content = "\n".join(lines) + ("" if torn_end or not lines else "\n")
+    path.write_text(content, encoding="utf-8")
+    journal = Journal(path)
+    assert list(journal.newest_first(block)) == list(journal.entries())[::-1]
 
 
 def test_usage_counts_and_uses_in_7_days(store: NoteStore, clock: FakeClock) -> None:
