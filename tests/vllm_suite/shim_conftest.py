@@ -79,8 +79,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if reason is None else dropped).append(item)
         if reason is not None:
             EXCLUDED[reason] = EXCLUDED.get(reason, 0) + 1
-        elif _rerun(selection, _relative(item.path), item.name):
+        elif (why := _rerun(selection, _relative(item.path), item.name)) is not None:
             item.add_marker(pytest.mark.flaky(reruns=RERUNS))  # pytest-rerunfailures
+            RERUN[why] = RERUN.get(why, 0) + 1
     names = {getattr(i.module, "MODEL_NAME", None) for i in kept}
     for item in kept:  # a test that starts its own server names its model in its body
         names |= set(re.findall(r'model_name = "([^"]+)"', inspect.getsource(item.obj)))
@@ -90,13 +91,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 EXCLUDED: dict[str, int] = {}  # reason -> tests of the selected files it excludes
+RERUN: dict[str, int] = {}  # reason -> selected tests run again if they fail
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """What the selected files' excluded tests are excluded for (whole files apart)."""
+    """What the selected files' excluded tests are excluded for (whole files apart), and
+    which run again if they fail."""
     if EXCLUDED:
         terminalreporter.section("excluded from the selected files, by reason")
         for reason, count in sorted(EXCLUDED.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{count:4d}  {reason}")
+    if RERUN:
+        terminalreporter.section(f"run again if they fail (up to {RERUNS} times), by reason")
+        for reason, count in sorted(RERUN.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"{count:4d}  {reason}")
 
 
