@@ -130,3 +130,14 @@ def test_a_request_vllm_refuses_when_it_is_added_is_rejected_not_an_engine_failu
     tokens, _ = served.run(_collect(engine, prompt_ids(tokenizer),
                                     GenerationParams(max_tokens=2), "client"))
     assert len(tokens) == 2  # the engine goes on serving
+
+
+def test_the_warm_up_leaves_a_first_logprobs_request_nothing_to_set_up(engine):
+    # vLLM reads the tokenizer's whole config (130-190 ms on the event loop, every stream
+    # beside it waiting) the first time it detokenizes log-probabilities; it keeps what
+    # it read on the tokenizer. The warm-up's request (named ids) is that first time,
+    # before the server is ready.
+    from vllm.tokenizers.detokenizer_utils import _CACHED_MARKER_KEY
+
+    tokenizer = engine._llm.output_processor.tokenizer
+    assert hasattr(tokenizer, _CACHED_MARKER_KEY)
