@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engine.generation import GenerationParams, structured_outputs
 from server.http.errors import APIError
 from server.http.schema import StructuredOutputs
 
@@ -33,7 +34,6 @@ def check_structured(structured: StructuredOutputs) -> None:
     schema), found by vLLM's own xgrammar validation before the engine sees it."""
     from vllm import SamplingParams
     from vllm.exceptions import VLLMValidationError
-    from vllm.sampling_params import StructuredOutputsParams, check_json_nesting
     from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
     if isinstance(structured.json_, str):
@@ -42,20 +42,13 @@ def check_structured(structured: StructuredOutputs) -> None:
         except ValueError:
             raise APIError(400, "structured_outputs.json: not a JSON schema",
                            code="invalid_value", param="structured_outputs") from None
-    # What vLLM checks only when the engine adds the request (SamplingParams.verify)
-    if structured.grammar is not None and not structured.grammar.strip():
+    # xgrammar's check passes an empty grammar by (it has nothing to compile); vLLM
+    # refuses it only when the engine adds the request
+    if structured.grammar is not None and not structured.grammar:
         raise APIError(400, "structured_outputs.grammar cannot be an empty string",
                        code="invalid_value", param="structured_outputs.grammar")
-    if structured.regex is not None and "\x00" in structured.regex:
-        raise APIError(400, "structured_outputs.regex must not contain a NUL character",
-                       code="invalid_value", param="structured_outputs.regex")
-    params = structured_params(structured)
-    constraint = StructuredOutputsParams(
-        choice=list(params["choices"]) if "choices" in params else None,
-        regex=params.get("regex"), grammar=params.get("grammar"),
-        json=params.get("json_schema"), json_object=params.get("any_json"))
+    constraint = structured_outputs(GenerationParams(**structured_params(structured)))
     try:
-        check_json_nesting(constraint.json)
         validate_xgrammar_grammar(SamplingParams(structured_outputs=constraint))
     except (VLLMValidationError, ValueError, RuntimeError) as error:
         raise APIError(400, f"structured_outputs: {error}", code="invalid_value",
