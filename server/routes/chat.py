@@ -8,12 +8,14 @@ the request.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.backend import EngineBackend
+from server.http.body_limits import body_limits
 from server.http.errors import validated_body
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
@@ -60,17 +62,18 @@ def chat_router(state, answer: Answerer) -> APIRouter:
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        parsed = await validated_body(request, ChatCompletionRequest)
+        engine = state.ready_engine()
+        parsed = await validated_body(request, ChatCompletionRequest, body_limits(engine))
         profile = state.profile  # per request: the Memory screen may switch memory mode
         parsed = with_server_defaults(parsed, profile)
-        engine = state.ready_engine()
         peer = request.client.host if request.client else None
         # A continuous profile keeps one conversation a user: the client's history is not
         # used, only its last user message.
         build = (prepare_continuous if profile.memory.conversation == "continuous"
                  else chat_turn.prepare)
-        prepared = build(engine, profile, state.memory, parsed, request.headers, peer,
-                         request.state.key_user)
+        # Rendering and tokenizing cost in proportion to the prompt: off the event loop
+        prepared = await asyncio.to_thread(build, engine, profile, state.memory, parsed,
+                                           request.headers, peer, request.state.key_user)
         return await answer(engine, prepared, parsed)
 
     return router

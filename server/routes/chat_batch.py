@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from server.http.body_limits import body_limits
 from server.http.errors import APIError, json_body, validation_error
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
@@ -54,18 +55,18 @@ def chat_batch_router(state) -> APIRouter:
 
     @router.post("/v1/chat/completions/batch")
     async def chat_completions_batch(request: Request):
-        body = await json_body(request)
+        engine = state.ready_engine()
+        body = await json_body(request, body_limits(engine, MAX_CONVERSATIONS))
         try:
             parsed = [with_server_defaults(ChatCompletionRequest.model_validate(
                 {**body, "messages": conversation}), state.profile)
                 for conversation in _conversations(body)]
         except ValidationError as exc:
             raise validation_error(exc) from None
-        engine = state.ready_engine()
         peer = request.client.host if request.client else None
-        prepared = [chat_turn.prepare(engine, state.profile, state.memory, one,
-                                      request.headers, peer, request.state.key_user)
-                    for one in parsed]
+        prepared = await asyncio.to_thread(lambda: [  # rendering and tokenizing: off the loop
+            chat_turn.prepare(engine, state.profile, state.memory, one, request.headers, peer,
+                              request.state.key_user) for one in parsed])
         answers = await asyncio.gather(*(respond.complete(engine, state.memory, p, state.tools)
                                          for p in prepared))
         return JSONResponse(_one_completion(answers))

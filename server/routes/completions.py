@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from engine.backend import EngineBackend
 from engine.beam_search import beam_search
 from engine.generation import Delta, GenerationParams, TokenLogprob
+from server.http.body_limits import body_limits
 from server.http.errors import APIError, json_body, validation_error
 from server.http.schema import (
     MAX_CHOICES,
@@ -237,7 +238,9 @@ def completions_router(state) -> APIRouter:
 
     @router.post("/v1/completions")
     async def completions(http: Request):
-        engine, request, ids = prepare(await json_body(http))
+        body = await json_body(http, body_limits(state.ready_engine(), MAX_PROMPTS))
+        # validating, rendering and tokenizing up to 32 prompts: off the event loop
+        engine, request, ids = await asyncio.to_thread(prepare, body)
         completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created,
                 "model": request.model or engine.profile.name}

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -21,7 +23,8 @@ from conductor.layers.inventory import (
     summary,
 )
 from conductor.storage.paths import valid_user
-from server.http.errors import APIError
+from server.http.body_limits import body_limits
+from server.http.errors import APIError, validated_body
 from server.http.schema import ChatCompletionRequest, StreamOptions
 from server.routes.memory import hybrid_search
 from server.turn.continuous import prepare_continuous
@@ -69,12 +72,14 @@ def layer_router(state, answer) -> APIRouter:
         return user
 
     @router.post("/converse")
-    async def converse(body: ConverseRequest, request: Request):
+    async def converse(request: Request):
         engine = state.ready_engine()
+        body = await validated_body(request, ConverseRequest, body_limits(engine))
         parsed = body.as_chat(state.profile.name)
-        prepared = prepare_continuous(engine, state.profile, memory, parsed, request.headers,
-                                      peer_of(request), request.state.key_user,
-                                      body.utc_offset_minutes)
+        # rendering and tokenizing the conversation: off the event loop
+        prepared = await asyncio.to_thread(
+            prepare_continuous, engine, state.profile, memory, parsed, request.headers,
+            peer_of(request), request.state.key_user, body.utc_offset_minutes)
         return await answer(engine, prepared, parsed)
 
     @router.get("/converse/history")

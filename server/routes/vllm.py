@@ -13,6 +13,7 @@ All but `/health` need the key when the server has one (`server/access/key_check
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from importlib.metadata import PackageNotFoundError, version
 
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.types import Message, Receive, Scope, Send
 
+from server.http.body_limits import body_limits
 from server.http.errors import APIError, json_body
 from server.http.load_tracking import ServerLoad
 from server.routes import tokenization
@@ -78,14 +80,17 @@ def vllm_router(state, load: ServerLoad) -> APIRouter:
     router = APIRouter()
 
     @router.post("/tokenize")
-    async def tokenize(request: Request) -> JSONResponse:
-        body = await json_body(request)
-        return JSONResponse(tokenization.tokenize(state.ready_engine(), body))
+    async def tokenize(request: Request) -> Response:
+        engine = state.ready_engine()
+        body = await json_body(request, body_limits(engine))
+        # rendering, tokenizing and the answer's JSON cost in proportion: off the loop
+        return await asyncio.to_thread(_json_answer, tokenization.tokenize, engine, body)
 
     @router.post("/detokenize")
-    async def detokenize(request: Request) -> JSONResponse:
-        body = await json_body(request)
-        return JSONResponse(tokenization.detokenize(state.ready_engine(), body))
+    async def detokenize(request: Request) -> Response:
+        engine = state.ready_engine()
+        body = await json_body(request, body_limits(engine))
+        return await asyncio.to_thread(_json_answer, tokenization.detokenize, engine, body)
 
     @router.get("/tokenizer_info")
     async def tokenizer_info() -> JSONResponse:
@@ -106,7 +111,7 @@ def vllm_router(state, load: ServerLoad) -> APIRouter:
 
     @router.post("/invocations")
     async def invocations(request: Request) -> Response:
-        body = await json_body(request)
+        body = await json_body(request)  # the route it goes to checks its limits
         if "messages" in body:
             path = CHAT_ROUTE
         elif "prompt" in body:
@@ -118,3 +123,8 @@ def vllm_router(state, load: ServerLoad) -> APIRouter:
         return _AnsweredBy(_post_route(request.app, path), await request.body())
 
     return router
+
+
+def _json_answer(answer, engine, body: dict) -> Response:
+    """`answer(engine, body)` as a JSON response (run in a worker thread)."""
+    return JSONResponse(answer(engine, body))
