@@ -26,6 +26,9 @@ class ProfileError(ValueError):
 
 
 CONVERSATIONS = ("sessions", "continuous")
+# memory.commands: "remember that ..." and the like, carried out by the server; quiet: no
+# status line in the answer's text, only the X-Tandem-Memory-Command header
+COMMAND_MODES = ("on", "quiet", "off")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class MemorySettings:
     notes_shown: tuple[tuple[str, int | str], ...] = ()
     # (key, value) pairs of memory.prefetch, checked; the server fills in the rest
     prefetch: tuple[tuple[str, int | str], ...] = ()
+    commands: str = "on"  # one of COMMAND_MODES
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
-                "search", "ledger_max_tokens", "notes_shown", "prefetch")
+                "search", "ledger_max_tokens", "notes_shown", "prefetch", "commands")
 # memory.notes_shown: what the hidden context shows of the notes (the server's
 # conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
 # for a count of 0 or more.
@@ -197,6 +201,8 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
                                f"got {raw['ledger_max_tokens']}")
         sizes["ledger_max_tokens"] = raw["ledger_max_tokens"]
     jobs_mode, endpoints = _jobs(path, raw.get("jobs") or {})
+    _check_type(path, "memory.commands", raw.get("commands", "on"), (str,))
+    _choice(path, "memory.commands", raw.get("commands", "on"), COMMAND_MODES)
     search = raw.get("search") or {}
     _check_type(path, "memory.search", search, (dict,))
     for key in search:
@@ -224,7 +230,7 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
         allowed_roots=_allowed_roots(path, search.get("allowed_roots")),
         notes_shown=_settings(path, "notes_shown", raw.get("notes_shown"), NOTES_SHOWN_KEYS),
         prefetch=_settings(path, "prefetch", raw.get("prefetch"), PREFETCH_KEYS),
-        **sizes,
+        commands=raw.get("commands", "on"), **sizes,
     )
 
 

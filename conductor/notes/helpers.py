@@ -9,7 +9,7 @@ from datetime import datetime
 from conductor.notes.note_format import SOURCES, Note, format_time
 from conductor.notes.rules import Content, Reason, Refusal
 
-USER_VIAS = ("dashboard", "cli", "route")
+USER_VIAS = ("dashboard", "cli", "route", "command")
 
 
 def _check_source(source: str) -> None:

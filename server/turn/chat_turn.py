@@ -29,6 +29,8 @@ from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 from server.turn.checks import check_request, check_room, check_token_ids
+from server.turn.commands import header as command_header
+from server.turn.commands import run_command, status_lines
 from server.turn.fit import Layout, answer_reserve, fitting, layouts
 from server.turn.hidden import note_miss
 from server.turn.memory import MemoryContext, MemoryServices, resolve_context
@@ -71,6 +73,8 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     prompt_ids = forwarded or layout.built.ids
     room = check_room(len(prompt_ids), profile.max_model_len, answer_room, max_tokens)
     _count_hidden(services, memory, layout, engine)
+    # "remember that ...": carried out now, in the user's words (the request is valid)
+    command = run_command(services, profile, memory, request)
     # 4. the engine's parameters
     scripts = script_ids(engine, request)
     params = generation_params(layout.request, profile, room, constraints,
@@ -92,6 +96,9 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
         include_reasoning=request.include_reasoning, echo=request.echoed(),
         recorded=not request.shapes_its_prompt(),
         tokens_as_ids=bool(request.return_tokens_as_token_ids),
+        # a JSON answer stays JSON: the header alone tells what the command did
+        command_lines=() if constraints.json_answer else status_lines(profile, command),
+        command_header=command_header(command),
     )
 
 

@@ -54,6 +54,9 @@ class PreparedChat:
     echo: str = ""  # vLLM's chat echo: the last (assistant) message, shown before the answer
     recorded: bool = True  # False: the client shaped the prompt's end; the ledger skips it
     ledger_kept: bool = True  # False: the turn is answered and counted, but not a record
+    # an explicit memory command's status lines (after the answer) and response header
+    command_lines: tuple[str, ...] = ()
+    command_header: dict[str, str] = field(default_factory=dict)
 
     @property
     def records(self) -> bool:

@@ -108,7 +108,9 @@ class Answer:
         store = services.store(chat.memory.user) if action == "store" else None
         return cls(chat, services, tokenizer,
                    OutputParser(parse_tools=chat.parse_tools, engine_tools=engine_tools),
-                   MemoryFilter(action, chat.memory, store, chat.completion_id),
+                   MemoryFilter(action, chat.memory, store, chat.completion_id,
+                                status_lines=list(chat.command_lines) if chat.records
+                                else []),
                    end_of_turn=end_of_turn)
 
     # -- feeding ----------------------------------------------------------------------------

@@ -205,5 +205,6 @@ async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: 
 
 
 def response_headers(chat: PreparedChat) -> dict[str, str]:
-    return {"X-Tandem-Memory-Token": chat.token} if chat.token else {}
+    token = {"X-Tandem-Memory-Token": chat.token} if chat.token else {}
+    return {**token, **chat.command_header}
 
