@@ -49,6 +49,16 @@ _STOPWORDS = frozenset(
     "me my no not of on or our so that the their them then there these this to us was we "
     "were what when where which who why will with you your all any every use used uses "
     "using user user's users".split())
+# Words a sentence opens with (articles, pronouns, linking words, a note's usual verbs): a
+# capitalised opener outside these, said nowhere else, is taken for a name.
+_OPENERS = frozenset(
+    "the a an this that these those it its we our you your i my he she his her they their "
+    "there here what when where which who why how if then so but and or also all any each "
+    "every no not never always only just please note use run set add make keep do don't "
+    "to for in on at by from with after before during while since until as be is are was "
+    "were has have had will would should must can could may might one some many most more "
+    "new old first last next our connect deploy build install start stop check call send "
+    "open close read write see ask tell let try put get go take give find".split())
 SPELLING = 0.85  # two words this alike (difflib ratio) are one word spelt two ways
 
 
@@ -69,20 +79,24 @@ def _words(text: str) -> dict[str, str]:
     return out
 
 
-def _key_words(title: str, body: str) -> tuple[set[str], set[str]]:
-    """(every word, the key words): said in the title and again in the body, or specific."""
+def _key_words(title: str, body: str) -> tuple[dict[str, str], set[str]]:
+    """(every word with its spelling, the key words): said in the title and again in the
+    body, or specific."""
     in_title, in_body = _words(title), _words(body)
     every = {**in_body, **in_title}
     # A body that does not say the title's words again leaves the whole title as the key.
     key = {w for w in in_title if w in in_body} or set(in_title)
     key |= {w for w, raw in every.items() if _SPECIFIC.search(raw) and not _sentence_start(
         raw, title, body)}
-    return set(every), key
+    return every, key
 
 
 def _sentence_start(raw: str, title: str, body: str) -> bool:
-    """A capitalised plain word that only opens a sentence is not a name."""
+    """A capitalised plain word that only opens a sentence is not a name, unless it is no
+    word a sentence opens with but a name would ("Ana leads the team")."""
     if not re.fullmatch(r"[A-Z][a-z]+", raw):
+        return False
+    if raw.lower() not in _OPENERS and not set(_words(raw)) & set(_words(title)):
         return False
     anywhere = re.findall(rf"(?:^|[^.!?]\s)({re.escape(raw)})\b", f"{title}\n{body}",
                           re.MULTILINE)
@@ -92,19 +106,63 @@ def _sentence_start(raw: str, title: str, body: str) -> bool:
 
 
 def different_facts(old: Note, title: str, body: str) -> bool:
-    """True when the new note puts another value where the old one had its own."""
+    """True when the new note is not the old one's fact said again: it puts another value
+    where the old one had its own, or it leaves out one of the old note's entities or
+    values (a name, a number, a path): a merge would lose it. An explicit update ("is
+    now", "moved to") of the same subject is the one exception (`supersedes`)."""
+    dropped, added = _changed_key_words(old, title, body)
+    if dropped and {w for w in added if w not in _UPDATE_VOCABULARY}:
+        return not supersedes(old, title, body)
+    # "Ana leads the payments team." is not "The payments team keeps its phone in the
+    # drawer.": the new text never says Ana. Most of the old note's entities and values
+    # left out is another fact; one detail of several (a file named in passing) is not.
+    words, old_key = _key_words(old.title, old.body)
+    specific = [w for w in old_key if _is_value(words[w], old.title, old.body)]
+    lost = [w for w in dropped if _is_value(dropped[w], old.title, old.body)]
+    return bool(lost) and 2 * len(lost) > len(specific)
+
+
+def supersedes(old: Note, title: str, body: str) -> bool:
+    """The new note says, in so many words, that the old one's value changed: the same
+    subject (every key word of the old but its values said again), only values replaced,
+    and update words ("is now", "changed to", "no longer")."""
+    dropped, added = _changed_key_words(old, title, body)
+    added = {w: raw for w, raw in added.items() if w not in _UPDATE_VOCABULARY}
+    if not dropped or not added or not _UPDATE_WORDS.search(f"{title}\n{body}"):
+        return False
+    return (all(_is_value(raw, old.title, old.body) for raw in dropped.values())
+            and all(_is_value(raw, title, body) for raw in added.values()))
+
+
+def _is_value(raw: str, title: str, body: str) -> bool:
+    """A number, a path, an identifier, a name: not a capitalised word opening a sentence."""
+    return bool(_SPECIFIC.search(raw)) and not _sentence_start(raw, title, body)
+
+
+_UPDATE_VOCABULARY = frozenset(
+    "now new longer instead changed moved switched updated renamed".split())
+_UPDATE_WORDS = re.compile(r"\b(?:is|are) now\b|\bnow (?:is|are|uses?|lives?|works?)\b|"
+                           r"\b(?:changed|moved|switched|updated|renamed) (?:to|from)\b|"
+                           r"\bno longer\b|\binstead of\b|\bfrom now on\b|\bnew\b",
+                           re.IGNORECASE)
+
+
+def _changed_key_words(old: Note, title: str, body: str) -> tuple[dict[str, str],
+                                                                   dict[str, str]]:
+    """(the old note's key words the new one never says, the new one's key words the old
+    never says), each word with its spelling, spelling fixes paired off."""
     old_words, old_key = _key_words(old.title, old.body)
     new_words, new_key = _key_words(title, body)
-    dropped = {w for w in old_key if w not in new_words}
-    added = {w for w in new_key if w not in old_words}
+    dropped = {w: old_words[w] for w in old_key if w not in new_words}
+    added = {w: new_words[w] for w in new_key if w not in old_words}
     # A spelling fix is not a new value: pair off alphabetic words that are close.
     for word in list(dropped):
         twin = next((a for a in added if word.isalpha() and a.isalpha() and
                      difflib.SequenceMatcher(None, word, a).ratio() >= SPELLING), None)
         if twin is not None:
-            dropped.discard(word)
-            added.discard(twin)
-    return bool(dropped) and bool(added)
+            del dropped[word]
+            del added[twin]
+    return dropped, added
 
 
 def closest(

@@ -68,6 +68,53 @@ def test_the_issues_five_pairs_stay_two_notes(tmp_path, first, second):
     assert sorted(n.title for n in store.list()) == sorted([first, second])
 
 
+@pytest.mark.parametrize(("first", "second"), [
+    # issue 60's out-of-sample merge: the second never says Ana
+    ("Ana leads the payments team", "The payments team keeps its on-call phone in the red "
+                                    "drawer"),
+    ("Ana leads the payments team", "The payments team is on the third floor"),
+    # a new value without words that say it replaces the old: both kept (no fact lost)
+    ("My locker code is 4417", "My locker code is 5512"),
+    # another subject, though said as an update
+    ("The staging port is 5433", "The prod port is now 5432"),
+])
+def test_a_note_that_leaves_out_the_old_ones_entities_or_values_is_another_note(
+        tmp_path, first, second):
+    store = NoteStore(tmp_path, "u")
+    add(store, {"title": first, "body": first + "."})
+    result = add(store, {"title": second, "body": second + "."})
+    assert result.ok and not result.revised_existing
+    assert len(store.list()) == 2
+
+
+def test_one_title_over_two_facts_is_two_notes(tmp_path):
+    """The writer titles by topic: "Payments team" over who leads it, then over where its
+    phone is. The second body never says Ana: merged, that fact was lost."""
+    store = NoteStore(tmp_path, "u")
+    add(store, {"title": "Payments team", "body": "Ana leads the payments team."})
+    result = add(store, {"title": "Payments team",
+                         "body": "The payments team keeps its on-call phone in the red drawer."})
+    assert result.ok and not result.revised_existing
+    assert {n.body for n in store.list()} == {
+        "Ana leads the payments team.",
+        "The payments team keeps its on-call phone in the red drawer."}
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("My locker code is 4417", "My locker code is now 5512"),
+    ("The staging database listens on port 5433",
+     "The staging database listens on port 6543 from now on"),
+])
+def test_an_update_in_so_many_words_supersedes_and_keeps_the_old_value(tmp_path, first,
+                                                                       second):
+    store = NoteStore(tmp_path, "u")
+    old = add(store, {"title": first, "body": first + "."})
+    result = add(store, {"title": second, "body": second + "."})
+    assert result.revised_existing and result.note.id == old.note.id
+    assert [n.body for n in store.list()] == [second + "."]
+    assert any(first in text for _, text in store.revisions(old.note.id))
+
+
 def test_a_restatement_still_revises_and_the_changelog_says_merge(tmp_path):
     store = NoteStore(tmp_path, "u")
     first = add(store, {"title": "Staging database port is 5433",
