@@ -46,7 +46,7 @@ _REMEMBER = [
                + _NOT_A_FACT + r")" + _THAT + r"(?P<fact>.+)", re.I | re.S),
     re.compile(_OPENER + _PLEASE + r"(?:keep|bear) in mind\s+(?:that\s+|:\s*)(?P<fact>.+)",
                re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"(?:make|take) a note\s+(?:that\s+|of this\s*:\s*|:\s*)"
+    re.compile(_OPENER + _PLEASE + r"(?:make|take) a note\s*(?:that\s+|of this\s*:\s*|:\s*)"
                r"(?P<fact>.+)", re.I | re.S),
     re.compile(_OPENER + _PLEASE + r"(?:note|write) down\s+(?:that\s+|:\s*)(?P<fact>.+)",
                re.I | re.S),
@@ -57,8 +57,12 @@ _REMEMBER = [
                re.I | re.S),
     re.compile(_OPENER + r"note to (?:self|memory)\s*[:,-]\s*(?P<fact>.+)", re.I | re.S),
     # Chinese, Spanish, French, German: the models the profiles serve speak them
-    re.compile(r"^(?:请|請)?(?:记住|記住|记一下|記一下)[，,:：\s]*(?P<fact>.+)", re.S),
-    re.compile(_OPENER + r"(?:por favor,?\s*)?recuerda\s+que\s+(?P<fact>.+)", re.I | re.S),
+    # ("remembering how to spell it is hard", a question: not a fact to keep)
+    re.compile(r"^(?:请|請)?(?:记住|記住|记一下|記一下)[，,:：\s]*(?!.*(?:难|難|吗|嗎|呢|怎么|怎麼|？))"
+               r"(?P<fact>.+)", re.S),
+    # ("recuerda que debes ...": a reminder of a duty)
+    re.compile(_OPENER + r"(?:por favor,?\s*)?recuerda\s+que\s+(?!(?:debes|tienes que|hay que)"
+               r"\b)(?P<fact>.+)", re.I | re.S),
     re.compile(_OPENER + r"(?:s'il te plaît,?\s*)?(?:souviens-toi|rappelle-toi|retiens)\s+"
                r"que\s+(?P<fact>.+)", re.I | re.S),
     re.compile(_OPENER + r"(?:bitte\s+)?(?:merk dir|merke dir|behalte)\s*(?:bitte\s*)?,?\s*"
@@ -80,7 +84,9 @@ _FORGET = [
                r"(?:everything |anything )?(?:you know |you remember )?about\s+"
                r"(?=(?:my|our|the fact)\b)|the fact that\s+|(?=(?:my|our)\b))(?P<what>.+)",
                re.I | re.S),
-    re.compile(_OPENER + r"you (?:can|may|should|could) (?:now )?forget\s+(?:that\s+|about\s+)?"
+    # "you can forget the semicolons" is about the code: only what the user told
+    re.compile(_OPENER + r"you (?:can|may|should|could) (?:now )?forget\s+(?:about\s+)?"
+               r"(?:that\s+|(?=(?:my|our|what i|the fact|the note|everything about)\b))"
                r"(?P<what>.+)", re.I | re.S),
     re.compile(_OPENER + _PLEASE + r"(?:stop remembering|unlearn)\s+(?P<what>.+)", re.I | re.S),
     re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop) (?:the note|your note|"
@@ -89,12 +95,15 @@ _FORGET = [
     re.compile(r"^(?:请|請)?(?:忘记|忘記|忘掉)[，,:：\s]*(?P<what>.+)", re.S),
 ]
 _RECALL = [
-    re.compile(_OPENER + r"what (?:do|did) you (?:remember|know|recall|have stored|have "
+    re.compile(_OPENER + r"what (?:do|did) you (?:remember|recall|have stored|have "
                r"in memory|keep) (?:about|of|on|regarding)\s+(?P<what>.+)", re.I | re.S),
+    # "what do you know about black holes" asks the model: only about the user
+    re.compile(_OPENER + r"what (?:do|did) you know about\s+(?P<what>(?:me|my|our|us)\b.*)",
+               re.I | re.S),
     re.compile(_OPENER + r"what(?:'s| is) in your memory (?:about|on|regarding)\s+"
                r"(?P<what>.+)", re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"tell me what you (?:remember|know) about\s+(?P<what>.+)",
-               re.I | re.S),
+    re.compile(_OPENER + _PLEASE + r"tell me what you (?:remember|know) about\s+"
+               r"(?P<what>(?:me|my|our|us)\b.*)", re.I | re.S),
     re.compile(_OPENER + r"what (?:do|did) you remember\s*(?P<what>)\??\s*$", re.I),
 ]
 _UPDATE = [
