@@ -72,3 +72,22 @@ def test_smol_streams_and_offers_no_engine_tools(smol):
     record = memory.ledger.latest(memory.settings.user_name, "smol-stream")
     tokenizer = smol.app.state.tandem.engine.tokenizer
     assert "memory_search" not in tokenizer.decode(list(record.ids))
+
+
+def test_remember_that_on_smol_is_stored_and_found_in_a_new_session(smol):
+    """A 135M model writes no memory block of its own (issue 60: stored 0.00 before): the
+    server keeps the user's words, and a new session's prompt holds them."""
+    client = openai.OpenAI(base_url=f"{smol.base_url}/v1", api_key="unused")
+    first = client.chat.completions.create(
+        model="smol", messages=[{"role": "user",
+                                 "content": "Remember that my locker code is 4417"}],
+        max_tokens=20, temperature=0, extra_headers={"X-Tandem-Session": "locker-one"})
+    assert first.choices[0].message.content.endswith("› remembered: My locker code is 4417")
+    second = client.chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": "What is my locker code?"}],
+        max_tokens=20, temperature=0, extra_headers={"X-Tandem-Session": "locker-two"})
+    state = smol.app.state.tandem
+    record = state.memory.ledger.latest(state.memory.settings.user_name, "locker-two")
+    prompt = state.engine.tokenizer.decode(list(record.ids))
+    assert "My locker code is 4417." in prompt
+    assert second.choices[0].finish_reason in ("stop", "length")
