@@ -59,6 +59,7 @@ class MemorySettings:
     # (key, value) pairs of memory.prefetch, checked; the server fills in the rest
     prefetch: tuple[tuple[str, int | str], ...] = ()
     commands: str = "on"  # one of COMMAND_MODES
+    responses_store_mib: int = 64  # the Responses API's stored responses, a user's at most
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 }
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
-                "search", "ledger_max_tokens", "notes_shown", "prefetch", "commands")
+                "search", "ledger_max_tokens", "notes_shown", "prefetch", "commands",
+                "responses_store_mib")
 # memory.notes_shown: what the hidden context shows of the notes (the server's
 # conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
 # for a count of 0 or more.
@@ -187,11 +189,12 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     _check_type(path, "memory.conversation", conversation, (str,))
     _choice(path, "memory.conversation", conversation, CONVERSATIONS)
     sizes = {}  # the replay window's and the ledger's
-    for key, types in (("replay_turns", (int,)), ("replay_tokens", (int, type(None)))):
+    for key, types, least in (("replay_turns", (int,), 2), ("replay_tokens", (int, type(None)), 2),
+                              ("responses_store_mib", (int,), 1)):
         if key in raw:
             _check_type(path, f"memory.{key}", raw[key], types)
-            if raw[key] is not None and raw[key] < 2:
-                raise ProfileError(f"{path}: key 'memory.{key}' must be at least 2, "
+            if raw[key] is not None and raw[key] < least:
+                raise ProfileError(f"{path}: key 'memory.{key}' must be at least {least}, "
                                    f"got {raw[key]}")
             sizes[key] = raw[key]
     if "ledger_max_tokens" in raw:

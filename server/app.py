@@ -157,6 +157,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
                             notes_shown=NotesShown.of(profile.memory.notes_shown),
                             prefetch_limits=_prefetch_limits(profile))
+    memory.responses.max_bytes = profile.memory.responses_store_mib * 1024 * 1024
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,

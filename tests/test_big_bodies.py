@@ -77,6 +77,10 @@ BODIES = {
                                chat([{"role": "user", "content": HUGE_TEXT}])),
     "chat, small messages by the hundred thousand": (
         "/v1/chat/completions", chat([{"role": "user", "content": "a"}] * 400_000)),
+    "responses, one huge input": ("/v1/responses", json.dumps(
+        {"model": "tiny", "input": HUGE_TEXT}).encode()),
+    "responses, items by the hundred thousand": ("/v1/responses", json.dumps(
+        {"model": "tiny", "input": [{"role": "user", "content": "a"}] * 300_000}).encode()),
     "tokenize, one huge prompt": ("/tokenize", json.dumps({"prompt": HUGE_TEXT}).encode()),
     "tokenize, huge messages": ("/tokenize", json.dumps(
         {"messages": [{"role": "user", "content": HUGE_TEXT}]}).encode()),

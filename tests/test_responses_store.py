@@ -105,6 +105,15 @@ BAD = [
     ({"input": "hi", "frequency": 1}, "frequency"),
     ({"input": ""}, "input"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+    # strings stored with the response are bounded (issue 53: each was stored as given)
+    ({"input": "hi", "user": "u" * 100_000}, "user"),
+    ({"input": "hi", "safety_identifier": "s" * 300}, "safety_identifier"),
+    ({"input": "hi", "previous_response_id": "resp_" + "0" * 300}, "previous_response_id"),
+    ({"input": [{"type": "message", "role": "user", "content": "hi", "id": "m" * 300}]},
+     "input[0].id"),
+    ({"input": [{"type": "function_call", "call_id": "c" * 300, "name": "f",
+                 "arguments": "{}"}]}, "input[0].call_id"),
+    ({"input": "hi", "metadata": {"k": "v" * 600}}, "metadata"),
 ]
 
 
@@ -276,3 +285,89 @@ def test_a_stream_the_client_leaves_is_stored_as_cancelled_and_can_be_continued(
     follow = client.responses.create(model="tiny", input="Go on.", previous_response_id=created,
                                      extra_body={"script": "Done."})
     assert follow.output_text == "Done."
+
+
+def responses_bytes(app: InProcessApp, user: str = "tester") -> list[int]:
+    """The sizes of the user's stored files, oldest first."""
+    folder = app.memory.responses._user_folder(user)
+    return [p.stat().st_size for p in sorted(folder.glob("resp_*.json"))]
+
+
+def test_a_thirty_turn_chain_stores_bytes_linear_in_what_was_said(served, tmp_path):
+    """Each continuation used to rewrite the whole context (a 120-byte message wrote
+    10.5 MB): a turn's file now holds its own items and its parent's id."""
+    app = InProcessApp(served, tmp_path)
+    previous = None
+    for turn in range(30):
+        body = {"model": "tiny", "input": f"Message number {turn}: " + "words " * 20,
+                "script": "An answer of a few words."}
+        made = app.request("POST", "/v1/responses",
+                           json={**body, **({"previous_response_id": previous}
+                                            if previous else {})})
+        assert made.status_code == 200, made.text
+        previous = made.json()["id"]
+    sizes = responses_bytes(app)
+    assert len(sizes) == 30
+    assert max(sizes) <= 2 * min(sizes), sizes  # the 30th turn's file is a turn's size
+    listed = app.request("GET", f"/v1/responses/{previous}/input_items?limit=100").json()
+    assert len(listed["data"]) == 30 + 29  # the whole conversation still reads back
+    last = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "And?", "previous_response_id": previous,
+        "script": "Done."}).json()
+    # every earlier turn was replayed from the ledger: the prompt is cached but its end
+    assert last["usage"]["input_tokens_details"]["cached_tokens"] >= \
+        last["usage"]["input_tokens"] - 64
+
+
+def test_a_user_s_store_is_bounded_in_bytes_oldest_first(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    app.memory.responses.max_bytes = 12_000
+    made = []
+    for turn in range(12):
+        made.append(app.request("POST", "/v1/responses", json={
+            "model": "tiny", "input": f"Turn {turn} " + "padding " * 100,
+            "script": "Fine."}).json()["id"])
+    assert sum(responses_bytes(app)) <= 12_000
+    assert app.request("GET", f"/v1/responses/{made[0]}").status_code == 404
+    assert app.request("GET", f"/v1/responses/{made[-1]}").status_code == 200
+
+
+def test_a_continuation_of_a_dropped_response_is_a_400_that_says_why(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    first = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "First.", "script": "One."}).json()["id"]
+    second = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "Second.", "previous_response_id": first,
+        "script": "Two."}).json()["id"]
+    app.memory.responses.max_bytes = 1  # the next save drops every older file
+    app.request("POST", "/v1/responses", json={"model": "tiny", "input": "x", "script": "y"})
+    assert app.request("GET", f"/v1/responses/{second}").status_code == 404
+    app.memory.responses.max_bytes = 10**9
+    # rebuild: second's file is back, its parent is not
+    app.memory.responses.save("tester", StoredResponse(
+        {"id": second, "status": "completed", "output": []}, [], parent=first, items=[]))
+    answer = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "Third.", "previous_response_id": second, "script": "3."})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "previous_response_id" and "no longer stored" in error["message"]
+
+
+def test_deleting_a_response_keeps_the_conversations_that_continue_it(served, tmp_path):
+    app = InProcessApp(served, tmp_path)
+    first = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "The code is 4417.", "script": "Noted."}).json()["id"]
+    second = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "And the door?", "previous_response_id": first,
+        "script": "Blue."}).json()["id"]
+    assert app.request("DELETE", f"/v1/responses/{first}").status_code == 200
+    assert app.request("GET", f"/v1/responses/{first}").status_code == 404
+    refused = app.request("POST", "/v1/responses", json={
+        "model": "tiny", "input": "x", "previous_response_id": first, "script": "y"})
+    assert refused.status_code == 400
+    items = app.request("GET", f"/v1/responses/{second}/input_items?order=asc").json()["data"]
+    texts = [part.get("text") for item in items for part in item.get("content", [])]
+    assert texts == ["The code is 4417.", "Noted.", "And the door?"]
+    # with nothing continuing them, neither the response nor the tombstone stays
+    assert app.request("DELETE", f"/v1/responses/{second}").status_code == 200
+    assert responses_bytes(app) == []

@@ -23,6 +23,7 @@ REFUSED = {
     "max_tool_calls": "is not served: the client runs its tools and decides when to stop",
     "top_logprobs": "log-probabilities are served on /v1/chat/completions",
 }
+MAX_ID_CHARS = 256  # an id or a user's name that is stored
 MAX_METADATA_KEYS = 16  # OpenAI's bounds: 16 pairs, keys of 64 and values of 512 characters
 
 
@@ -74,12 +75,13 @@ class ResponsesRequest(BaseModel):
     stream: StrictBool = False
     store: StrictBool = True
     background: StrictBool = False
-    previous_response_id: str | None = None
+    # Strings stored with the response are bounded (a 400 names the field past its bound)
+    previous_response_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
     metadata: dict[str, str] | None = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    service_tier: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    safety_identifier: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    service_tier: str | None = Field(default=None, max_length=64)
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = None
     stream_options: dict[str, Any] | None = None

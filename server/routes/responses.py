@@ -19,8 +19,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from conductor.ledger.stored_responses import ResponseStore, StoredResponse
+from conductor.ledger.stored_responses import ChainBroken, ResponseStore, StoredResponse
 from engine.backend import BackendFailed, EngineDead
+from server.http.body_limits import body_limits
 from server.http.errors import APIError, backend_error, engine_dead_error, validated_body
 from server.http.responses_schema import ResponsesRequest
 from server.http.sse import prepended
@@ -40,6 +41,13 @@ def _not_found(response_id: str) -> APIError:
                     param="response_id")
 
 
+def _evicted(param: str) -> APIError:
+    return APIError(400, f"{param}: an earlier response of this conversation is no longer "
+                    "stored (each user keeps the newest responses within the store's bound: "
+                    "README, Limits); start it again with the whole input",
+                    code="previous_response_not_found", param=param)
+
+
 def responses_router(state) -> APIRouter:
     router = APIRouter()
     store: ResponseStore = state.memory.responses
@@ -50,10 +58,14 @@ def responses_router(state) -> APIRouter:
         return request_user(request.headers, peer, state.memory.settings,
                             request.state.key_user)
 
-    async def stored_or_404(request: Request, response_id: str) -> StoredResponse:
+    async def stored_or_404(request: Request, response_id: str,
+                            context: bool = False) -> StoredResponse:
         user = user_of(request)
         live = response_id in running  # before the read: a run may end while it reads
-        stored = await asyncio.to_thread(store.load, user, response_id)
+        try:
+            stored = await asyncio.to_thread(store.load, user, response_id, context)
+        except ChainBroken:
+            raise _evicted("response_id") from None
         if stored is None:
             raise _not_found(response_id)
         if stored.response.get("status") in UNFINISHED and not live:
@@ -66,24 +78,33 @@ def responses_router(state) -> APIRouter:
 
     @router.post("/v1/responses")
     async def create(request: Request):
-        parsed = await validated_body(request, ResponsesRequest)
         engine = state.ready_engine()
+        parsed = await validated_body(request, ResponsesRequest, body_limits(engine))
         user = user_of(request)
         stored = None
         if parsed.previous_response_id is not None:
-            stored = await asyncio.to_thread(store.load, user, parsed.previous_response_id)
+            try:
+                stored = await asyncio.to_thread(store.load, user,
+                                                 parsed.previous_response_id)
+            except ChainBroken:
+                raise _evicted("previous_response_id") from None
         previous = previous_conversation(stored, parsed)
         peer = request.client.host if request.client else None
-        turn = prepare(engine, state.profile, state.memory, parsed, previous, request.headers,
-                       peer, request.state.key_user)
+        # shaping the items, rendering and tokenizing the conversation: off the event loop
+        turn = await asyncio.to_thread(prepare, engine, state.profile, state.memory, parsed,
+                                       previous, request.headers, peer, request.state.key_user)
         run = ResponseRun(engine, state.memory, turn, state.tools)
         headers = response_headers(turn.chat)
         generation = store.generation(user)  # a delete of the user meanwhile wins
 
+        def kept(final: dict[str, Any]) -> StoredResponse:
+            """What the store keeps: the response, its parent, this request's items."""
+            return StoredResponse(final, turn.context, parent=parsed.previous_response_id,
+                                  items=turn.items)
+
         async def keep(final: dict[str, Any]) -> None:
             if parsed.store:
-                await asyncio.to_thread(store.save, user, StoredResponse(final, turn.context),
-                                        generation)
+                await asyncio.to_thread(store.save, user, kept(final), generation)
 
         def keep_cut(final: dict[str, Any]) -> None:
             """What a run cut short wrote, stored behind (nothing may wait here)."""
@@ -91,7 +112,7 @@ def responses_router(state) -> APIRouter:
                 return
             try:
                 asyncio.get_running_loop().run_in_executor(
-                    None, store.save, user, StoredResponse(final, turn.context), generation)
+                    None, store.save, user, kept(final), generation)
             except RuntimeError:  # no loop left (the server is stopping): nothing to keep
                 pass
 
@@ -148,7 +169,7 @@ def responses_router(state) -> APIRouter:
                           limit: int = Query(default=20, ge=1, le=100),
                           order: Literal["asc", "desc"] = "desc",
                           after: str | None = None) -> dict:
-        items = (await stored_or_404(request, response_id)).context
+        items = (await stored_or_404(request, response_id, context=True)).context
         if order == "desc":
             items = items[::-1]
         if after is not None:

@@ -44,10 +44,17 @@ def _text_of(content: Any, param: str, allowed: tuple[str, ...] = TEXT_PARTS) ->
     return "".join(texts)
 
 
+# The longest id (an item's, a call's) a request may give: stored with the response, an id
+# of any length would let one request store megabytes under a name.
+MAX_ID_CHARS = 256
+
+
 def _string(item: dict, key: str, param: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
         raise _bad(f"{param}.{key}", "a non-empty string is required")
+    if key.endswith("id") and len(value) > MAX_ID_CHARS:
+        raise _bad(f"{param}.{key}", f"at most {MAX_ID_CHARS} characters")
     return value
 
 
@@ -65,6 +72,8 @@ def _one_item(item: Any, param: str) -> dict[str, Any]:
         raise _bad(param, "an item is an object")
     if item.get("id") is not None and not isinstance(item["id"], str):
         raise _bad(f"{param}.id", "an item's id is a string")
+    if len(item.get("id") or "") > MAX_ID_CHARS:
+        raise _bad(f"{param}.id", f"at most {MAX_ID_CHARS} characters")
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
         role = item.get("role")

@@ -88,6 +88,7 @@ class ResponseTurn:
     shape: ResponseShape
     chat: PreparedChat
     context: list[dict[str, Any]]
+    items: list[dict[str, Any]]  # what this request added: all the store keeps of its input
 
 
 def previous_conversation(stored: StoredResponse | None, request: ResponsesRequest
@@ -104,10 +105,7 @@ def previous_conversation(stored: StoredResponse | None, request: ResponsesReque
     if stored.response.get("status") in ("queued", "in_progress"):
         raise APIError(400, "previous_response_id: that response has not finished yet",
                        code="invalid_value", param="previous_response_id")
-    if not stored.response.get("output"):  # an empty answer is still the ledger's turn
-        return [*stored.conversation, {"type": "message", "role": "assistant",
-                                       "content": [{"type": "output_text", "text": ""}]}]
-    return stored.conversation
+    return stored.conversation  # an empty answer is still the ledger's turn
 
 
 def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
@@ -115,7 +113,8 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
             peer: str | None, key_user: str | None) -> ResponseTurn:
     """The chat turn of this response, on the profile's way (the continuous
     conversation's on a continuous profile); APIError naming the Responses fields."""
-    context = [*previous, *item_forms.input_items(request.input)]
+    items = item_forms.input_items(request.input)
+    context = [*previous, *items]
     chat = with_server_defaults(chat_request(request, context), profile)
     build = (prepare_continuous if profile.memory.conversation == "continuous"
              else chat_turn.prepare)
@@ -125,7 +124,7 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
         raise as_responses_error(error) from None
     shape = ResponseShape(id=new_response_id(), model=prepared.model, request=request,
                           tools=list(request.tools or []))
-    return ResponseTurn(shape=shape, chat=prepared, context=context)
+    return ResponseTurn(shape=shape, chat=prepared, context=context, items=items)
 
 
 class ResponseRun:
