@@ -21,7 +21,6 @@ def post(app: InProcessApp, **fields):
 
 
 @pytest.mark.parametrize("field, value, code", [
-    ("frobnicate", 1, "unknown_parameter"),
     ("top_logprobs", 2, "unsupported_parameter"),  # without logprobs: true
     ("functions", [{"name": "f"}], "unsupported_parameter"),
     ("function_call", "auto", "unsupported_parameter"),
@@ -45,6 +44,16 @@ def test_fields_with_no_effect_here_are_accepted(app):
                     service_tier="auto", modalities=["text"], prompt_cache_key="k",
                     safety_identifier="s", min_p=0.05, repetition_penalty=1.1)
     assert response.status_code == 200, response.text
+
+
+def test_a_field_this_server_does_not_know_is_ignored_and_logged_by_name(app, caplog):
+    """vLLM's rule: an agent's own fields (Codex's client_metadata) must not stop it."""
+    with caplog.at_level("WARNING", logger="tandem.server"):
+        response = post(app, client_metadata={"session": "s-1"}, frobnicate=1)
+    assert response.status_code == 200, response.text
+    said = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert said and "'client_metadata'" in said[0] and "'frobnicate'" in said[0]
+    assert "s-1" not in said[0]  # names only, never values
 
 
 def test_logit_bias_is_honoured(app, tokenizer):

@@ -98,11 +98,9 @@ BAD = [
     ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {
         "type": "object", "properties": {"a": {"type": "no such type"}}}}}},
      "text.format"),
-    ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "hi", "tool_choice": {"type": "function", "name": "absent"}}, "tool_choice"),
     ({"input": "hi", "background": True, "store": False}, "background"),
     ({"input": "hi", "conversation": "conv_1"}, "conversation"),
-    ({"input": "hi", "frequency": 1}, "frequency"),
     ({"input": ""}, "input"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     # strings stored with the response are bounded (issue 53: each was stored as given)
@@ -371,3 +369,26 @@ def test_deleting_a_response_keeps_the_conversations_that_continue_it(served, tm
     # with nothing continuing them, neither the response nor the tombstone stays
     assert app.request("DELETE", f"/v1/responses/{second}").status_code == 200
     assert responses_bytes(app) == []
+
+
+def test_codex_s_request_shape_is_served_as_sent(served, tmp_path, caplog):
+    """Codex CLI sends `client_metadata` on every request and offers hosted tools and
+    namespaces by default (issue 54): answered, the hosted tool left out with a warning,
+    the namespace's functions offered to the model."""
+    app = InProcessApp(served, tmp_path)
+    tools = [{"type": "web_search"},
+             {"type": "namespace", "name": "repo", "description": "the repository",
+              "tools": [{"type": "function", "name": "read_file", "parameters": {
+                  "type": "object", "properties": {"path": {"type": "string"}}}}]},
+             {"type": "function", "name": "shell", "parameters": {"type": "object"}}]
+    with caplog.at_level("WARNING", logger="tandem.server"):
+        made = app.request("POST", "/v1/responses", headers={"X-Tandem-Session": "codex"},
+                           json={"model": "tiny", "input": "List the files.", "tools": tools,
+                                 "client_metadata": {"originator": "codex_cli_rs"},
+                                 "script": "Sure."})
+    assert made.status_code == 200, made.text
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "web_search" in logged and "'client_metadata'" in logged
+    record = app.memory.ledger.latest("tester", "codex")
+    prompt = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
+    assert "read_file" in prompt and "shell" in prompt and "web_search" not in prompt

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from server.http.schema import refuse_unserved
+from server.http.schema import ignore_unknown, refuse_unserved
 
 # Fields of the Responses API a local server takes and has no use for: accepted, no effect.
 ACCEPTED_NO_EFFECT = ("user", "safety_identifier", "prompt_cache_key", "service_tier",
@@ -60,7 +60,7 @@ class ReasoningOptions(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # unknown fields: ignored (ignore_unknown)
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(min_length=1)
     instructions: str | None = None
@@ -106,6 +106,7 @@ class ResponsesRequest(BaseModel):
 
     @model_validator(mode="after")
     def _refuse_what_is_not_served(self) -> ResponsesRequest:
+        ignore_unknown(self)
         refuse_unserved(self, REFUSED, {
             "background": "background can only be used when `store` is true (it is "
                           "polled from the store)" if self.background and not self.store else

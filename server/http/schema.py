@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
@@ -92,11 +93,14 @@ def _fingerprint() -> str:
         return "tandem"
 
 
+log = logging.getLogger("tandem.server")
+
 # Sent as `system_fingerprint`, as vLLM and OpenAI send theirs: what served the answer.
 SYSTEM_FINGERPRINT = _fingerprint()
 
 # OpenAI chat fields a local server takes and has no use for: accepted, no effect (the
-# README lists them). A field in neither list nor declared below is a 400 naming it.
+# README lists them). A field in neither list nor declared below is ignored, with a log
+# line naming it (vLLM's rule).
 ACCEPTED_NO_EFFECT = ("user", "metadata", "safety_identifier", "prompt_cache_key")
 REFUSED = {
     "audio": "audio output is not supported",
@@ -136,6 +140,18 @@ class StructuredOutputs(BaseModel):
         return self
 
 
+def ignore_unknown(model: BaseModel) -> None:
+    """vLLM's rule for a field the server does not know: ignored, and said once in the log
+    (an agent's own fields, such as Codex's `client_metadata`, must not stop it). Only the
+    names are logged, shortened; a field that would change the answer is in REFUSED."""
+    extra = model.__pydantic_extra__
+    if extra:
+        names = ", ".join(repr(name)[:40] for name in list(extra)[:10])
+        log.warning("The following fields were present in the request but ignored: %s",
+                    names)
+        extra.clear()
+
+
 def refuse_unserved(model: BaseModel, refused: dict[str, str],
                     unsupported: dict[str, str | None]) -> None:
     """A 400 naming the first field set that is never served (`refused`: field -> why),
@@ -172,7 +188,7 @@ def _continue_refusal(request: ChatCompletionRequest) -> str | None:
 
 
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # unknown fields: ignored (ignore_unknown)
     model: str | None = None  # as vLLM: none is the served model
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False
@@ -244,6 +260,7 @@ class ChatCompletionRequest(BaseModel):
 
     @model_validator(mode="after")
     def _refuse_what_is_not_served(self) -> ChatCompletionRequest:
+        ignore_unknown(self)
         refuse_unserved(self, REFUSED, {
             "top_logprobs": "needs logprobs: true"
             if self.top_logprobs is not None and not self.logprobs else None,
