@@ -144,10 +144,13 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                auth: Auth | None = None,
                on_engine_dead: Callable[[], None] | None = None,
                browser: BrowserPolicy | None = None, root_path: str = "",
-               writer_policy: WriterPolicy | None = None) -> FastAPI:
+               writer_policy: WriterPolicy | None = None,
+               on_load_failed: Callable[[str], None] | None = None) -> FastAPI:
     """The app; without an engine it starts one from the profile in the background.
     `auth` defaults to the named keys under `home` (none: auth off). `on_engine_dead` is
-    called once if the engine core process dies (`tandem serve` then exits non-zero).
+    called once if the engine core process dies (`tandem serve` then exits non-zero), and
+    `on_load_failed(reason)` if the engine cannot load (`tandem serve` exits too; without
+    it the app stays up, /readyz saying why).
     `root_path`: a proxy's path prefix, as vLLM's --root-path (both paths answer).
     `browser`: the host names the server answers as and the web origins it lets in
     (default: loopback names and addresses, no web origin). `writer_policy`: the
@@ -175,7 +178,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         saver = asyncio.create_task(memory.ledger_saver.run())
         loader = None
         if state.engine is None:
-            loader = asyncio.create_task(_load_engine(state, progress, on_ready))
+            loader = asyncio.create_task(_load_engine(state, progress, on_ready,
+                                                      on_load_failed))
         elif on_ready is not None:  # an engine given (proxy mode's backend): ready now
             on_ready()
         background = asyncio.create_task(_run_background_when_ready(state))
@@ -315,7 +319,8 @@ async def _tick_while_loading(progress: Callable[[str], None], started: float) -
 
 
 async def _load_engine(state: ServerState, progress: Callable[[str], None],
-                       on_ready: Callable[[], None] | None) -> None:
+                       on_ready: Callable[[], None] | None,
+                       on_failed: Callable[[str], None] | None = None) -> None:
     started = time.monotonic()
     progress(f"loading engine: profile {state.profile.name}, model {state.profile.model}")
     ticker = asyncio.create_task(_tick_while_loading(progress, started))
@@ -329,10 +334,24 @@ async def _load_engine(state: ServerState, progress: Callable[[str], None],
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # shown on /readyz and in the log, never as a traceback to clients
-        state.load_error = f"{type(exc).__name__}: {exc}"
+        state.load_error = _load_failure(exc)
         progress(f"engine failed to load: {state.load_error}")
+        if on_failed is not None:
+            on_failed(state.load_error)
         return
     finally:
         ticker.cancel()
     if on_ready is not None:
         on_ready()
+
+
+def _load_failure(exc: Exception) -> str:
+    """Why the engine did not load, in a line: vLLM's config checks are pydantic's, whose
+    text adds a dump of every engine argument and a link to each message."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            return "; ".join(str(error["msg"]) for error in errors())
+        except (TypeError, KeyError):
+            pass
+    return f"{type(exc).__name__}: {exc}"

@@ -188,3 +188,39 @@ def test_a_killed_engine_core_is_noticed_within_a_quarter_second_and_serve_stops
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+# vLLM refuses the profile before its engine core starts; the bound is the imports and the
+# tokenizer's load on a busy 2-core machine, far short of a supervisor's patience.
+LOAD_FAILURE_BOUND_S = 180
+
+
+def test_a_model_that_cannot_load_makes_serve_exit_non_zero_with_the_reason(
+        tmp_path: Path, built_models: Path):
+    """A profile whose max_model_len is past the model's positions (8,192 on tiny): the
+    engine cannot load, and `tandem serve` exits with ENGINE_LOAD_FAILED_EXIT and the
+    reason on stderr, rather than answering /readyz 503 for ever (which a supervisor
+    never restarts, and a user never reads)."""
+    from server.cli.serve import ENGINE_LOAD_FAILED_EXIT
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(built_models, target_is_directory=True)
+    tiny = (Path(__file__).resolve().parents[1] / "profiles" / "tiny.yaml").read_text()
+    assert "max_model_len: 4096\n" in tiny
+    profile = tmp_path / "too-long.yaml"
+    profile.write_text(tiny.replace("max_model_len: 4096\n", "max_model_len: 100000\n"))
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--profile", str(profile), "--port",
+         str(free_port())], env={**os.environ, "TANDEM_HOME": str(home)},
+        capture_output=True, text=True, timeout=LOAD_FAILURE_BOUND_S, check=False)
+    took = time.monotonic() - started
+    assert done.returncode == ENGINE_LOAD_FAILED_EXIT, (done.stdout[-2000:],
+                                                        done.stderr[-2000:])
+    reason = next(line for line in done.stderr.splitlines()
+                  if line.startswith("tandem: the engine failed to load: "))
+    assert "max_model_len (100000) is greater than" in reason, reason
+    assert "exiting with 4: the engine failed to load" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    print(f"exited {took:.1f} s after the start")

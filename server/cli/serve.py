@@ -30,6 +30,9 @@ def _say(message: str) -> None:
 
 # A distinct status, so a supervisor's log tells an engine death from a bad command line.
 ENGINE_DEAD_EXIT = 3
+# ... and an engine that cannot load at all (a profile past the model's positions, a model
+# that is not there): running on with /readyz 503 for ever would hide it from a supervisor.
+ENGINE_LOAD_FAILED_EXIT = 4
 ENGINE_DEAD_GRACE_S = 5
 ENGINE_DEAD_DRAIN_S = 2.0
 
@@ -155,6 +158,13 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
         asyncio.get_running_loop().call_later(ENGINE_DEAD_DRAIN_S,
                                               lambda: setattr(server, "should_exit", True))
 
+    load_failed: list[str] = []
+
+    def exit_for_load_failure(reason: str) -> None:
+        load_failed.append(reason)
+        print(f"tandem: the engine failed to load: {reason}", file=sys.stderr, flush=True)
+        server.should_exit = True
+
     browser = BrowserPolicy(listen_host=host,
                             allowed_hosts=frozenset(h.lower() for h in args.allowed_host),
                             allowed_origins=frozenset(o.lower().rstrip("/")
@@ -163,7 +173,7 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
     app = create_app(profile, tandem_home(), engine=engine, progress=_say, on_ready=ready,
                      memory_settings=settings, auth=auth, on_engine_dead=exit_for_restart,
                      browser=browser, root_path=args.root_path or "",
-                     writer_policy=writer_policy)
+                     writer_policy=writer_policy, on_load_failed=exit_for_load_failure)
     server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
     if listener is None:
         server.run()
@@ -172,14 +182,22 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
              "supervisor restarts the server")
-        # The app has shut down (the ledger saved, files closed). A normal exit would then
-        # spend 3-7 s finalising torch, vLLM and tokenizer threads before the supervisor
-        # can restart us: leave at once.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(ENGINE_DEAD_EXIT)
+        _exit_now(ENGINE_DEAD_EXIT)
+    if load_failed:
+        print(f"tandem: exiting with {ENGINE_LOAD_FAILED_EXIT}: the engine failed to load "
+              "(the reason is above)", file=sys.stderr)
+        _exit_now(ENGINE_LOAD_FAILED_EXIT)
     return 0
+
+
+def _exit_now(status: int) -> None:
+    """The app has shut down (the ledger saved, files closed). A normal exit would then
+    spend 3-7 s finalising torch, vLLM and tokenizer threads before the supervisor can
+    restart us: leave at once."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
