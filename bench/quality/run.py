@@ -1,13 +1,16 @@
-"""`tandem bench --quality`: what memory does for a model's answers, in four lanes.
+"""`tandem bench --quality`: what memory does for a model's answers, in five lanes.
 
 A fact set (JSON Lines: a note, a question, the accepted answers) is written into the notes
 store (by the store, not the model); each question is then asked in a new session, greedy,
-short, in four lanes on one engine:
+short, in five lanes on one engine:
 
 * `off`: memory off, the question alone;
 * `on`: memory on, as served (the card, the index, the notes that match the question);
 * `naive`: memory off, every note pasted into the system prompt;
-* `oracle`: memory off, only the note that answers pasted.
+* `oracle`: memory off, only the note that answers pasted;
+* `told`: memory on, its notes only what the user said as explicit commands ("Remember
+  that <the note>", "Update: <its new text>", each in a session of its own): the notes
+  are the user's words, stored by the server, whatever the model writes.
 
 Score: the strict judge (`bench/quality/judge.py`): an item whose question holds an accepted
 answer is not scored; a reply is right when it gives an accepted answer, names no wrong
@@ -37,6 +40,7 @@ from bench.quality.facts import (
     FACTS,
     ITEM_KINDS,
     Fact,
+    Note,
     load_facts,
     notes_prompt,
     write_facts,
@@ -46,7 +50,7 @@ from engine.engine import Engine
 from server.app import create_app
 from server.turn.memory import MemorySettings
 
-LANES = ("off", "on", "naive", "oracle")
+LANES = ("off", "on", "naive", "oracle", "told")
 USER = "quality"
 CITES = re.compile(r"\b(notes?|memory|memories|remember(ed)?|you told me|you mentioned)\b",
                    re.IGNORECASE)
@@ -71,6 +75,8 @@ class QualityBench:
         self.max_tokens = max_tokens
         self.nonce = secrets.token_hex(3)
         self.apps = {mode: self._app(engine, home / mode, mode) for mode in ("off", "on")}
+        # the facts reach this lane's notes only as the user says them ("Remember that")
+        self.apps["told"] = self._app(engine, home / "told", "on")
         for lane, pairs in (shown or {}).items():
             self.apps[lane] = self._app(engine, home / lane, "on", pairs)
 
@@ -88,7 +94,7 @@ class QualityBench:
     def write_notes(self, facts: list[Fact]) -> int:
         """The facts into every memory-on lane's store; the count written in one."""
         counts = [write_facts(app.state.tandem.memory.store(USER), facts)
-                  for lane, app in self.apps.items() if lane != "off"]
+                  for lane, app in self.apps.items() if lane not in ("off", "told")]
         return counts[0]
 
     async def _ask(self, app, messages: list[dict], session: str) -> tuple[str, dict, float]:
@@ -106,7 +112,24 @@ class QualityBench:
         ttft = timings.ttft_s if timings is not None and timings.ttft_s is not None else 0.0
         return data["choices"][0]["message"]["content"] or "", data["usage"], ttft
 
+    async def tell(self, n: int, fact: Fact) -> bool:
+        """The fact's notes said to the told lane as explicit commands, each in a session
+        of its own ("Remember that ...", then "Update: ..." for a revised one); True when
+        each was stored."""
+        said = [f"Remember that {_lower_first(note.body)}" for note in
+                [Note(fact.kind, fact.scope, fact.title, fact.body), *fact.more]]
+        if fact.revised:
+            said.append(f"Update: {_lower_first(fact.revised)}")
+        stored = True
+        for k, message in enumerate(said):
+            reply, _, _ = await self._ask(self.apps["told"],
+                                          [{"role": "user", "content": message}],
+                                          f"t-{self.nonce}-{n}-{k}")
+            stored &= "› remembered:" in reply or "› updated:" in reply
+        return stored
+
     async def question(self, lane: str, n: int, fact: Fact, facts: list[Fact]) -> dict:
+        told = await self.tell(n, fact) if lane == "told" else None
         ask = {"role": "user", "content": fact.question}
         system = {"naive": notes_prompt(facts), "oracle": notes_prompt([fact])}.get(lane)
         messages = [{"role": "system", "content": system}, ask] if system else [ask]
@@ -122,7 +145,7 @@ class QualityBench:
                 "prompt_tokens": usage["prompt_tokens"],
                 "cached_tokens": details.get("cached_tokens") or 0,
                 "prefilled_tokens": usage["prompt_tokens"] - (details.get("cached_tokens") or 0),
-                "ttft_s": ttft}
+                "ttft_s": ttft, **({"told_stored": told} if told is not None else {})}
 
     async def remember(self, n: int, what: str) -> dict:
         prompt = f"Remember that {what}."
@@ -131,6 +154,17 @@ class QualityBench:
         return {"item": n, "prompt": prompt, "reply": reply,
                 "stored": "› remembered:" in reply or "› updated:" in reply,
                 "malformed_block": "<tandem_memory" in reply}
+
+
+def _lower_first(text: str) -> str:
+    """"The user's dog ..." as said after "Remember that": "the user's dog ..." (a name
+    that opens the note keeps its capital)."""
+    first = text.split(" ", 1)[0]
+    return text[:1].lower() + text[1:] if first in _OPENERS else text
+
+
+_OPENERS = frozenset("The A An This That These Those Our My Your It Its We They There "
+                     "Every All No Use Run Always Never".split())
 
 
 def summarise_lane(rows: list[dict]) -> dict[str, Any]:
@@ -153,8 +187,15 @@ def summarise(rows: list[dict], remembered: list[dict]) -> dict[str, Any]:
     lanes = {lane: summarise_lane(mine) for lane in LANES
              if (mine := [r for r in rows if r["lane"] == lane])}
     on = [r for r in rows if r["lane"] == "on"]
+    told = [r for r in rows if r["lane"] == "told"]
+    oracle = (lanes.get("oracle") or {}).get("accuracy")
     return {
         "lanes": lanes,
+        # what memory reaches of handing the model the one right note (issue 60: >= 0.8)
+        "of_oracle": {lane: round(lanes[lane]["accuracy"] / oracle, 3)
+                      for lane in ("on", "told") if lane in lanes and oracle
+                      and lanes[lane]["accuracy"] is not None},
+        "told_stored": sum(r["told_stored"] for r in told) / len(told) if told else None,
         "on_cites_notes": sum(r["cites_notes"] for r in on) / len(on) if on else None,
         "remember_stored": sum(r["stored"] for r in remembered) / len(remembered)
         if remembered else None,
@@ -169,7 +210,7 @@ def _accuracy(scored: list[dict]) -> float | None:
 
 async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: int,
                       max_tokens: int, progress, writer_items: int = 0) -> dict[str, Any]:
-    """The four lanes and the remember prompts; the writer lane over the first
+    """The five lanes and the remember prompts; the writer lane over the first
     `writer_items` facts (bench/quality/writer_lane.py)."""
     from bench.quality.writer_lane import writer_lane
 
@@ -223,10 +264,16 @@ def markdown(results: dict[str, Any]) -> str:
     for lane, s in summary["lanes"].items():
         lines.append(f"| {lane} | " + " | ".join(pct(s["by_kind"].get(k)) for k in kinds)
                      + " |")
+    lines += ["", "Of the oracle's accuracy (goal 0.8): " + ", ".join(
+        f"{lane} {ratio:.2f}" for lane, ratio in summary.get("of_oracle", {}).items())
+        + "; `told` is memory on whose notes came only from the user's own \"Remember "
+        "that ...\" and \"Update: ...\" (explicit commands), all stored: "
+        f"{pct(summary.get('told_stored'))}."]
     lines += ["", f"Memory on: replies that say they come from the notes: "
               f"{pct(summary['on_cites_notes'])}.",
-              f"\"Remember that ...\" ({bench['remember_prompts']} prompts): a well-formed "
-              f"block stored {pct(summary['remember_stored'])}, a malformed block shown "
+              f"\"Remember that ...\" ({bench['remember_prompts']} prompts): stored "
+              f"{pct(summary['remember_stored'])} (by the server's explicit commands since "
+              f"2026-12-04; the model's own blocks before), a malformed block shown "
               f"{pct(summary['remember_malformed'])}."]
     if results.get("writer"):
         from bench.quality.writer_lane import writer_markdown
