@@ -18,6 +18,12 @@ from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
 from conductor.search.sources import COLLECTIONS, SourceError
+from conductor.writing.client_writes import (
+    NoteIdRequired,
+    NoteNotVisible,
+    note_json,
+    write_note,
+)
 from server.background.search import SearchService
 from server.http.errors import APIError
 from server.turn.memory import TOKEN_HEADER, MemoryServices, request_user
@@ -36,12 +42,6 @@ class MemoryWrite(BaseModel):
     body: str = ""
     id: str | None = None
     reason: str | None = None
-
-
-def _note_json(note) -> dict:
-    return {"id": note.id, "title": note.title, "kind": note.kind, "scope": note.scope,
-            "status": note.status, "tags": list(note.tags), "body": note.body,
-            "updated": str(note.updated)}
 
 
 def memory_router(services: MemoryServices,
@@ -64,26 +64,20 @@ def memory_router(services: MemoryServices,
     @router.post("")
     async def write(body: MemoryWrite, request: Request) -> dict:
         user, session = session_of(request)
-        store = services.store(user)
-        project = request.headers.get("x-tandem-project") or None
-        # The store's rules (the secret check among them) and its file writes run in a
-        # worker thread: never on the event loop that streams every client's answer.
-        if body.op == "add":
+        # The store's rules (the secret check among them), the visibility check and the
+        # file writes run in a worker thread: never on the event loop that streams every
+        # client's answer.
+        try:
             result = await asyncio.to_thread(
-                store.add, title=body.title or "", body=body.body, kind=body.kind or "",
-                scope=body.scope or "", tags=body.tags, project=project, session=session,
+                write_note, services.store(user), body.op, note_id=body.id,
+                title=body.title, body=body.body, kind=body.kind, scope=body.scope,
+                tags=body.tags, reason=body.reason,
+                project=request.headers.get("x-tandem-project") or None, session=session,
                 source="route")
-        elif body.id is None:
-            raise APIError(400, f"{body.op} needs an id", code="invalid_value", param="id")
-        elif body.id not in visible_note_ids(store, project, session):
-            raise APIError(404, f"no note {body.id!r}", code="not_found", param="id")
-        elif body.op == "update":
-            result = await asyncio.to_thread(
-                store.update, body.id, title=body.title, body=body.body or None,
-                tags=body.tags or None, kind=body.kind, source="route")
-        else:
-            result = await asyncio.to_thread(store.archive, body.id, body.reason or "",
-                                             source="route")
+        except NoteIdRequired as exc:
+            raise APIError(400, str(exc), code="invalid_value", param="id") from None
+        except NoteNotVisible as exc:
+            raise APIError(404, str(exc), code="not_found", param="id") from None
         services.on_change(user)
         return _result_json(result)
 
@@ -124,7 +118,7 @@ def memory_router(services: MemoryServices,
                                    session)
         if mode is None and collection is None:
             hits = store.search(q, limit=limit, include_stale=False)
-            return {"data": [{**_note_json(note), "score": score} for note, score in hits
+            return {"data": [{**note_json(note), "score": score} for note, score in hits
                              if note.id in visible]}
         return await hybrid_search(search_service(), user, q, mode or "hybrid", collection,
                                    limit, visible)
@@ -138,7 +132,7 @@ def memory_router(services: MemoryServices,
             else None
         if note is None:
             raise APIError(404, f"no note {note_id!r}", code="not_found", param="note_id")
-        return _note_json(note)
+        return note_json(note)
 
     return router
 
@@ -177,4 +171,4 @@ def _result_json(result: WriteResult) -> dict:
         raise APIError(422, f"refused: {result.reason}", code=result.reason, param=None)
     return {"ok": True, "op": result.op, "revised_existing": result.revised_existing,
             "redactions": result.redactions,
-            "note": _note_json(result.note) if result.note is not None else None}
+            "note": note_json(result.note) if result.note is not None else None}
