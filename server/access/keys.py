@@ -91,6 +91,15 @@ class KeyStore:
             raise KeysError(f"no key labelled {label!r}")
         self._write(kept)
 
+    def revoke_user(self, user: str) -> int:
+        """Revoke every key whose label is `user`, whatever its case (it names one user);
+        returns how many (0: none, no error). The user's delete calls this."""
+        entries = self._read()
+        kept = {i: e for i, e in entries.items() if e.label.lower() != user.lower()}
+        if len(kept) != len(entries):
+            self._write(kept)
+        return len(entries) - len(kept)
+
     def list(self) -> list[KeyEntry]:
         return sorted(self._read().values(), key=lambda e: e.label)
 
