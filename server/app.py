@@ -34,6 +34,7 @@ from server.background.prewarm import PrewarmService
 from server.background.search import SearchService
 from server.background.writer import WriterService
 from server.background.writer_budget import WriterPolicy
+from server.http.access_log import AccessLog, count_generation
 from server.http.errors import (
     APIError,
     engine_dead_error,
@@ -90,6 +91,8 @@ class ServerState:
                      "chat template; their conversations are rendered afresh once", dropped)
         self.engine = engine
         engine.stats.observers.append(self.metrics.request_finished)
+        if count_generation not in engine.stats.observers:  # the access log's tokens, once
+            engine.stats.observers.append(count_generation)
         self.memory.metrics = self.metrics
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
                                     self.writer_policy)
@@ -228,7 +231,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         app.add_middleware(CORSMiddleware, allow_origins=sorted(browser.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["X-Tandem-Memory-Token"])
-    app.add_middleware(BrowserGuard, policy=browser)  # outermost: before any other work
+    app.add_middleware(BrowserGuard, policy=browser)  # before any other work
+    app.add_middleware(AccessLog)  # outermost: times every request, refusals included
 
     @app.get("/healthz")
     async def healthz() -> dict:

@@ -89,6 +89,10 @@ def add_serve_arguments(serve: argparse.ArgumentParser, proxy: bool = False) -> 
                        help="hour of the daily notes job (default: $TANDEM_NIGHTLY_HOUR or 3)")
     serve.add_argument("--api-key", help="every /v1 route needs 'Authorization: Bearer "
                        "KEY' (default: $TANDEM_API_KEY); named keys: tandem keys add")
+    serve.add_argument("--disable-access-log", "--disable-uvicorn-access-log",
+                       dest="disable_access_log", action="store_true",
+                       help="no access log (a line a request on stdout: client, method, path, "
+                       "status, time, tokens; vLLM's flag name is accepted)")
     serve.add_argument("--insecure-no-auth", action="store_true",
                        help="serve a non-loopback --host with no API key (anyone who reaches "
                        "the port reads and writes this user's memory)")
@@ -175,6 +179,9 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
                      browser=browser, root_path=args.root_path or "",
                      writer_policy=writer_policy, on_load_failed=exit_for_load_failure)
     server = uvicorn.Server(server_config(app, args.host, args.port, uds=args.uds))
+    from server.http import access_log
+
+    access_log.configure(enabled=not args.disable_access_log)
     if listener is None:
         server.run()
     else:
