@@ -9,14 +9,19 @@ from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 from server.turn.checks import AnswerConstraints
 from server.turn.constraints.structured import structured_params
+from server.turn.script_file import script_from_file
 
 DEFAULT_TEMPERATURE = 0.7
 
 
 def script_ids(engine: EngineBackend,
                request: ChatCompletionRequest) -> tuple[tuple[int, ...] | None, ...]:
-    """Scripted profiles: each generation's forced ids (None: the model writes it)."""
-    scripts = [request.script] if isinstance(request.script, str) else request.script or []
+    """Scripted profiles: each generation's forced ids (None: the model writes it); a
+    request without `script` may take one from the tests' script file (script_file.py)."""
+    script = request.script
+    if script is None and engine.profile.scripted:
+        script = script_from_file(request)
+    scripts = [script] if isinstance(script, str) else script or []
     encode = engine.tokenizer.encode
     return tuple(None if s is None else tuple(encode(s, add_special_tokens=False))
                  for s in scripts)
