@@ -17,6 +17,7 @@ from server.turn.replay import replay_of
 from server.turn.tool_exchange import (
     TemplateCannotExchange,
     check_tool_exchange,
+    template_shows_tools,
     tool_exchange_text,
 )
 
@@ -131,6 +132,19 @@ def test_a_template_without_tool_messages_is_refused_at_start_naming_the_profile
 
 def test_every_template_holds_a_tool_exchange(template_tokenizer):
     check_tool_exchange(template_tokenizer)  # raises when it cannot
+
+
+def test_a_template_that_shows_no_tools_is_told_from_one_that_does(template_tokenizer):
+    """The check behind the 400 for `tools` on such a profile (test_smol: SmolLM2's):
+    every template the Qwen profiles serve shows the tools; one that renders only each
+    message's content, or fails on a tool, shows none."""
+    assert template_shows_tools(template_tokenizer)
+    for template in ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                     "<|im_end|>\n{% endfor %}",
+                     "{% if tools %}{{ raise_exception('no tools here') }}{% endif %}"):
+        plain = template_tokenizer.__class__.from_pretrained(template_tokenizer.name_or_path)
+        plain.chat_template = template
+        assert not template_shows_tools(plain)
 
 
 def test_a_data_message_holding_special_token_text_is_encoded_as_text(template_tokenizer):

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -91,3 +92,42 @@ def test_remember_that_on_smol_is_stored_and_found_in_a_new_session(smol):
     prompt = state.engine.tokenizer.decode(list(record.ids))
     assert "My locker code is 4417." in prompt
     assert second.choices[0].finish_reason in ("stop", "length")
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+def test_tools_are_refused_with_the_reason_where_smols_template_cannot_show_them(smol):
+    """SmolLM2's template renders each message's content and nothing else: `tools` left to
+    the model (tool_choice auto) are a 400 naming the field on the chat route and the
+    Responses API, not a prompt without them and an agent waiting for a call for ever.
+    tool_choice 'none' and a forced call, which the server writes from the schema, pass."""
+    messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    with httpx.Client(base_url=smol.base_url, timeout=120) as client:
+        for body in ({"messages": messages, "tools": [WEATHER]},
+                     {"messages": messages, "tools": [WEATHER], "tool_choice": "auto"}):
+            refused = client.post("/v1/chat/completions", json={"model": "smol", **body})
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["param"] == "tools", error
+            assert "chat template has no tool section" in error["message"], error
+        refused = client.post("/v1/responses", json={
+            "model": "smol", "input": "What is the weather in Oslo?",
+            "tools": [{"type": "function", **WEATHER["function"]}]})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "tools", refused.text
+        assert "no tool section" in refused.json()["error"]["message"]
+        plain = client.post("/v1/chat/completions", json={
+            "model": "smol", "messages": messages, "tools": [WEATHER], "tool_choice": "none",
+            "max_tokens": 4, "temperature": 0})
+        assert plain.status_code == 200, plain.text
+        forced = client.post("/v1/chat/completions", json={
+            "model": "smol", "messages": messages, "tools": [WEATHER],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": 60, "temperature": 0})
+        assert forced.status_code == 200, forced.text
+        calls = forced.json()["choices"][0]["message"].get("tool_calls")
+        assert calls and calls[0]["function"]["name"] == "get_weather", forced.text

@@ -16,6 +16,7 @@ from server.http.schema import ChatCompletionRequest
 from server.turn.constraints.response_format import answer_schema
 from server.turn.constraints.structured import check_structured
 from server.turn.constraints.tool_choice import ForcedChoice, forced_choice
+from server.turn.tool_exchange import template_shows_tools
 
 
 def model_names(profile: Profile) -> set[str]:
@@ -56,6 +57,7 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
     if request.script is not None and not profile.scripted:
         raise APIError(400, f"'script' is only accepted by scripted profiles; {profile.name!r} "
                        "is not one", code="invalid_value", param="script")
+    check_tools(engine, profile, request)
     switch = headers.get("x-tandem-memory")
     if switch is not None and switch.strip().lower() not in ("off", "read"):
         raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
@@ -78,6 +80,27 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
                        "hold: the answer is either the call or the JSON",
                        code="invalid_value", param="response_format")
     return AnswerConstraints(forced, answer_json, structured)
+
+
+def check_tools(engine: EngineBackend, profile: Profile,
+                request: ChatCompletionRequest) -> None:
+    """A 400 for `tools` the model may call as it likes (`tool_choice` auto) on a profile
+    where no call can come: its chat template shows the model no tools, or its
+    `tool_call_format` is none (no call the model writes is read as one). Accepted, they
+    would be left out and an agent would wait for a call for ever. A forced call (the
+    server writes it from the tool's schema) and `tool_choice: none` need neither."""
+    if not request.tools or request.tool_choice not in (None, "auto"):
+        return
+    if not template_shows_tools(engine.tokenizer):
+        why = "its chat template has no tool section: the model would never see the tools"
+    elif profile.tool_call_format == "none":
+        why = "its tool_call_format is none: no call the model writes is read as one"
+    else:
+        return
+    raise APIError(400, f"tools: profile {profile.name!r} cannot take tools ({why}); send "
+                   "tool_choice 'none', force a call with tool_choice 'required' or a named "
+                   "function, or serve a profile whose model calls tools (chat, coding)",
+                   code="invalid_value", param="tools")
 
 
 def check_token_ids(engine: EngineBackend, param: str, ids: list[int]) -> None:

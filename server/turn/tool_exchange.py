@@ -74,3 +74,22 @@ def assistant_calls_text(tokenizer, calls: list[tuple[str, str]], enable_thinkin
             "the chat template does not render an answer after its prompt")
     body = whole[len(prompt):]
     return body[: body.rindex(IM_END_TEXT) + len(IM_END_TEXT)]
+
+
+_PROBE_TOOL = "tandem_probe_tool"
+
+
+@functools.lru_cache(maxsize=8)
+def template_shows_tools(tokenizer) -> bool:
+    """Whether the chat template shows the model the request's tools: a render with one
+    tool names it (SmolLM2's template, for one, renders each message's content and nothing
+    else). A template that fails on a tool shows none."""
+    tool = {"type": "function", "function": {
+        "name": _PROBE_TOOL, "description": "a probe",
+        "parameters": {"type": "object", "properties": {}}}}
+    try:
+        text = render_template(tokenizer, [{"role": "user", "content": "."}], [tool], False,
+                               generation=True)
+    except Exception:  # jinja's errors, and whatever a template raises of its own
+        return False
+    return _PROBE_TOOL in text
