@@ -167,6 +167,7 @@ def proxy_output(tmp_path: Path, built_models: Path, *flags: str) -> str:
             proxy.kill()
             out, _ = proxy.communicate()
         backend.shutdown()
+        backend.server_close()
     return out
 
 
