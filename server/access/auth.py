@@ -59,7 +59,8 @@ class Auth:
         scheme, _, key = (authorization or "").partition(" ")
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
-            raise _unauthorized("no API key: send 'Authorization: Bearer KEY'")
+            raise _unauthorized("no API key: send 'Authorization: Bearer KEY' (or "
+                                "'x-api-key: KEY' on /v1/messages)")
         if self.api_key is not None and hmac.compare_digest(key.encode(), self.api_key.encode()):
             return self.engine_user
         label = await asyncio.to_thread(self.keys.label_for, key, peer) if self.keys else None

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server.access.admin import AdminGate, is_admin_path, is_screen_path
 from server.access.auth import Auth, is_loopback
 from server.http.asgi import route_path, scope_header
-from server.http.errors import APIError, error_response
+from server.http.errors import APIError, error_response, speaks_anthropic
 from server.http.metrics import HTTPCounters
 
 # A request's limits: a 128k-token context is about half a megabyte of text, so 16 MiB is
@@ -53,22 +53,22 @@ class KeyCheckAndCount:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = route_path(scope)
         refusal = _oversize(scope)
         if refusal is not None:
             self.counters.record("refused", refusal.status)
-            await error_response(refusal)(scope, receive, send)
+            await error_response(refusal, path)(scope, receive, send)
             return
-        path = route_path(scope)
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
         state["key_user"] = None
         if self._needs_key(path, peer):
             try:
-                state["key_user"] = await self.auth.user_for(
-                    scope_header(scope, b"authorization"), peer)
+                state["key_user"] = await self.auth.user_for(_authorization(scope, path),
+                                                             peer)
             except APIError as exc:
                 self.counters.record("unauthorized", exc.status)
-                await error_response(exc)(scope, receive, send)
+                await error_response(exc, path)(scope, receive, send)
                 return
         status = 500  # what the client gets if the app fails before it answers
         received = 0
@@ -95,6 +95,17 @@ class KeyCheckAndCount:
         finally:
             route = scope.get("route")
             self.counters.record(getattr(route, "path", "unmatched"), status)
+
+
+def _authorization(scope: Scope, path: str) -> str | None:
+    """The request's `Authorization`; on the Messages API routes, Anthropic's `x-api-key`
+    stands for it when it is absent (Claude Code sends its key so, with ANTHROPIC_API_KEY;
+    with ANTHROPIC_AUTH_TOKEN it sends a bearer)."""
+    authorization = scope_header(scope, b"authorization")
+    if authorization is None and speaks_anthropic(path):
+        key = scope_header(scope, b"x-api-key")
+        return f"Bearer {key}" if key else None
+    return authorization
 
 
 def _oversize(scope: Scope) -> APIError | None:

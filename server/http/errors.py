@@ -1,4 +1,6 @@
-"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` with the right status."""
+"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` with the right status;
+on Anthropic's Messages API routes, Anthropic's shape (`{"type": "error", "error": {"type",
+"message"}}`), whose `type` its clients read."""
 
 from __future__ import annotations
 
@@ -15,6 +17,19 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from engine.backend import BackendFailed, EngineDead, RequestRejected
+from server.http.asgi import route_path
+
+# Anthropic's error types by status (its API's list); another 5xx is its `api_error`.
+ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                         402: "billing_error", 403: "permission_error",
+                         404: "not_found_error", 413: "request_too_large",
+                         429: "rate_limit_error", 529: "overloaded_error"}
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Whether `path` (as routed) is one of the Messages API's routes, which answer
+    errors in Anthropic's shape and take Anthropic's `x-api-key`."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
 class APIError(Exception):
@@ -31,9 +46,17 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param,
                           "code": self.code}}
 
+    def anthropic_body(self) -> dict:
+        kind = ANTHROPIC_ERROR_TYPES.get(
+            self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
 
-def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status)
+
+def error_response(error: APIError, path: str | None = None) -> JSONResponse:
+    """The error as a response; in Anthropic's shape when `path` is a Messages API route."""
+    body = error.anthropic_body() if path is not None and speaks_anthropic(path) \
+        else error.body()
+    return JSONResponse(body, status_code=error.status)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -59,41 +82,45 @@ def backend_error(exc: BackendFailed) -> APIError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    def answer(request: Request, error: APIError) -> JSONResponse:
+        return error_response(error, route_path(request.scope))
+
     @app.exception_handler(EngineDead)
-    async def _engine_dead(_request: Request, _exc: EngineDead) -> JSONResponse:
-        return error_response(engine_dead_error())
+    async def _engine_dead(request: Request, _exc: EngineDead) -> JSONResponse:
+        return answer(request, engine_dead_error())
 
     @app.exception_handler(BackendFailed)
-    async def _backend(_request: Request, exc: BackendFailed) -> JSONResponse:
-        return error_response(backend_error(exc))
+    async def _backend(request: Request, exc: BackendFailed) -> JSONResponse:
+        return answer(request, backend_error(exc))
 
     @app.exception_handler(RequestRejected)
-    async def _rejected(_request: Request, exc: RequestRejected) -> JSONResponse:
-        return error_response(APIError(400, f"the engine refused the request: {exc}",
-                                       code="invalid_value"))
+    async def _rejected(request: Request, exc: RequestRejected) -> JSONResponse:
+        return answer(request, APIError(400, f"the engine refused the request: {exc}",
+                                        code="invalid_value"))
 
     @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = _validation_message(exc)
-        return error_response(APIError(400, message, code="invalid_value", param=param))
+        return answer(request, APIError(400, message, code="invalid_value", param=param))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 413: "body_too_large"}.get(exc.status_code)
-        return error_response(APIError(exc.status_code, str(exc.detail), code=code))
+        return answer(request, APIError(exc.status_code, str(exc.detail), code=code))
 
     @app.exception_handler(UnicodeEncodeError)
-    async def _not_text(_request: Request, _exc: UnicodeEncodeError) -> JSONResponse:
+    async def _not_text(request: Request, _exc: UnicodeEncodeError) -> JSONResponse:
         # A route whose body FastAPI parses: a lone surrogate reached a file or a hash.
-        return error_response(_lone_surrogate())
+        return answer(request, _lone_surrogate())
 
     @app.exception_handler(json.JSONDecodeError)
-    async def _bad_json(_request: Request, _exc: json.JSONDecodeError) -> JSONResponse:
-        return error_response(APIError(400, "request body is not valid JSON", code="invalid_json"))
+    async def _bad_json(request: Request, _exc: json.JSONDecodeError) -> JSONResponse:
+        return answer(request, APIError(400, "request body is not valid JSON",
+                                        code="invalid_json"))
 
 
 def validation_error(exc) -> APIError:

@@ -43,7 +43,8 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
             request: ChatCompletionRequest, headers, peer: str | None,
             key_user: str | None = None, session: str | None = None,
             leading_tails: Sequence[Tail] = (), answer_room: int = 1,
-            hidden_gives_way: bool = True, data: Sequence[str] = ()) -> PreparedChat:
+            hidden_gives_way: bool = True, data: Sequence[str] = (),
+            counting: bool = False) -> PreparedChat:
     """Validate against the served profile and build the prompt; APIError when bad.
     `session` overrides the header and the derived id (the continuous conversation's);
     `leading_tails` go right after the new messages, before memory's own tails;
@@ -51,7 +52,9 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     `hidden_gives_way`: memory's hidden parts are left out before the request is refused
     as too long (`server/turn/fit.py`); the ContextOverflow then counts the prompt
     without them. `data`: message contents that are data (the continuous conversation's
-    layer files): their special-token text is encoded as text."""
+    layer files): their special-token text is encoded as text. `counting`: the prompt is
+    laid out to be counted only (the Messages API's count_tokens), so nothing a turn sets
+    off happens: no memory command is carried out, no hidden part counted, no miss noted."""
     # 1. the request against the profile
     constraints = check_request(engine, profile, request, headers)
     # 2. who, which session, which memory mode
@@ -72,9 +75,10 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     check_token_ids(engine, "kv_transfer_params", forwarded or [])
     prompt_ids = forwarded or layout.built.ids
     room = check_room(len(prompt_ids), profile.max_model_len, answer_room, max_tokens)
-    _count_hidden(services, memory, layout, engine)
+    if not counting:
+        _count_hidden(services, memory, layout, engine)
     # "remember that ...": carried out now, in the user's words (the request is valid)
-    command = run_command(services, profile, memory, request)
+    command = None if counting else run_command(services, profile, memory, request)
     # 4. the engine's parameters
     scripts = script_ids(engine, request)
     params = generation_params(layout.request, profile, room, constraints,

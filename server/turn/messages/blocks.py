@@ -1,0 +1,223 @@
+"""The Messages API's content blocks, checked one by one and turned into chat messages.
+
+The turn runs on chat messages (the chat route's way through memory), so a Messages
+conversation becomes the messages a chat client would have sent: `system` (a string or
+text blocks) the system message, an assistant message's thinking, text and tool_use
+blocks one assistant message (its reasoning, its text, its calls: what the ledger
+recorded for the answer, so the next turn replays its ids), a user message's tool_result
+blocks one tool message each, before the user's own text. `cache_control` is accepted on
+any block and has no effect: vLLM's prefix cache needs no breakpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from server.http.errors import APIError
+
+log = logging.getLogger("tandem.server")
+
+# Claude Code's first system block: its version and a hash that changes with every
+# request. Kept, it would make each prompt new from its first tokens, and the ledger would
+# never find the conversation again (vLLM's Messages route leaves it out too).
+BILLING_HEADER = "x-anthropic-billing-header"
+# What a tool result's image becomes: the model reads text only, and the conversation
+# must go on (a 400 would stop the client's tool loop for good).
+IMAGE_PLACEHOLDER = "[an image: not shown, this model reads text only]"
+MAX_ID_CHARS = 256  # a tool_use id, as the chat route's call ids: text in every prompt
+
+
+def bad(param: str, why: str, code: str = "invalid_value") -> APIError:
+    return APIError(400, f"{param}: {why}", code=code, param=param)
+
+
+def _block_kind(block: Any, param: str) -> str:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise bad(param, "a content block is an object with a type")
+    return block["type"]
+
+
+def _text(block: dict, param: str, key: str = "text") -> str:
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise bad(f"{param}.{key}", "a string is required")
+    return value
+
+
+def _unsupported(kind: str, param: str, allowed: str) -> APIError:
+    why = ("this model reads text only" if kind in ("image", "document")
+           else f"not a block this server takes here ({allowed})")
+    return bad(f"{param}.type", f"'{kind[:40]}': {why}", code="unsupported_value")
+
+
+def system_text(system: str | list[dict[str, Any]] | None) -> str | None:
+    """`system` as one text: text blocks joined by newlines (as vLLM joins text parts),
+    Claude Code's per-request billing header left out."""
+    if system is None or isinstance(system, str):
+        return system or None
+    texts = []
+    for n, block in enumerate(system):
+        param = f"system[{n}]"
+        if _block_kind(block, param) != "text":
+            raise _unsupported(block["type"], param, "text")
+        text = _text(block, param)
+        if not text.startswith(BILLING_HEADER):
+            texts.append(text)
+    return "\n".join(texts) or None
+
+
+def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """The conversation as chat messages; a 400 naming the message and block for anything
+    this server cannot take."""
+    out: list[dict[str, Any]] = []
+    for n, message in enumerate(messages):
+        param = f"messages[{n}]"
+        if not isinstance(message, dict):
+            raise bad(param, "a message is an object with a role and content")
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise bad(f"{param}.role", "'user' or 'assistant' (the system prompt is the "
+                      "top-level `system`)")
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+        elif isinstance(content, list):
+            if role == "user":
+                out += _user_messages(content, f"{param}.content")
+            else:
+                out.append(_assistant_message(content, f"{param}.content"))
+        else:
+            raise bad(f"{param}.content", "a string or a list of content blocks")
+    return out
+
+
+def _user_messages(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+    """A user message's blocks: each tool_result a tool message, then the user's text."""
+    tools: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for n, block in enumerate(blocks):
+        at = f"{param}[{n}]"
+        kind = _block_kind(block, at)
+        if kind == "text":
+            texts.append(_text(block, at))
+        elif kind == "tool_result":
+            tools.append(_tool_result(block, at))
+        else:
+            raise _unsupported(kind, at, "text, tool_result")
+    if texts or not tools:
+        return [*tools, {"role": "user", "content": "\n".join(texts)}]
+    return tools
+
+
+def _tool_result(block: dict, param: str) -> dict[str, Any]:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise bad(f"{param}.tool_use_id", "the id of the tool_use this answers is required")
+    content = block.get("content", "")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = []
+        for n, part in enumerate(content):
+            at = f"{param}.content[{n}]"
+            kind = _block_kind(part, at)
+            if kind == "text":
+                parts.append(_text(part, at))
+            elif kind in ("image", "document"):
+                parts.append(IMAGE_PLACEHOLDER)
+            else:
+                raise _unsupported(kind, at, "text, image")
+        text = "\n".join(parts)
+    else:
+        raise bad(f"{param}.content", "a string or a list of text blocks")
+    is_error = block.get("is_error")
+    if is_error is not None and not isinstance(is_error, bool):
+        raise bad(f"{param}.is_error", "true or false")
+    # A chat tool message has no error flag: the model reads it in the result's words.
+    return {"role": "tool", "tool_call_id": call_id,
+            "content": f"Error: {text}" if is_error else text}
+
+
+def _assistant_message(blocks: list[Any], param: str) -> dict[str, Any]:
+    """One answer's blocks as one assistant message: its texts joined as they were shown
+    (they are pieces of one answer), its reasoning joined, its calls after."""
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for n, block in enumerate(blocks):
+        at = f"{param}[{n}]"
+        kind = _block_kind(block, at)
+        if kind == "text":
+            texts.append(_text(block, at))
+        elif kind == "thinking":
+            reasoning.append(_text(block, at, "thinking"))  # its signature: not checked
+        elif kind == "redacted_thinking":
+            continue  # Anthropic's encrypted reasoning: nothing a local model can read
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, at))
+        else:
+            raise _unsupported(kind, at, "text, thinking, redacted_thinking, tool_use")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tool_use(block: dict, param: str) -> dict[str, Any]:
+    call_id, name = block.get("id"), block.get("name")
+    if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_ID_CHARS:
+        raise bad(f"{param}.id", f"a non-empty string of at most {MAX_ID_CHARS} characters")
+    if not isinstance(name, str) or not name:
+        raise bad(f"{param}.name", "the tool's name is required")
+    arguments = block.get("input", {})
+    if not isinstance(arguments, dict):
+        raise bad(f"{param}.input", "an object (the tool's arguments)")
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+    """Client tools in the chat route's shape. A server tool of Anthropic's
+    (`web_search_20250305`, `code_execution_...`: a `type` other than `custom`) cannot
+    run here: it is left out with a warning in the log, as on the Responses wire."""
+    if tools is None:
+        return None
+    out: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    for n, tool in enumerate(tools):
+        param = f"tools[{n}]"
+        if not isinstance(tool, dict):
+            raise bad(param, "a tool is an object")
+        if tool.get("type") not in (None, "custom"):
+            left_out.append(str(tool.get("type"))[:40])
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema")
+        if not isinstance(name, str) or not name:
+            raise bad(f"{param}.name", "the tool's name is required")
+        if not isinstance(schema, dict):
+            raise bad(f"{param}.input_schema", "a JSON schema object is required")
+        function: dict[str, Any] = {"name": name, "parameters": schema}
+        if tool.get("description") is not None:
+            if not isinstance(tool["description"], str):
+                raise bad(f"{param}.description", "a string")
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    if left_out:
+        log.warning("messages: server tools this server cannot run left out: %s",
+                    ", ".join(sorted(set(left_out))))
+    return out
+
+
+def chat_tool_choice(choice) -> tuple[str | dict[str, Any] | None, bool | None]:
+    """`tool_choice` as the chat route's, and its parallel_tool_calls."""
+    if choice is None:
+        return None, None
+    chat = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or {
+        "type": "function", "function": {"name": choice.name}}
+    parallel = None if choice.disable_parallel_tool_use is None \
+        else not choice.disable_parallel_tool_use
+    return chat, parallel
