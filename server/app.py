@@ -52,6 +52,7 @@ from server.routes.jobs import job_router
 from server.routes.layers import layer_router
 from server.routes.memory import memory_router
 from server.routes.memory_admin import memory_admin_router
+from server.routes.messages import messages_router
 from server.routes.notes_admin import notes_admin_router
 from server.routes.responses import responses_router
 from server.routes.screen import screen_router
@@ -221,6 +222,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(chat_router(state, answer))
     app.include_router(chat_batch_router(state))
     app.include_router(responses_router(state))
+    app.include_router(messages_router(state))  # Anthropic's wire (Claude Code)
     app.include_router(layer_router(state, answer))
 
     # inside the key check: a refused request is neither counted nor reported on
