@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from conductor.hidden.prefetch import HINT_MAX_CHARS, ON_NOTES, PREFETCH_KIND
+from conductor.hidden.prefetch import HINT_MAX_CHARS, ON_NOTES, PREFETCH_KIND, PrefetchDue
 from server.access.auth import Auth
 from server.access.keys import KeyStore
 from tests.inprocess import InProcessApp
@@ -176,6 +176,32 @@ def test_a_hint_needs_the_sessions_token_and_its_user(served, tmp_path):
                 KAFKA_HINT).status_code == 401
     assert app.memory.prefetch_due.hint("alice", "mine") is None
     assert hint(app, routes, KAFKA_HINT).status_code == 202
+
+
+def test_one_users_flood_of_hints_leaves_another_users_hint_and_its_prefetch(served,
+                                                                          tmp_path):
+    """Each user's own slots (two here, sixteen by default): alice's hints on three
+    sessions push out only her own oldest; bob's hint stays and his notes are prefetched,
+    in the first turns of the idle moment."""
+    keys = KeyStore(tmp_path)
+    alice, bob = keys.add("alice"), keys.add("bob")
+    app = InProcessApp(served, tmp_path, auth=Auth(keys=keys))
+    app.memory.prefetch_due = PrefetchDue(bound=2)
+    add_notes(app, "bob")
+    add_notes(app, "alice")
+    _, bobs = one_turn(app, "his", {"Authorization": f"Bearer {bob}"})
+    assert hint(app, bobs, KAFKA_HINT).status_code == 202
+    for n in range(3):
+        _, alices = one_turn(app, f"flood-{n}", {"Authorization": f"Bearer {alice}"})
+        assert hint(app, alices, KAFKA_HINT).status_code == 202
+    assert app.memory.prefetch_due.hint("bob", "his") == KAFKA_HINT
+    runs = tick(app, served)
+    assert [(r.user, r.session) for r in runs][:2] == [("alice", "flood-2"), ("bob", "his")]
+    assert sorted((r.user, r.session, r.outcome) for r in runs) == [
+        ("alice", "flood-1", "done"), ("alice", "flood-2", "done"), ("bob", "his", "done")]
+    assert [s.note_ids for s in record(app, "his", "bob").spans
+            if s.kind == PREFETCH_KIND] == [(note_id(app, "restart the kafka consumer",
+                                                     "bob"),)]
 
 
 def test_a_hint_reaches_no_file_and_no_log(app, served, tmp_path, caplog):

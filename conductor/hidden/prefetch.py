@@ -14,6 +14,7 @@ measured by the server (server/background/prefetch.py).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -111,60 +112,107 @@ def goes_on(derived_session: bool, roles: list[str]) -> bool:
 HINT_MAX_CHARS = 4000
 
 
-class PrefetchDue:
-    """Sessions whose last turn was recorded and not yet prefetched for, most recent
-    last, and the hints clients sent about their next message; both bounded (an old one
-    is dropped: its user has moved on). Hints live in memory only: a draft never
-    reaches a file or a log."""
+USER_SLOTS = 16  # a user's sessions due, and hints held, at once
+USERS_HELD = 256  # the users with prefetch work held at once
 
-    def __init__(self, bound: int = 16) -> None:
-        self._due: dict[tuple[str, str], None] = {}
-        self._hints: dict[tuple[str, str], str] = {}
+
+@dataclass
+class _UserSlots:
+    """One user's sessions due (oldest first) and hints."""
+
+    due: dict[str, None] = dataclasses.field(default_factory=dict)
+    hints: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+class PrefetchDue:
+    """Sessions whose last turn was recorded and not yet prefetched for, and the hints
+    clients sent about their next message. Each user has their own slots (`bound`
+    sessions due and `bound` hints; past them their own oldest is dropped: its user has
+    moved on), so one user's traffic, however much, never pushes out another's; `users`
+    bounds the users held (the one idle longest goes, which only that many users at
+    once can cause). Hints live in memory only: a draft never reaches a file or a log."""
+
+    def __init__(self, bound: int = USER_SLOTS, users: int = USERS_HELD) -> None:
+        self._users: dict[str, _UserSlots] = {}  # least recently active first
         self._bound = bound
+        self._max_users = users
         self._lock = threading.Lock()
+
+    def _slots(self, user: str) -> _UserSlots:
+        """The user's slots, now the most recently active (held: the lock)."""
+        slots = self._users.pop(user, None) or _UserSlots()
+        self._users[user] = slots
+        while len(self._users) > self._max_users:
+            self._users.pop(next(iter(self._users)))
+        return slots
+
+    def _forget_if_empty(self, user: str) -> None:
+        slots = self._users.get(user)
+        if slots is not None and not slots.due and not slots.hints:
+            del self._users[user]
 
     def turn_recorded(self, user: str, session: str) -> None:
         with self._lock:
-            self._mark_due((user, session))
-
-    def _mark_due(self, key: tuple[str, str]) -> None:
-        self._due.pop(key, None)
-        self._due[key] = None
-        while len(self._due) > self._bound:
-            self._due.pop(next(iter(self._due)))
+            _push(self._slots(user).due, session, None, self._bound)
 
     def hinted(self, user: str, session: str, hint: str) -> None:
         """A client's word on what comes next in the session: due with it (a newer hint
         replaces an older one)."""
         with self._lock:
-            self._hints.pop((user, session), None)
-            self._hints[(user, session)] = hint
-            while len(self._hints) > self._bound:
-                self._hints.pop(next(iter(self._hints)))
-            self._mark_due((user, session))
+            slots = self._slots(user)
+            _push(slots.hints, session, hint, self._bound)
+            _push(slots.due, session, None, self._bound)
 
     def hint(self, user: str, session: str) -> str | None:
         with self._lock:
-            return self._hints.get((user, session))
+            slots = self._users.get(user)
+            return None if slots is None else slots.hints.get(session)
 
     def hint_used(self, user: str, session: str, hint: str) -> None:
         """Prefetched for (or nothing to fetch): dropped, unless a newer one came."""
         with self._lock:
-            if self._hints.get((user, session)) == hint:
-                del self._hints[(user, session)]
+            slots = self._users.get(user)
+            if slots is not None and slots.hints.get(session) == hint:
+                del slots.hints[session]
+                self._forget_if_empty(user)
 
     def message_came(self, user: str, session: str) -> None:
         """The user message a hint was about has arrived: the hint is spent."""
         with self._lock:
-            self._hints.pop((user, session), None)
+            slots = self._users.get(user)
+            if slots is not None and slots.hints.pop(session, None) is not None:
+                self._forget_if_empty(user)
 
     def take(self) -> list[tuple[str, str]]:
-        """Every due session, most recent first; they are no longer due."""
+        """Every due session, taken in turns: each user's most recent first, the most
+        recently active user first, then each one's next (a user with many sessions due
+        waits behind no more than one of theirs a user); they are no longer due."""
         with self._lock:
-            due = list(reversed(self._due))
-            self._due.clear()
-            return due
+            queues = [[(user, s) for s in reversed(slots.due)]
+                      for user, slots in reversed(self._users.items()) if slots.due]
+            for user, slots in list(self._users.items()):
+                slots.due.clear()
+                self._forget_if_empty(user)
+        return [key for turn in itertools.zip_longest(*queues) for key in turn
+                if key is not None]
+
+    def put_back(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Sessions taken and not reached (a client came first): due again, behind those
+        that became due since (each user's bound holds: the newest are kept)."""
+        with self._lock:
+            for user, session in keys:  # each user's most recent first: placed oldest
+                slots = self._slots(user)
+                if session not in slots.due and len(slots.due) < self._bound:
+                    slots.due = {session: None, **slots.due}
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._due)
+            return sum(len(slots.due) for slots in self._users.values())
+
+
+def _push(slots: dict, key: str, value, bound: int) -> None:
+    """`key` as the newest of `slots`, the oldest dropped past `bound`."""
+    slots.pop(key, None)
+    slots[key] = value
+    while len(slots) > bound:
+        slots.pop(next(iter(slots)))

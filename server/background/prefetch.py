@@ -51,14 +51,13 @@ class PrefetchService:
         return bool(self.engine.running("client"))
 
     async def tick(self) -> list[PrefetchRun]:
-        """Prefetch for every due session, most recent first, while nobody is waiting; a
-        session not reached stays due."""
+        """Prefetch for every due session, the users in turns (PrefetchDue.take), while
+        nobody is waiting; a session not reached stays due."""
         runs: list[PrefetchRun] = []
         due = self.memory.prefetch_due.take()
         for n, (user, session) in enumerate(due):
             if self._client_busy():
-                for later in reversed(due[n:]):
-                    self.memory.prefetch_due.turn_recorded(*later)
+                self.memory.prefetch_due.put_back(due[n:])
                 break
             run = await self._prefetch(user, session)
             if run is not None:

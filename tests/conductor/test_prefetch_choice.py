@@ -78,6 +78,47 @@ def test_due_sessions_come_most_recent_first_once_and_bounded():
     assert due.take() == []
 
 
+def test_one_users_flood_never_pushes_out_another_users_due_session_or_hint():
+    """Each user's own slots: a user with forty sessions and hints drops only their own
+    oldest; another user's session and hint stay, and wait behind one of theirs."""
+    due = PrefetchDue(bound=4)
+    due.hinted("bob", "draft", "how do I restart the kafka")
+    due.turn_recorded("bob", "older")
+    for n in range(40):
+        due.hinted("mallory", f"s{n}", f"flood {n}")
+    assert due.hint("bob", "draft") == "how do I restart the kafka"
+    assert due.hint("mallory", "s0") is None and due.hint("mallory", "s39") == "flood 39"
+    taken = due.take()
+    assert len(taken) == 2 + 4  # bob's two, mallory's four newest
+    assert taken[:4] == [("mallory", "s39"), ("bob", "older"), ("mallory", "s38"),
+                         ("bob", "draft")]
+    assert due.take() == [] and due.hint("bob", "draft") is not None  # hints stay
+
+
+def test_sessions_not_reached_go_back_behind_newer_ones_within_their_users_bound():
+    due = PrefetchDue(bound=3)
+    for session in ("a", "b", "c"):
+        due.turn_recorded("u", session)
+    taken = due.take()
+    due.turn_recorded("u", "d")  # due while the tick ran
+    due.put_back(taken)
+    assert due.take() == [("u", "d"), ("u", "c"), ("u", "b")]  # "a", the oldest, dropped
+
+
+def test_the_users_held_are_bounded_the_one_idle_longest_goes():
+    due = PrefetchDue(bound=2, users=2)
+    due.hinted("ann", "s", "one")
+    due.hinted("bob", "s", "two")
+    due.turn_recorded("ann", "t")  # ann is active again
+    due.hinted("cy", "s", "three")
+    assert (due.hint("ann", "s"), due.hint("bob", "s"), due.hint("cy", "s")) == (
+        "one", None, "three")
+    due.hint_used("ann", "s", "one")
+    due.message_came("cy", "s")
+    assert sorted(due.take()) == [("ann", "s"), ("ann", "t"), ("cy", "s")]
+    assert len(due) == 0
+
+
 def test_a_named_session_goes_on_from_its_first_turn_a_derived_one_from_its_second():
     from conductor.hidden.prefetch import goes_on
 
