@@ -13,6 +13,12 @@ record holds ids whose text is exactly what the backend produced; the next turn 
 same messages again, then the new ones, and the backend's prefix cache matches as it does
 for a client that resends its history.
 
+Hidden text stays text on this wire too: the backend tokenizes the rendered messages with
+its special tokens parsed, so a note's `<|im_start|>` sent as it reads would open a real
+turn there. Each added token's text that the prompt holds as plain ids (data_ids) goes
+with a zero-width space after its first character, which no tokenizer reads as the token;
+a real turn token (an id of its own) goes as it is.
+
 What the chat route cannot carry: the answer's own ids (encoded again from its text),
 a prefilled assistant turn on a plain OpenAI API (refused), token-id biases on a model
 whose tokenizer is not ours (dropped), a constraint other than a JSON schema on a plain
@@ -21,6 +27,7 @@ OpenAI API (refused; `choices` go unconstrained).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engine.backend import RequestRejected
@@ -29,6 +36,9 @@ from engine.proxy.dialects import Dialect, TokenReader
 from engine.request_kind import RequestKind
 
 THINKING_OFF = "<think>\n\n</think>\n\n"  # Qwen3's opening of an answer with thinking off
+# Put after the first character of an added token's text that is data: the backend reads
+# the two parts as text (engine path: the same split, as ids, server/turn/prompt.py).
+DATA_BREAK = "\u200b"
 COMPLETIONS_ONLY = ("prompt", "return_token_ids", "return_tokens_as_token_ids", "logprobs",
                     "skip_special_tokens", "stop_token_ids", "cache_prompt")
 
@@ -65,6 +75,36 @@ def chatml_messages(ids: list[int], im_start: int, im_end: int,
     return messages, opening[1]
 
 
+class SentText:
+    """Decodes ids to their text as it goes to a chat route: an added token's own id as
+    its text, the text of one spelled in plain ids (a note's, a tool result's) broken by
+    `DATA_BREAK`, so the backend's tokenizer does not make it the token."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_added_vocab()
+        self._ids = frozenset(vocab.values())
+        texts = sorted(vocab, key=len, reverse=True)  # longest first: one pass finds each
+        self._texts = re.compile("|".join(re.escape(t) for t in texts) or r"(?!)")
+
+    def __call__(self, ids: list[int]) -> str:
+        parts: list[str] = []
+        start = 0
+        for at, token in enumerate(ids):
+            if token in self._ids:
+                parts += [self._broken(ids[start:at]), self._decode([token])]
+                start = at + 1
+        parts.append(self._broken(ids[start:]))
+        return "".join(parts)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
+
+    def _broken(self, ids: list[int]) -> str:
+        return self._texts.sub(lambda m: m.group()[:1] + DATA_BREAK + m.group()[1:],
+                               self._decode(ids))
+
+
 class ChatDialect(Dialect):
     """Messages to a chat route; `inner` (vLLM's, llama.cpp's or plain OpenAI's) adds the
     extensions the server takes."""
@@ -80,9 +120,7 @@ class ChatDialect(Dialect):
         super().__init__(inner.model, inner.tokens, inner.tokenizer, inner.scripted_kernels)
         self.inner = inner
         self._im_start = inner.tokenizer.convert_tokens_to_ids("<|im_start|>")
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        self._decode = SentText(inner.tokenizer)
 
     def body(self, ids: list[int], params: GenerationParams,
              kind: RequestKind) -> dict[str, Any]:
