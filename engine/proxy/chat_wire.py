@@ -116,6 +116,10 @@ class ChatDialect(Dialect):
     def plain(self) -> bool:
         return self.inner.plain
 
+    @property
+    def salts_cache(self) -> bool:  # vLLM's chat route takes cache_salt too
+        return self.inner.salts_cache
+
     def __init__(self, inner: Dialect) -> None:
         super().__init__(inner.model, inner.tokens, inner.tokenizer, inner.scripted_kernels)
         self.inner = inner

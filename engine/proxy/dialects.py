@@ -14,7 +14,9 @@ the extensions:
   llama.cpp's `json_schema` and `grammar` (GBNF), and no regex;
 - a scripted answer (tests): `vllm_xargs` to Tandem's kernels; on llama.cpp a grammar
   whose one sentence is the script's ids (`<[id]>`), and a bias to end the turn after it;
-- a user's own cache: vLLM's `cache_salt`; llama.cpp has none (its users share a cache);
+- a user's own cache: vLLM's `cache_salt`; llama.cpp and a plain OpenAI API have none
+  (`salts_cache` False: their users share one cache, so the engine serves one user on
+  them unless told otherwise, http_backend.py);
 - sampling only among ids: vLLM's `allowed_token_ids`; llama.cpp refuses it.
 """
 
@@ -47,6 +49,9 @@ class Dialect:
     # A plain OpenAI API: its own tokenizer (no token-id biases), no grammar, none of a
     # server's extensions (template switches, continuing an answer).
     plain = True
+    # The backend keeps each user's prefix cache apart (`cache_salt`): without it, how
+    # much of a prompt was cached tells one user what another sent.
+    salts_cache = False
 
     def __init__(self, model: str, tokens: SpecialTokens, tokenizer,
                  scripted_kernels: bool = False) -> None:
@@ -93,6 +98,7 @@ class Dialect:
 class VllmDialect(Dialect):
     name = "vllm"
     plain = False
+    salts_cache = True
 
     def body(self, ids: list[int], params: GenerationParams,
              kind: RequestKind) -> dict[str, Any]:

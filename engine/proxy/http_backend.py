@@ -11,6 +11,13 @@ prompt's size and the backend's cached tokens.
 What cannot cross the wire is said where it goes: the tool-call ban becomes a logit bias
 on the tool-call token, and background work gives way to a client by having its stream
 closed before a client request is sent (no scheduler of ours runs there).
+
+A backend that keeps no prefix cache a user (`Dialect.salts_cache`: llama.cpp, a plain
+OpenAI API) serves one user, the first whose request is sent: how much of a prompt it had
+cached (in the usage, or in the time to the first token) would tell one user what another
+sent. Another user's request is refused, with the reason, unless the operator said the
+cache may be shared (`tandem proxy --shared-backend-cache`); their background work is not
+sent.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ from engine.stats import EngineStats, RequestTimings
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_FAILURES_DEAD = 3  # health checks failed in a row before the backend counts as down
 YIELD_WAIT_S = 2.0  # the most a client request waits for background streams to close
+ONE_USER_REFUSAL = ("this server serves one user on its backend ({kind}), which keeps one "
+                    "prefix cache for all users (what one user sent would show in how much "
+                    "of another's prompt is cached); its operator can share it among users "
+                    "with `tandem proxy --shared-backend-cache`")
 
 
 @dataclass
@@ -52,7 +63,8 @@ class HttpEngine:
 
     def __init__(self, profile: Profile, tokenizer, base_url: str, model: str,
                  api_key: str | None = None, scripted_kernels: bool = False,
-                 timeout_s: float = 600.0, kind: str = "vllm", wire: str = "completions") -> None:
+                 timeout_s: float = 600.0, kind: str = "vllm", wire: str = "completions",
+                 shared_cache: bool = False) -> None:
         self.profile = profile
         self.tokenizer = tokenizer
         self.tokens: SpecialTokens = special_tokens(tokenizer, profile.tool_call_format)
@@ -60,6 +72,7 @@ class HttpEngine:
         self.stats = EngineStats()
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.kind = kind
         self.dialect: Dialect = DIALECTS[kind](model, self.tokens, tokenizer,
                                                scripted_kernels=scripted_kernels)
         # A plain OpenAI API takes no grammar: the background writer goes without one.
@@ -75,6 +88,9 @@ class HttpEngine:
         self.count_tokens: Callable[[str], int] = functools.lru_cache(maxsize=4096)(
             self._count_tokens)
         self._health_failures = 0
+        # One user's cache salt, where the backend keeps no cache a user (module docstring)
+        self.one_user = not (self.dialect.salts_cache or shared_cache)
+        self._served_salt: str | None = None
 
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -84,10 +100,15 @@ class HttpEngine:
                        kind: RequestKind = "client",
                        request_id: str | None = None) -> AsyncIterator[Delta]:
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
+        another_user = not self._serves(params.cache_salt, kind)
+        if another_user and kind == "client":
+            raise RequestRejected(ONE_USER_REFUSAL.format(kind=self.kind))
         body = self.completion_body(prompt_token_ids, params, kind)
-        if kind == "background" and self.running("client"):
-            # background work never starts beside a client (nothing was sent: no usage)
-            self.stats.background_yields["refused_beside_client"] += 1
+        if kind == "background" and (another_user or self.running("client")):
+            # background work never starts beside a client, nor for a user the backend
+            # does not serve (nothing was sent: no usage)
+            self.stats.background_yields["refused_another_user" if another_user
+                                         else "refused_beside_client"] += 1
             yield Delta(request_id, "", [], finish_reason="abort", finished=True,
                         prompt_tokens=0)
             return
@@ -114,6 +135,17 @@ class HttpEngine:
             running.ended.set()
             if not finished:
                 self.stats.aborted(kind)
+
+    def _serves(self, salt: str | None, kind: RequestKind) -> bool:
+        """Whether a request under `salt` may go to the backend: always where it keeps a
+        cache a user; else when it is the served user's (the first client's to be sent;
+        a request with no salt names nobody)."""
+        if not self.one_user or salt is None or salt == self._served_salt:
+            return True
+        if self._served_salt is None and kind == "client":
+            self._served_salt = salt
+            return True
+        return False
 
     async def _background_gives_way(self) -> None:
         """Close every background stream and wait until they are closed, so the backend

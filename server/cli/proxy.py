@@ -11,6 +11,11 @@ model's, since the proxy renders prompts to ids itself and hands the backend tho
 The background writer runs on the backend. On a paid backend (one that takes a key and is
 not on this machine or its network, or one named `--paid`) it is off unless asked for, and
 then needs `--price`: each run is estimated first and refused past the daily cap.
+
+A backend with no prefix cache a user (llama.cpp's server, a plain OpenAI API: no
+`cache_salt`) serves one user: a server that several users may reach through it (named
+keys, a trusted proxy) is refused at start unless `--shared-backend-cache` says the cache
+may be shared, and the start says which it is.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ def register(subparsers: Any) -> None:
                        default="auto", help="token-id prompts to /v1/completions, or "
                        "messages to /v1/chat/completions (default: completions for vLLM "
                        "and llama.cpp, chat for a plain OpenAI API)")
+    proxy.add_argument("--shared-backend-cache", action="store_true",
+                       help="serve several users on a backend that keeps one prefix cache "
+                       "for all (llama.cpp's server, a plain OpenAI API): how much of a "
+                       "prompt is cached then tells one user what another sent (default: "
+                       "one user on such a backend)")
     proxy.add_argument("--backend-runs-kernels", action="store_true",
                        help="the backend loads Tandem's logits processors (tests: scripted "
                        "answers)")
@@ -85,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
         raise ProfileError(f"--backend {args.backend!r}: give a URL (http://host:port)")
     args.writer, policy = writer_setup(args, key)
     paid = is_paid(args.backend, key, args.paid)
-    return run_serve(args, lambda profile: backend_engine(profile, args, key),
+    model, kind, wire = backend_model(args, key)
+    cache_sharing(args, kind)
+    return run_serve(args, lambda profile: backend_engine(profile, args, key, model, kind,
+                                                          wire),
                      writer_policy=policy, profile_for=jobs_off if paid else None)
 
 
@@ -143,14 +156,53 @@ def writer_setup(args: argparse.Namespace, key: str | None) -> tuple[str, Writer
     return mode, WriterPolicy(*limits, backend=f"{args.backend}|{args.model or ''}")
 
 
-def backend_engine(profile, args: argparse.Namespace, key: str | None):
-    """The HttpEngine for the backend, its model checked against the backend's list."""
+def cache_sharing(args: argparse.Namespace, kind: str) -> None:
+    """On a backend with one prefix cache for all users: refused where several users may
+    be served and the operator did not say it may be shared; said at start either way."""
+    from engine.proxy.dialects import DIALECTS
+
+    if DIALECTS[kind].salts_cache:
+        return
+    if args.shared_backend_cache:
+        print(f"[tandem] the backend ({kind}) keeps one prefix cache for all users, shared "
+              "among them (--shared-backend-cache): how much of a prompt is cached can tell "
+              "one user what another sent", flush=True)
+        return
+    users = users_at_start(args)
+    if users is None or len(users) > 1:
+        who = ("a trusted proxy relays any user" if users is None
+               else f"{len(users)} users have keys: {', '.join(sorted(users))}")
+        raise ProfileError(f"the backend ({kind}) keeps one prefix cache for all users and "
+                           f"this server would serve several ({who}): one user's cached "
+                           "prompts would show to another; serve one user, or share the "
+                           "cache knowingly with --shared-backend-cache")
+    print(f"[tandem] the backend ({kind}) keeps one prefix cache for all users: this "
+          "server serves one user on it (another user's requests are refused; "
+          "--shared-backend-cache shares it)", flush=True)
+
+
+def users_at_start(args: argparse.Namespace) -> set[str] | None:
+    """The users the server may serve as it starts (None: any a trusted proxy names): the
+    named keys' labels, and the engine's own user where it has a key of its own or no
+    named key answers instead."""
+    from engine.home import tandem_home
+    from server.access.keys import KeyStore
+    from server.turn.memory import MemorySettings
+
+    settings = MemorySettings()
+    if args.trusted_proxy or settings.trusted_proxies:
+        return None
+    users = {entry.label.lower() for entry in KeyStore(tandem_home()).list()}
+    if args.api_key or os.environ.get("TANDEM_API_KEY") or not users:
+        users.add((args.user or settings.user_name).lower())
+    return users
+
+
+def backend_model(args: argparse.Namespace, key: str | None) -> tuple[str, str, str]:
+    """The backend's model (checked against its list), kind and wire."""
     import httpx
 
-    from engine.engine import load_tokenizer, resolve_model_path
-    from engine.home import tandem_home
     from engine.proxy.dialects import dialect_for_owner
-    from engine.proxy.http_backend import HttpEngine
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
@@ -174,7 +226,18 @@ def backend_engine(profile, args: argparse.Namespace, key: str | None):
         raise ProfileError("--backend-wire completions: a plain OpenAI API takes no token-id "
                            "prompts; use --backend-wire chat, or --backend-kind vllm or "
                            "llama.cpp if the server is one of them")
+    return model, kind, wire
+
+
+def backend_engine(profile, args: argparse.Namespace, key: str | None, model: str,
+                   kind: str, wire: str):
+    """The HttpEngine for the backend's model."""
+    from engine.engine import load_tokenizer, resolve_model_path
+    from engine.home import tandem_home
+    from engine.proxy.http_backend import HttpEngine
+
     tokenizer = load_tokenizer(args.tokenizer or resolve_model_path(
         profile, tandem_home(), lambda _m: None))
     return HttpEngine(profile, tokenizer, args.backend, model, api_key=key,
-                      scripted_kernels=args.backend_runs_kernels, kind=kind, wire=wire)
+                      scripted_kernels=args.backend_runs_kernels, kind=kind, wire=wire,
+                      shared_cache=args.shared_backend_cache)

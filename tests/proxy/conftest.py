@@ -47,7 +47,8 @@ def vllm_backend(url: str) -> Backend:
 
 
 def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_policy=None,
-              timeout_s: float = 600.0, trusted_proxies: frozenset[str] = frozenset()):
+              timeout_s: float = 600.0, trusted_proxies: frozenset[str] = frozenset(),
+              shared_cache: bool = False):
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir
@@ -62,7 +63,7 @@ def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_polic
     tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
     engine = HttpEngine(profile, tokenizer, backend.base, model or backend.model,
                         scripted_kernels=backend.kind == "vllm", kind=backend.kind,
-                        timeout_s=timeout_s, wire=backend.wire)
+                        timeout_s=timeout_s, wire=backend.wire, shared_cache=shared_cache)
     settings = MemorySettings(user_name=USER)
     if trusted_proxies:
         settings = dataclasses.replace(settings, trusted_proxies=trusted_proxies)
