@@ -8,11 +8,15 @@
     `X-CSRF-Token` on every write; or
   - `Authorization: Bearer <admin password>`, for scripts (nothing ambient: no CSRF).
 
-Failed logins and bearers are slowed: from the fourth failure of an address within
-`FAILURE_WINDOW_S`, each answer waits twice as long as the last (at most `MAX_DELAY_S`),
-and past `MAX_FAILURES` the address is refused (429) without a check until the window
-passes. A signed-in session lasts `SESSION_IDLE_S` without use and ends when the password
-changes.
+Failed logins and bearers are slowed: from the fourth attempt of an address within
+`FAILURE_WINDOW_S`, each check waits twice as long as the last (at most `MAX_DELAY_S`),
+and after `MAX_FAILURES` the address is refused (429) without a check until the window
+passes, even with the right password. An attempt is counted before its check runs and
+while it is in flight (`server.access.attempts`), so guesses sent at once are refused as
+guesses sent one by one; a right password takes its attempt back, and one already
+verified is served without scrypt, but not to an address refused (its cheap check would
+be a guessing oracle). At most `MAX_TRACKED` addresses are remembered. A signed-in session
+lasts `SESSION_IDLE_S` without use and ends when the password changes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from starlette.requests import Request
 
 from conductor.storage.paths import valid_user
 from server.access.admin_password import AdminPassword
+from server.access.attempts import Attempts
 from server.access.auth import is_loopback
 from server.http.errors import APIError
 
@@ -40,13 +45,17 @@ FAILURE_WINDOW_S = 300.0
 FREE_FAILURES = 3
 MAX_DELAY_S = 8.0
 MAX_FAILURES = 10
+MAX_TRACKED = 4096  # addresses with recent failures remembered at most
 MAX_SESSIONS = 64
 ADMIN_PREFIX = "/v1/conductor/"
 USER_ROUTES = ("/v1/conductor/converse",)  # a key holder's own conversation, not admin
 # Open to anyone who reaches the server (the key check passes them): the screen's page and
-# assets hold no data, and the session routes are how a browser signs in.
+# assets hold no data, and the login and logout routes are how a browser signs in. The
+# session route is an admin route to the key check: while no password is set, a server
+# with keys wants the engine user's key there, as on the others.
 SCREEN_PREFIX = "/memory"
 SESSION_PREFIX = "/v1/conductor/admin/"
+SESSION_ROUTE = SESSION_PREFIX + "session"
 
 
 def is_admin_path(path: str) -> bool:
@@ -54,9 +63,9 @@ def is_admin_path(path: str) -> bool:
 
 
 def is_screen_path(path: str) -> bool:
-    """The screen's page, its assets and the sign-in routes."""
+    """The screen's page, its assets and the login and logout routes."""
     return (path == SCREEN_PREFIX or path.startswith(SCREEN_PREFIX + "/")
-            or path.startswith(SESSION_PREFIX))
+            or (path.startswith(SESSION_PREFIX) and path != SESSION_ROUTE))
 
 
 @dataclass
@@ -74,8 +83,11 @@ class AdminGate:
         self.settings = settings  # MemorySettings: the engine user and trusted proxies
         self._lock = threading.Lock()
         self._sessions: dict[bytes, ScreenSession] = {}  # sha256(cookie) -> session
-        self._failures: dict[str | None, list[float]] = {}
         self.clock = time.monotonic
+        # per address: wrong passwords and checks in flight (read at creation, so a test
+        # that changes the limits before making the app gets its own)
+        self.attempts = Attempts(MAX_FAILURES, FAILURE_WINDOW_S, MAX_TRACKED,
+                                 clock=lambda: self.clock())
 
     # -- the check every admin route makes -----------------------------------------------
     async def check(self, request: Request) -> None:
@@ -91,11 +103,8 @@ class AdminGate:
                                code="csrf_failed", kind="permission_error")
             return
         bearer = _bearer(request)
-        if bearer is not None:
-            await self.wait_for_turn(_peer(request))
-            if await asyncio.to_thread(self.password.verify, bearer):
-                return
-            self.failed(_peer(request))
+        if bearer is not None and await self.verify(_peer(request), bearer):
+            return
         raise APIError(401, "the admin routes need the admin password: sign in on /memory "
                        "or send 'Authorization: Bearer <admin password>'",
                        code="admin_password_required", kind="invalid_request_error")
@@ -140,17 +149,12 @@ class AdminGate:
 
     async def login(self, request: Request, password: str) -> tuple[str, ScreenSession]:
         """A new screen session for the right password: (cookie value, session)."""
-        peer = _peer(request)
-        await self.wait_for_turn(peer)
         if not self.password.is_set():
             raise APIError(409, "no admin password is set: the screen is open on this "
                            "machine without one", code="no_admin_password")
-        ok = await asyncio.to_thread(self.password.verify, password)
-        if not ok:
-            self.failed(peer)
+        if not await self.verify(_peer(request), password):
             raise APIError(401, "wrong admin password", code="wrong_admin_password",
                            kind="invalid_request_error")
-        self._failures.pop(peer, None)
         cookie = secrets.token_urlsafe(32)
         session = ScreenSession(secrets.token_urlsafe(24), self.password.version() or "",
                                 self.clock())
@@ -168,31 +172,40 @@ class AdminGate:
                 self._sessions.pop(hashlib.sha256(cookie.encode()).digest(), None)
 
     # -- failures ------------------------------------------------------------------------
-    def failed(self, peer: str | None) -> None:
-        now = self.clock()
-        with self._lock:
-            recent = [t for t in self._failures.get(peer, []) if now - t < FAILURE_WINDOW_S]
-            recent.append(now)
-            self._failures[peer] = recent[-MAX_FAILURES - 1:]
+    async def verify(self, peer: str | None, password: str) -> bool:
+        """Whether `password` is the admin password, as an attempt of `peer`: 429 when the
+        address is out of attempts, slowed from its fourth."""
+        if self.attempts.locked_out(peer):
+            raise _too_many()
+        if self.password.known(password):  # verified before: no scrypt, no attempt
+            return True
+        check = self.attempts.begin(peer, hashlib.sha256(password.encode()).digest())
+        if check is None:
+            raise _too_many()
+        if not check.leader:  # the same password is being checked: share its answer
+            # shielded: a client leaving cancels its wait, not the check it shares
+            return await asyncio.shield(asyncio.wrap_future(check.answer))
+        ok = False
+        try:  # a client that leaves while it waits keeps its attempt counted
+            delay = delay_for(check.prior)
+            if delay:
+                await asyncio.sleep(delay)
+            ok = await asyncio.to_thread(self.password.verify, password)
+        finally:
+            self.attempts.end(check, ok)
+        return ok
 
-    def delay_for(self, peer: str | None) -> float | None:
-        """Seconds the next try of `peer` waits; None when it is refused outright."""
-        now = self.clock()
-        with self._lock:
-            recent = [t for t in self._failures.get(peer, []) if now - t < FAILURE_WINDOW_S]
-        if len(recent) >= MAX_FAILURES:
-            return None
-        extra = len(recent) - FREE_FAILURES
-        return 0.0 if extra < 0 else min(MAX_DELAY_S, 0.25 * 2 ** extra)
 
-    async def wait_for_turn(self, peer: str | None) -> None:
-        delay = self.delay_for(peer)
-        if delay is None:
-            raise APIError(429, f"too many wrong admin passwords from this address: wait "
-                           f"{int(FAILURE_WINDOW_S // 60)} minutes", code="too_many_failures",
-                           kind="rate_limit_error")
-        if delay:
-            await asyncio.sleep(delay)
+def delay_for(prior: int) -> float:
+    """Seconds an attempt waits after `prior` attempts of its address in the window."""
+    extra = prior - FREE_FAILURES
+    return 0.0 if extra < 0 else min(MAX_DELAY_S, 0.25 * 2 ** extra)
+
+
+def _too_many() -> APIError:
+    return APIError(429, f"too many wrong admin passwords from this address: wait "
+                    f"{int(FAILURE_WINDOW_S // 60)} minutes", code="too_many_failures",
+                    kind="rate_limit_error")
 
 
 def _peer(request: Request) -> str | None:

@@ -72,6 +72,14 @@ class AdminPassword:
             self._refresh()
             return self._entry["hash"] if self._entry else None
 
+    def known(self, password: str) -> bool:
+        """Whether `password` is the one this version already verified (no scrypt)."""
+        digest = hashlib.sha256(password.encode()).digest()
+        with self._lock:
+            self._refresh()
+            known = self._verified
+        return known is not None and hmac.compare_digest(digest, known)
+
     def verify(self, password: str) -> bool:
         digest = hashlib.sha256(password.encode()).digest()
         with self._lock:

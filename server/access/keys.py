@@ -11,7 +11,8 @@ a key, not once a request), and forgotten when the file changes. scrypt runs out
 store's lock, so a guess never holds up a key already verified, and a key id that failed
 `MAX_FAILURES` times in `FAILURE_WINDOW_S` from one address is refused from that address
 without scrypt until the window passes (a verified key keeps working, and a guesser
-elsewhere cannot lock its owner out).
+elsewhere cannot lock its owner out). Attempts are counted before scrypt runs, and the
+same key sent many times at once is checked once (`server.access.attempts`).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import os
 import secrets
 import threading
 import time
-from contextlib import suppress
+from concurrent.futures import TimeoutError as WaitedTooLong
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from conductor.storage.atomic import atomic_write
 from conductor.storage.paths import valid_user
+from server.access.attempts import Attempts
 
 KEYS_FILE = "keys.json"
 PREFIX = "tdm"
@@ -38,6 +40,7 @@ SCRYPT = {"n": 2**15, "r": 8, "p": 1, "maxmem": 64 * 1024 * 1024}
 MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED = 4096  # (key id, address) pairs with recent failures kept at most
+SHARED_CHECK_WAIT_S = 30.0  # a request waiting for the same key's check in flight
 
 
 class KeysError(ValueError):
@@ -64,9 +67,10 @@ class KeyStore:
         self._stamp: tuple[int, int] | None = None
         self._entries: dict[str, KeyEntry] = {}  # key id -> entry
         self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
-        # (key id, peer) -> recent failures (and checks in flight), bounded by the window
-        self._failures: dict[tuple[str, str | None], list[float]] = {}
         self.clock = time.monotonic  # for the failure window (tests move it)
+        # (key id, peer) -> recent failures and checks in flight
+        self.attempts = Attempts(MAX_FAILURES, FAILURE_WINDOW_S, MAX_TRACKED,
+                                 clock=lambda: self.clock())
 
     # -- the command's side -------------------------------------------------------------
     def add(self, label: str) -> str:
@@ -121,40 +125,41 @@ class KeyStore:
             if len(parts) != 3 or parts[0] != PREFIX:
                 return None
             entry = self._entries.get(parts[1])
-            if entry is None or self._locked_out((parts[1], peer)):
+            if entry is None:
                 return None
-            # counted before scrypt runs, so guesses sent at once cannot all run it
-            attempt = self.clock()
-            self._failures.setdefault((parts[1], peer), []).append(attempt)
             stamp = self._stamp
-        # scrypt (tens of milliseconds) with the lock released: a wrong guess never makes
-        # a verified key wait behind it.
-        valid = hmac.compare_digest(_hash(parts[2], bytes.fromhex(entry.salt)).hex(),
+            # counted before scrypt runs, so guesses sent at once cannot all run it; under
+            # the lock, so a check of this key that ends meanwhile left it in `_verified`
+            check = self.attempts.begin((entry.key_id, peer), digest)
+        if check is None:
+            return None
+        if not check.leader:  # the same key is being checked: its answer is this one's
+            try:
+                return check.answer.result(timeout=SHARED_CHECK_WAIT_S)
+            except WaitedTooLong:
+                return None
+        label = None
+        try:
+            label = self._check(entry, parts[2], digest, stamp)
+        finally:
+            self.attempts.end(check, label)
+        return label
+
+    def _check(self, entry: KeyEntry, secret: str, digest: bytes,
+               stamp: tuple[int, int] | None) -> str | None:
+        """scrypt (tens of milliseconds) with the lock released: a wrong guess never makes
+        a verified key wait behind it."""
+        valid = hmac.compare_digest(_hash(secret, bytes.fromhex(entry.salt)).hex(),
                                     entry.hash)
+        if not valid:
+            return None
         with self._lock:
-            if not valid:
-                return None  # its failure is counted already
-            with suppress(ValueError):
-                self._failures.get((entry.key_id, peer), []).remove(attempt)
             if self._stamp == stamp:  # not revoked while it was checked
                 self._verified[digest] = entry.label
                 return entry.label
             self._refresh()
             still = self._entries.get(entry.key_id)
             return entry.label if still is not None and still.hash == entry.hash else None
-
-    def _locked_out(self, who: tuple[str, str | None]) -> bool:
-        """Too many recent failures for this key id from this address (under the lock)."""
-        now = self.clock()
-        recent = [t for t in self._failures.get(who, ()) if now - t < FAILURE_WINDOW_S]
-        if recent:
-            self._failures[who] = recent
-        else:
-            self._failures.pop(who, None)
-        if len(self._failures) > MAX_TRACKED:  # many addresses: forget the quiet ones
-            self._failures = {k: v for k, v in self._failures.items()
-                              if v and now - v[-1] < FAILURE_WINDOW_S}
-        return len(recent) >= MAX_FAILURES
 
     def _refresh(self) -> None:
         try:

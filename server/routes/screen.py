@@ -7,6 +7,7 @@ rule (`server.access.admin`). A script can do all the screen does through those 
     GET  /memory, /memory/{tab}                the page (one page; the tab is in the path)
     GET  /memory/static/{file}                 its script and style
     GET  /v1/conductor/admin/session           whether a password is set, signed in, allowed
+                                               (and to an admin only: the user, the profile)
     POST /v1/conductor/admin/login             {"password"}: sets the session cookie
     POST /v1/conductor/admin/logout
 """
@@ -69,15 +70,20 @@ def screen_router(state) -> APIRouter:
 
     @router.get("/v1/conductor/admin/session")
     async def session(request: Request) -> dict:
-        signed_in = gate.session_of(request)
-        allowed, reason = True, None
+        # Whoever the admin rule does not admit learns only what the sign-in page needs:
+        # a form (a password is set) or why the screen is closed to them. The engine's
+        # user and profile are the admin's to see (on loopback without a password, the
+        # admin is this machine: the rule's own check, with the engine user's key where
+        # the server has keys, which the key check asks for on this route).
         try:
             await gate.check(request)
         except APIError as exc:
-            allowed, reason = False, exc.message
+            return {"password_set": gate.password.is_set(), "signed_in": False,
+                    "csrf": None, "allowed": False, "reason": exc.message}
+        signed_in = gate.session_of(request)
         return {"password_set": gate.password.is_set(), "signed_in": signed_in is not None,
                 "csrf": signed_in.csrf if signed_in is not None else None,
-                "allowed": allowed, "reason": reason,
+                "allowed": True, "reason": None,
                 "user": state.memory.settings.user_name, "profile": state.profile.name}
 
     @router.post("/v1/conductor/admin/login")

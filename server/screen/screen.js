@@ -120,7 +120,11 @@ async function start() {
   try {
     session = await api("GET", "/v1/conductor/admin/session");
   } catch (error) {
-    $("#denied-reason").textContent = error.message;
+    // a 401 here is the API key check: a server with keys and no admin password, whose
+    // screen a browser (which sends no key) cannot open
+    $("#denied-reason").textContent = error.status === 401
+      ? "This server has API keys: set an admin password (tandem admin password) to sign in here."
+      : error.message;
     showOnly("denied");
     return;
   }
