@@ -29,6 +29,7 @@ from engine.profiles import Profile
 from engine.request_kind import (
     BACKGROUND_PRIORITY,
     CLIENT_PRIORITY,
+    DEFERRED_PRIORITY,
     KIND_KEY,
     RequestKind,
 )
@@ -249,7 +250,8 @@ class Engine:
         )
         if self.dead:
             raise EngineDead()
-        priority = BACKGROUND_PRIORITY if kind == "background" else CLIENT_PRIORITY
+        priority = (BACKGROUND_PRIORITY if kind == "background" else
+                    DEFERRED_PRIORITY if params.deferred else CLIENT_PRIORITY)
         timings = RequestTimings(kind=kind, prompt_tokens=len(prompt_token_ids),
                                  request_id=request_id)
         self._running[request_id] = _Running(kind)

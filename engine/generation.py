@@ -44,6 +44,9 @@ class GenerationParams:
     # of the same salt (the server gives each user one, so cached_tokens tells nobody what
     # another user's prompts held).
     cache_salt: str | None = None
+    # A client request that can wait (a background response): interactive requests are
+    # scheduled first and take its slot when none is free; it resumes where it was.
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

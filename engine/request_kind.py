@@ -10,6 +10,11 @@ KIND_KEY = "tandem_kind"
 CLIENT_PRIORITY = 0
 # vLLM's priority policy schedules lower values first; background turns go last.
 BACKGROUND_PRIORITY = 100
+# A client's request that can wait (`GenerationParams.deferred`: a background response):
+# after every interactive request, before memory's background turns. Unlike those it is
+# never ended for a client: it yields its slot and resumes with its output kept
+# (`engine/scheduler.py`).
+DEFERRED_PRIORITY = 50
 
 
 def kind_of(extra_args: dict | None) -> RequestKind:

@@ -1,7 +1,7 @@
 """ConductorScheduler: vLLM's scheduler, plus background turns that yield to clients.
 
-Runs inside vLLM's engine-core process (plugged in as `scheduler_cls`). Two rules on top of
-vLLM's priority scheduling:
+Runs inside vLLM's engine-core process (plugged in as `scheduler_cls`). Three rules on top
+of vLLM's priority scheduling:
 
 * A client request waiting means every running background request is ended at this step,
   with status aborted, and its final output is emitted (else its caller would wait
@@ -9,16 +9,25 @@ vLLM's priority scheduling:
   prefix stays in the prefix cache.
 * While any client request is waiting or running, waiting background requests are held
   back: a background turn never starts beside a client.
+* A client's request that can wait (a background response, `DEFERRED_PRIORITY`) is never
+  ended, since its output is an answer someone reads: vLLM's priority queue admits an
+  interactive request before it, and when an interactive request waits with every slot
+  taken, a running deferred request is preempted (vLLM's own preemption: its blocks go
+  back as cached blocks, it waits again and resumes with its output kept, its prefix
+  mostly read from the cache). One user's queue of background responses cannot hold up
+  another user's chat for more than a step.
 """
 
 from __future__ import annotations
+
+import time
 
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 from vllm.v1.request import Request, RequestStatus
 
-from engine.request_kind import kind_of
+from engine.request_kind import CLIENT_PRIORITY, kind_of
 
 
 def is_background(request: Request) -> bool:
@@ -35,6 +44,7 @@ class ConductorScheduler(Scheduler):
         client_waiting = any(not is_background(r) for r in self.waiting)
         if client_waiting:
             self._end_running_background()
+            self._preempt_deferred_for_interactive()
         client_present = client_waiting or any(not is_background(r) for r in self.running)
         held = [r for r in self.waiting if is_background(r)] if client_present else []
         if held:
@@ -56,6 +66,26 @@ class ConductorScheduler(Scheduler):
             self._ended_background.extend(
                 self.finish_requests(victims, RequestStatus.FINISHED_ABORTED)
             )
+
+    def _preempt_deferred_for_interactive(self) -> None:
+        """A slot for each waiting interactive request, taken from running deferred ones
+        (the lowest priority, the newest first) while there are no free slots."""
+        interactive = sum(1 for r in self.waiting
+                          if not is_background(r) and r.priority <= CLIENT_PRIORITY)
+        # (a paused streaming session holds a slot outside `running`, as vLLM counts it)
+        taken = len(self.running) + self.num_waiting_for_streaming_input
+        short = interactive - (self.max_num_active_reqs - taken)
+        if short <= 0:
+            return
+        deferred = sorted((r for r in self.running
+                           if not is_background(r) and r.priority > CLIENT_PRIORITY),
+                          key=lambda r: (r.priority, r.arrival_time), reverse=True)
+        now = time.monotonic()
+        for request in deferred[:short]:
+            if not self._request_blocks_can_be_freed(request):
+                continue
+            self.running.remove(request)
+            self._preempt_request(request, now)  # back to the waiting queue, output kept
 
     def _emit_ended_background(self, outputs: dict[int, EngineCoreOutputs]) -> None:
         for request in self._ended_background:

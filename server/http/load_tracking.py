@@ -5,6 +5,10 @@ its response (a stream's last event included) has been sent, and `GET /load` ans
 `{"server_load": N}` (`--enable-server-load-tracking`; always on here). Plain ASGI, like
 the server's other middleware, so counting costs a request no task of its own; it sits
 inside the key check, so a refused request is not counted.
+
+A background response (`POST /v1/responses` with `background: true`) is answered at once
+but runs on: the route counts it from its creation to its end (`ServerLoad.hold`), found
+on the request as `request.state.server_load`, so a balancer reading `/load` sees it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ class ServerLoad:
     def __init__(self) -> None:
         self.in_flight = 0
 
+    def hold(self) -> None:
+        """One more generation in flight (a request, or a background response that
+        outlives its request); `release` when it ends."""
+        self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+
 
 class TrackServerLoad:
     """Counts POSTs to the generation routes while they run (ASGI middleware)."""
@@ -39,8 +51,9 @@ class TrackServerLoad:
                 or route_path(scope) not in GENERATION_ROUTES:
             await self.app(scope, receive, send)
             return
-        self.load.in_flight += 1
+        scope.setdefault("state", {})["server_load"] = self.load  # for work that outlives it
+        self.load.hold()
         try:
             await self.app(scope, receive, send)
         finally:
-            self.load.in_flight -= 1
+            self.load.release()

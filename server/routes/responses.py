@@ -2,22 +2,23 @@
 
 A response runs as a chat turn (`server/turn/responses/turn.py`); what it stores lives
 with the ledger (`conductor/ledger/stored_responses.py`), per user. A background response
-(`background: true`) is a client request like any other for the engine's scheduler (it
-goes before memory's own background work); it runs as a task of the server, is polled
-with GET and stopped with `/cancel`. A restart finds it unfinished and marks it failed.
+(`background: true`: `server/turn/responses/background.py`) runs as a task of the server,
+bounded per user, counted in `/load` and scheduled after interactive requests; it is
+polled with GET and stopped with `/cancel`. A restart finds it unfinished and marks it
+failed. What costs CPU in proportion to a request or to what is stored (reading a
+conversation back, its items paged, the response object's JSON) runs in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from conductor.ledger.stored_responses import ChainBroken, ResponseStore, StoredResponse
 from engine.backend import BackendFailed, EngineDead
@@ -27,9 +28,8 @@ from server.http.responses_schema import ResponsesRequest
 from server.http.sse import prepended
 from server.turn.answering.respond import response_headers
 from server.turn.memory import request_user
+from server.turn.responses.background import BackgroundRuns
 from server.turn.responses.turn import ResponseRun, prepare, previous_conversation
-
-log = logging.getLogger("tandem.server")
 
 UNFINISHED = ("queued", "in_progress")
 CANCEL_WAIT_S = 30.0  # a cancelled background response stops at the engine's next step
@@ -48,10 +48,22 @@ def _evicted(param: str) -> APIError:
                     code="previous_response_not_found", param=param)
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+async def _json(value: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer dumped in a worker thread: a response object echoes its tools and
+    instructions, a page of items may hold megabytes."""
+    return Response(await asyncio.to_thread(_dumps, value), media_type="application/json",
+                    headers=headers)
+
+
 def responses_router(state) -> APIRouter:
     router = APIRouter()
     store: ResponseStore = state.memory.responses
-    running: dict[str, asyncio.Task] = {}  # background responses, by id
+    runs = BackgroundRuns()
+    running = runs.tasks  # background responses, by id
 
     def user_of(request: Request) -> str | None:
         peer = request.client.host if request.client else None
@@ -81,6 +93,18 @@ def responses_router(state) -> APIRouter:
         engine = state.ready_engine()
         parsed = await validated_body(request, ResponsesRequest, body_limits(engine))
         user = user_of(request)
+        if not parsed.background:
+            return await answer(request, engine, parsed, user)
+        with runs.reserved(user) as slot:  # a 429 past the user's bound, before any work
+            turn, run, headers, keep, _ = await begin(request, engine, parsed, user)
+            queued = turn.shape.object("queued")
+            await keep(queued)
+            runs.start(slot, turn.shape.id, run, keep,
+                       getattr(request.state, "server_load", None))
+            return await _json(queued, headers)
+
+    async def begin(request: Request, engine, parsed: ResponsesRequest, user: str | None):
+        """The prepared turn, its run and headers, and how its response is stored."""
         stored = None
         if parsed.previous_response_id is not None:
             try:
@@ -94,7 +118,6 @@ def responses_router(state) -> APIRouter:
         turn = await asyncio.to_thread(prepare, engine, state.profile, state.memory, parsed,
                                        previous, request.headers, peer, request.state.key_user)
         run = ResponseRun(engine, state.memory, turn, state.tools)
-        headers = response_headers(turn.chat)
         generation = store.generation(user)  # a delete of the user meanwhile wins
 
         def kept(final: dict[str, Any]) -> StoredResponse:
@@ -116,12 +139,11 @@ def responses_router(state) -> APIRouter:
             except RuntimeError:  # no loop left (the server is stopping): nothing to keep
                 pass
 
-        if parsed.background:
-            queued = turn.shape.object("queued")
-            await keep(queued)
-            running[turn.shape.id] = asyncio.create_task(
-                _in_background(run, keep, lambda: running.pop(turn.shape.id, None)))
-            return JSONResponse(queued, headers=headers)
+        return turn, run, response_headers(turn.chat), keep, keep_cut
+
+    async def answer(request: Request, engine, parsed: ResponsesRequest,
+                     user: str | None) -> Response:
+        _, run, headers, keep, keep_cut = await begin(request, engine, parsed, user)
         events = run.events(keep, keep_cut)
         if parsed.stream:
             stream = _sse(events)
@@ -132,14 +154,14 @@ def responses_router(state) -> APIRouter:
         async with aclosing(events):
             async for event in events:
                 final = event.get("response", final)
-        return JSONResponse(final, headers=headers)
+        return await _json(final, headers)
 
     @router.get("/v1/responses/{response_id}")
-    async def retrieve(response_id: str, request: Request, stream: bool = False) -> dict:
+    async def retrieve(response_id: str, request: Request, stream: bool = False) -> Response:
         if stream:
             raise APIError(400, "stream: a stored response is read whole here",
                            code="unsupported_value", param="stream")
-        return (await stored_or_404(request, response_id)).response
+        return await _json((await stored_or_404(request, response_id)).response)
 
     @router.delete("/v1/responses/{response_id}")
     async def delete(response_id: str, request: Request) -> dict:
@@ -152,62 +174,47 @@ def responses_router(state) -> APIRouter:
         return {"id": response_id, "object": "response", "deleted": True}
 
     @router.post("/v1/responses/{response_id}/cancel")
-    async def cancel(response_id: str, request: Request) -> dict:
+    async def cancel(response_id: str, request: Request) -> Response:
         stored = await stored_or_404(request, response_id)
         if not stored.response.get("background"):
             raise APIError(400, "Cannot cancel a synchronous response.",
                            code="invalid_value", param="response_id")
         task = running.get(response_id)
         if task is None:  # finished already: as it is
-            return stored.response
+            return await _json(stored.response)
         task.cancel()
         await asyncio.wait([task], timeout=CANCEL_WAIT_S)
-        return (await stored_or_404(request, response_id)).response
+        return await _json((await stored_or_404(request, response_id)).response)
 
     @router.get("/v1/responses/{response_id}/input_items")
     async def input_items(response_id: str, request: Request,
                           limit: int = Query(default=20, ge=1, le=100),
                           order: Literal["asc", "desc"] = "desc",
-                          after: str | None = None) -> dict:
+                          after: str | None = None) -> Response:
         items = (await stored_or_404(request, response_id, context=True)).context
-        if order == "desc":
-            items = items[::-1]
-        if after is not None:
-            at = next((n for n, item in enumerate(items) if item.get("id") == after), None)
-            if at is None:
-                raise APIError(400, f"after: no item {after!r} in this response's input",
-                               code="invalid_value", param="after")
-            items = items[at + 1:]
-        page = items[:limit]
-        return {"object": "list", "data": page,
-                "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None,
-                "has_more": len(items) > limit}
+        # a conversation read back may hold many thousand items: paged off the event loop
+        return Response(await asyncio.to_thread(_page, items, limit, order, after),
+                        media_type="application/json")
 
     return router
 
 
-async def _in_background(run: ResponseRun, keep, done) -> None:
-    """A background response to its end, the only writer of its file while it runs:
-    cancelled, it keeps what it had written (or the finished response, when the cancel
-    came while that was being stored); failed, what it had written and why."""
-    events = run.events(keep)  # no `on_cut`: what a cut leaves is stored below, once
-    try:
-        async with aclosing(events):
-            async for event in events:
-                if event["type"] == "response.created":
-                    await keep(run.turn.shape.object("in_progress"))
-    except asyncio.CancelledError:
-        await keep(run.finished or run.final("cancelled"))
-    except (EngineDead, BackendFailed) as exc:
-        error = (engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc))
-        await keep(run.final("failed", {"code": "server_error", "message": error.message}))
-    except Exception:  # the client polls: it reads "failed", the log has the trace
-        log.exception("a background response failed")
-        await keep(run.final("failed", {"code": "server_error",
-                                        "message": "the response failed; the log says why"}))
-    finally:
-        done()
+def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> str:
+    """One page of a conversation's items, as JSON; a 400 naming `after` when it is not
+    one of them."""
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        at = next((n for n, item in enumerate(items) if item.get("id") == after), None)
+        if at is None:
+            raise APIError(400, f"after: no item {after!r} in this response's input",
+                           code="invalid_value", param="after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return _dumps({"object": "list", "data": page,
+                   "first_id": page[0]["id"] if page else None,
+                   "last_id": page[-1]["id"] if page else None,
+                   "has_more": len(items) > limit})
 
 
 async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
@@ -224,7 +231,10 @@ async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
     try:
         async with aclosing(events):  # a client that leaves ends the run now, not at GC
             async for event in events:
-                yield line(event)
+                # the response object echoes the request's tools and instructions: its
+                # events are dumped off the event loop; a delta's are a few tokens
+                yield await asyncio.to_thread(line, event) if "response" in event \
+                    else line(event)
     except (EngineDead, BackendFailed) as exc:
         error = engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
         yield line({"type": "error", "code": error.code, "message": error.message,

@@ -5,6 +5,7 @@ dropped, a deleted one is never found, and nothing else is ever raised."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -69,3 +70,22 @@ def test_any_sequence_keeps_the_bound_and_reads_back_whole_or_says_why(steps):
                 assert found is None
             elif found is not None:  # None: dropped for room
                 assert found.conversation == expected_conversation(model, response_id)
+
+
+def test_a_stored_file_of_the_first_format_still_loads_and_continues(tmp_path: Path):
+    """Format 1 held each response's whole context: such a file loads as a conversation's
+    start, and a continuation of it stores only its own items."""
+    store = ResponseStore(tmp_path)
+    old = new_response_id()
+    folder = store._user_folder("alice")
+    folder.mkdir(parents=True)
+    context = [{"type": "message", "role": "user", "content": "one"}]
+    (folder / f"{old}.json").write_text(json.dumps({"version": 1, "context": context, "response": {
+        "id": old, "status": "completed", "output": [{"type": "message", "text": "1"}]}}))
+    assert store.load("alice", old).conversation == [*context, {"type": "message",
+                                                                "text": "1"}]
+    new = new_response_id()
+    said = [{"type": "message", "role": "user", "content": "two"}]
+    store.save("alice", StoredResponse({"id": new, "output": []}, [], parent=old, items=said))
+    assert store.load("alice", new).context == [*context, {"type": "message", "text": "1"},
+                                                *said]

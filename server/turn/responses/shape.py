@@ -21,13 +21,18 @@ class ResponseShape:
     tools: list[dict[str, Any]] = field(default_factory=list)
     created_at: int = field(default_factory=lambda: int(time.time()))
 
+    def __post_init__(self) -> None:
+        # dumped once, where the shape is made (in a worker thread): a schema may be large
+        request = self.request
+        self._text_format = (request.text.format.model_dump(by_alias=True, exclude_none=True)
+                             if request.text is not None and request.text.format is not None
+                             else {"type": "text"})
+
     def object(self, status: str, output: list[dict[str, Any]] | None = None,
                usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
                incomplete: str | None = None) -> dict[str, Any]:
         request = self.request
-        text_format = (request.text.format.model_dump(by_alias=True, exclude_none=True)
-                       if request.text is not None and request.text.format is not None
-                       else {"type": "text"})
+        text_format = self._text_format
         return {
             "id": self.id, "object": "response", "created_at": self.created_at,
             "status": status, "background": request.background,

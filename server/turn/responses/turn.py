@@ -11,6 +11,7 @@ the previous response (OpenAI's rule): each request's own go first, as a system 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,8 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
         prepared = build(engine, profile, services, chat, headers, peer, key_user)
     except APIError as error:
         raise as_responses_error(error) from None
+    if request.background:  # no one waits on it: interactive requests go first
+        prepared.params = dataclasses.replace(prepared.params, deferred=True)
     shape = ResponseShape(id=new_response_id(), model=prepared.model, request=request,
                           tools=list(request.tools or []))
     return ResponseTurn(shape=shape, chat=prepared, context=context, items=items)
