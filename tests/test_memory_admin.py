@@ -115,6 +115,28 @@ def test_ratify_pin_archive_and_delete_are_the_stores_own_writes_with_its_refusa
     assert "English" not in str(refusals) and "floor" not in str(ops)
 
 
+def test_the_journal_asked_for_one_user_shows_that_users_entries_only(app):
+    """The journal file holds every user's entries: `?user=` (default: the engine's own)
+    must show that user's alone, the entries the turn writes (memory off) included."""
+    mine = add(app, "Tea at four", "The team has tea at four.")
+    theirs = app.memory.store("other").add(title="Bins go out on Tuesday", kind="reference",
+                                           body="Green bin on Tuesday.", scope="user",
+                                           source="route", has_user_message=True)
+    app.chat([{"role": "user", "content": "hi"}], script="Hi.",
+             headers={"X-Tandem-Memory": "off"})
+    journal = "/v1/conductor/memory/journal"
+    eventually(lambda: "memory_off" in {  # journaled after the answer, in a worker thread
+        e["op"] for e in app.request("GET", journal).json()["data"]})
+    own = app.request("GET", journal).json()
+    other = app.request("GET", journal, params={"user": "Other"}).json()
+    assert own["user"] == USER and other["user"] == "other"
+    assert {e["user"] for e in own["data"]} == {USER}
+    assert {e["user"] for e in other["data"]} == {"other"}
+    assert mine in {e.get("id") for e in own["data"]}
+    assert [e.get("id") for e in other["data"]] == [theirs.note.id]
+    assert app.request("GET", journal, params={"user": "nobody"}).json()["data"] == []
+
+
 def test_a_note_lists_the_requests_it_went_into(app):
     note_id = add(app, "Kettles boil at 100 degrees", "At sea level a kettle boils at 100.")
     _, _, response = app.chat([{"role": "user", "content": "when does my kettle boil?"}],

@@ -2,7 +2,8 @@
 refusals, the writer's runs), the running profile's switches, export, the user's delete,
 and the bench's latest figures.
 
-    GET  /v1/conductor/memory/journal?op=&refused=&limit=   writes and refusals, newest first
+    GET  /v1/conductor/memory/journal?user=&op=&refused=&limit=   one user's writes and
+                                                            refusals, newest first
     GET  /v1/conductor/memory/writer/runs?limit=            the writer's runs, newest first
     GET  /v1/conductor/memory/settings                      memory and writer switches
     PUT  /v1/conductor/memory/settings                      change them for this run
@@ -60,12 +61,12 @@ def memory_admin_router(state) -> APIRouter:
         if not 1 <= limit <= MAX_PAGE:
             raise APIError(400, f"limit must be between 1 and {MAX_PAGE}",
                            code="invalid_value", param="limit")
-        store = memory.store(name)
 
         def newest() -> list[dict]:
             out = []
-            for entry in store.journal.newest_first():
-                if entry.get("op") in MEMORY_OPS or (op is not None and entry.get("op") != op):
+            for entry in memory.journal.newest_first():  # every user's: this one's only
+                if entry.get("user") != name or entry.get("op") in MEMORY_OPS or (
+                        op is not None and entry.get("op") != op):
                     continue
                 if refused is not None and bool(entry.get("ok")) == refused:
                     continue

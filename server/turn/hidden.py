@@ -163,12 +163,13 @@ def record_injections(services: MemoryServices, memory: MemoryContext, hidden: l
         return
     store = services.store(memory.user)
     if memory.off_reason == "header_off":
-        store.journal.append(op="memory_off", reason="header_off", session=memory.session,
-                             request_id=request_id)
+        store.journal.append(op="memory_off", reason="header_off", user=store.user,
+                             session=memory.session, request_id=request_id)
         return
     for tail in hidden:
         if tail.kind == "notes":
             store.record_injection(tail.note_ids, request_id)
         elif tail.kind in (SHARED_KIND, SESSION_KIND) and tail.note_ids:
             store.journal.append(op="inject_index", ok=True, ids=list(tail.note_ids),
-                                 request_id=request_id, session=memory.session)
+                                 user=store.user, request_id=request_id,
+                                 session=memory.session)

@@ -262,8 +262,13 @@ class MemoryServices:
                 self._layers[user] = UserLayers(self.root, user, self._quarantine_report(user))
             return self._layers[user]
 
+    @property
+    def journal(self) -> Journal:
+        """The journal every user's entries go to (each names its user)."""
+        return Journal(self.root / "journal.jsonl")
+
     def _quarantine_report(self, user: str) -> QuarantineReport:
-        journal = Journal(self.root / "journal.jsonl")
+        journal = self.journal
 
         def report(name: str, reason: str) -> None:
             log.warning("history turn %s set aside: %s", name, reason)

@@ -86,7 +86,8 @@ class MemoryFilter:
         request = parse_block(block.raw)
         if isinstance(request, BlockRefusal):
             self.store.journal.append(op="block", ok=False, reason=request.reason,
-                                      session=self.context.session, request_id=self.request_id)
+                                      user=self.store.user, session=self.context.session,
+                                      request_id=self.request_id)
             return False, ()
         ctx = self.context
         result = write_block(self.store, request, source="inline", session=ctx.session,
