@@ -13,7 +13,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -158,11 +158,8 @@ def append_line(path: Path, line: str, kind: str = "file", fsync: bool = False) 
     if not line.endswith("\n"):
         line += "\n"
     data = line.encode("utf-8")
-    ensure_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = _locked_log(path)
     try:
-        os.fchmod(fd, FILE_MODE)
-        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
@@ -173,6 +170,36 @@ def append_line(path: Path, line: str, kind: str = "file", fsync: bool = False) 
         os.write(fd, data)
         if fsync:
             os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _locked_log(path: Path) -> int:
+    """An fd on the log at ``path`` (made 0600 if missing) under its exclusive flock.
+    The file the lock was taken on is the one at ``path`` still: `rewrite_log` may have
+    replaced it while this waited, and a line written to the old one would be lost."""
+    ensure_dir(path.parent)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def rewrite_log(path: Path, change: Callable[[bytes], bytes], kind: str = "file") -> None:
+    """Replace a log that `append_line` writes with ``change(its bytes)``, whole (a temp
+    file renamed over it) and under the appenders' flock: a line appended meanwhile is in
+    the new file, never written to the old one after it is gone."""
+    fd = _locked_log(path)
+    try:
+        atomic_write(path, change(path.read_bytes()), kind=kind)  # the locked file
     finally:
         os.close(fd)  # closing releases the flock
 

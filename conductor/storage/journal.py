@@ -3,7 +3,8 @@ nightly run.
 
 It must never hold a title or a body (the journal outlives deletions), so an entry may
 only use the keys in ``ALLOWED_KEYS`` and its values are codes, ids and counts. Free text
-(archive reasons, titles, bodies) has no key to travel in.
+(archive reasons, titles, bodies) has no key to travel in. Each entry names its user;
+a user's delete takes theirs out and leaves one entry of the delete (`erase_user`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.notes.note_format import format_time, utc_now
-from conductor.storage.atomic import append_line
+from conductor.storage.atomic import append_line, rewrite_log
 
 ALLOWED_KEYS = frozenset(
     {
@@ -57,17 +58,52 @@ class Journal:
 
     def append(self, **entry: Any) -> dict[str, Any]:
         """Write one entry; ValueError for a key or value the journal does not take."""
+        record = self._record(entry)
+        # O_APPEND and an flock keep lines whole across threads and processes; a torn
+        # last line a crash left is ended first, so it is skipped alone (counted by `read`).
+        append_line(self.path, _line(record), kind="journal", fsync=True)
+        if self.on_append is not None:
+            self.on_append(record)
+        return record
+
+    def erase_user(self, user: str, op: str = "delete_user", **audit: Any) -> int:
+        """The user's delete: every entry naming `user` goes but the records of earlier
+        deletes (`op`), and this delete's record (`op` and `audit`, naming the user)
+        takes their place at the end, in one replace of the file under the appenders'
+        lock. A line that is not an entry (torn by a crash) goes if it names the user.
+        Returns the entries gone."""
+        record = self._record({"user": user, "op": op, **audit})
+        needle = json.dumps({"user": user})[1:-1].encode()  # `"user": "<name>"`, as written
+        gone = 0
+
+        def without_user(data: bytes) -> bytes:
+            nonlocal gone
+            kept = []
+            for line in data.splitlines():
+                if needle in line:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        entry = None
+                    if not isinstance(entry, dict) or (entry.get("user") == user
+                                                       and entry.get("op") != op):
+                        gone += 1
+                        continue
+                if line:
+                    kept.append(line + b"\n")
+            return b"".join(kept) + _line(record).encode() + b"\n"
+
+        rewrite_log(self.path, without_user, kind="journal")
+        return gone
+
+    def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """The entry as written: its time first; ValueError for a key or value the
+        journal does not take."""
         unknown = set(entry) - ALLOWED_KEYS
         if unknown:
             raise ValueError(f"journal keys not allowed: {sorted(unknown)}")
-        record = {"at": format_time(self._clock()), **{k: v for k, v in entry.items()}}
+        record = {"at": format_time(self._clock()), **entry}
         _check_value(record)
-        # O_APPEND and an flock keep lines whole across threads and processes; a torn
-        # last line a crash left is ended first, so it is skipped alone (counted by `read`).
-        append_line(self.path, json.dumps(record, sort_keys=True, ensure_ascii=False),
-                    kind="journal", fsync=True)
-        if self.on_append is not None:
-            self.on_append(record)
         return record
 
     def entries(self) -> Iterator[dict[str, Any]]:
@@ -140,6 +176,10 @@ def _lines_backwards(path: Path, block: int) -> Iterator[bytes]:
 class JournalRead:
     entries: list[dict[str, Any]] = field(default_factory=list)
     torn: int = 0  # lines a crash cut short (or anything else that is not an entry)
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, ensure_ascii=False)
 
 
 def _check_value(value: Any) -> None:

@@ -176,3 +176,40 @@ def test_index_md_has_one_line_per_live_note(store: NoteStore) -> None:
     assert any("Prefers tea" in line and a.id in line and "uses 7d: 1" in line for line in lines)
     assert "Gone" not in text
     assert "## About you" in text and "## Session s1" in text and f"## Project {b.project}" in text
+
+
+def test_a_users_delete_leaves_other_users_entries_and_loses_no_line_appended_meanwhile(
+        tmp_path: Path) -> None:
+    """`erase_user` replaces the file while other users' entries are being appended (the
+    server goes on serving them): each of those lands in the new file, none in the
+    replaced one. The user's own entries go, torn lines naming them too; the records of
+    the user's deletes stay."""
+    import threading
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.append(user="alice", op="add", ok=True, id="n1")
+    path.open("a").write('{"user": "alice", "op": "ad')  # torn by a crash
+    journal.append(user="alicea", op="add", ok=True, id="n2")  # another user, one letter on
+    appended = 300
+    done = threading.Event()
+
+    def bob() -> None:
+        for i in range(appended):
+            Journal(path).append(user="bob", op="add", ok=True, id=f"b{i}")
+        done.set()
+
+    writer = threading.Thread(target=bob)
+    writer.start()
+    gone = [journal.erase_user("alice", op="delete_user", ok=True, counts={"notes": 1})]
+    while not done.is_set():
+        journal.append(user="alice", op="inject", ok=True, ids=["n1"])
+        gone.append(journal.erase_user("alice", op="delete_user", ok=True,
+                                       counts={"notes": 0}))
+    writer.join()
+    read = journal.read()
+    assert read.torn == 0 and gone[0] == 2 and len(gone) > 3
+    assert sum(e["user"] == "bob" for e in read.entries) == appended
+    alice = [e for e in read.entries if e["user"] == "alice"]
+    assert {e["op"] for e in alice} == {"delete_user"} and len(alice) == len(gone)
+    assert [e["id"] for e in read.entries if e["user"] == "alicea"] == ["n2"]
