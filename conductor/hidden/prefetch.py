@@ -183,6 +183,11 @@ class PrefetchDue:
             if slots is not None and slots.hints.pop(session, None) is not None:
                 self._forget_if_empty(user)
 
+    def forget_user(self, user: str) -> None:
+        """The user's delete: none of their sessions due, none of their hints kept."""
+        with self._lock:
+            self._users.pop(user, None)
+
     def take(self) -> list[tuple[str, str]]:
         """Every due session, taken in turns: each user's most recent first, the most
         recently active user first, then each one's next (a user with many sessions due

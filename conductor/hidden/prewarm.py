@@ -63,6 +63,12 @@ class PrewarmHeads:
             while len(self._groups) > self.max_groups:
                 self._groups.popitem(last=False)
 
+    def forget_user(self, user: str) -> None:
+        """The user's delete: their heads (system prompts and tools) are not kept."""
+        with self._lock:
+            for group in [g for g in self._groups if g.user == user]:
+                del self._groups[group]
+
     def groups(self) -> list[ContextGroup]:
         with self._lock:
             return list(reversed(self._groups))  # most recent first

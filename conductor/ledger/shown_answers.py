@@ -61,6 +61,16 @@ class ShownAnswers:
         """`as_written` for one user's messages (what render_chat takes)."""
         return lambda content: self.as_written(user, content)
 
+    def forget_user(self, user: str | None) -> int:
+        """The user's delete: their answers go (and their file with the next save).
+        Returns how many."""
+        with self._lock:
+            mine = [key for key, (owner, _, _) in self._answers.items() if owner == user]
+            for key in mine:
+                del self._answers[key]
+            self._changed.add(user)
+            return len(mine)
+
     def take_changes(self) -> dict[str | None, list[tuple[str, str]]]:
         """The users whose answers changed since the last call, each with all of its
         (shown, written) pairs, oldest first (an empty list: none left)."""

@@ -167,6 +167,24 @@ def user_prefix(user: str) -> str:
     return f"tandem-u{digest}-"
 
 
+def drop_user_collections(url: str, api_key: str | None, user: str) -> int:
+    """The user's delete: every collection of `user` on a Qdrant server (each vector
+    version's), found by `user_prefix`. Returns how many went."""
+    from qdrant_client import QdrantClient
+
+    local = url == ":memory:" or not url.startswith(("http://", "https://"))
+    client = (QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
+              if local else QdrantClient(url=url, api_key=api_key))
+    try:
+        mine = [c.name for c in client.get_collections().collections
+                if c.name.startswith(user_prefix(user))]
+        for name in mine:
+            client.delete_collection(name)
+        return len(mine)
+    finally:
+        client.close()
+
+
 class ServerStore:
     """The same data model in a Qdrant server's collection (or `qdrant-client`'s local
     mode when `url` is ":memory:" or a path: the same client code, for tests)."""

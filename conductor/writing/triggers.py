@@ -83,6 +83,14 @@ class WriterTriggers:
         with self._lock:
             self._pending[(user, session)] = trigger
 
+    def forget_user(self, user: str) -> None:
+        """The user's delete: none of their sessions watched or due, and what a
+        compaction dropped of theirs let go."""
+        with self._lock:
+            for book in (self._sessions, self._pending, self._dropped):
+                for key in [k for k in book if k[0] == user]:
+                    del book[key]
+
     def due(self) -> list[tuple[str, str, str]]:
         """(user, session, trigger) for every session the writer should visit now."""
         now = self.clock()

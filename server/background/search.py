@@ -22,6 +22,7 @@ from conductor.search.embedders import (
 )
 from conductor.search.index import Hit, SearchIndex, SyncReport
 from conductor.search.sources import SourceError
+from conductor.search.stores import drop_user_collections
 from engine.backend import EngineBackend
 from server.turn.memory import MemoryServices
 
@@ -67,6 +68,21 @@ class SearchService:
                     self.memory.root, user, self.embedder(), self.qdrant_url,
                     os.environ.get("TANDEM_QDRANT_API_KEY"), self.allowed_roots)
             return self._indexes[user]
+
+    def forget(self, user: str) -> int:
+        """The user's delete: no sync of their index due, the index closed (a sync in
+        progress finishes first: blocking) and their collections on a Qdrant server
+        dropped. Returns how many; embedded Qdrant's files go with the user's layers
+        (conductor.storage.erase)."""
+        with self._lock:
+            self.stale.discard(user)
+            index = self._indexes.pop(user, None)
+        if index is not None:
+            index.close()  # under the index's lock, which a sync holds
+        if self.qdrant_url is None:
+            return 0
+        return drop_user_collections(self.qdrant_url, os.environ.get("TANDEM_QDRANT_API_KEY"),
+                                     user)
 
     def mark_stale(self, user: str | None) -> None:
         if user is not None:

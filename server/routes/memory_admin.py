@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import tempfile
 from dataclasses import replace
@@ -29,7 +30,10 @@ from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
 
+from server.access.keys import KeyStore
 from server.http.errors import APIError
+
+log = logging.getLogger("tandem.memory")
 
 MAX_PAGE = 200
 # The bench's results beside the package (a source checkout; an installed wheel has none).
@@ -122,14 +126,16 @@ def memory_admin_router(state) -> APIRouter:
         if body.confirm.strip().lower() != name:
             raise APIError(400, "type the user's name in confirm to delete their memory",
                            code="confirmation_mismatch", param="confirm")
-        result = await asyncio.to_thread(memory.store(name).delete_all, via="dashboard")
-        if not result.ok:
-            raise APIError(500, f"delete refused ({result.reason})", code=str(result.reason))
-        records = memory.ledger.forget_user(name)  # a replay must not bring the notes back
-        await asyncio.to_thread(memory.responses.delete_user, name)  # they hold the talk
-        memory.on_change(name)
-        return {"ok": True, "user": name, "notes_deleted": result.count,
-                "records_dropped": records}
+        try:
+            removed = await asyncio.to_thread(_delete_user, state, name)
+        except OSError as exc:  # disk full, read-only: what is done stays done; run it again
+            raise APIError(500, f"the delete stopped: {exc.strerror or type(exc).__name__}; "
+                           "send it again to finish", code="io_error",
+                           kind="server_error") from None
+        log.info("user deleted from the Memory screen: %s", ", ".join(
+            f"{count} {kind}" for kind, count in removed.items() if count))
+        return {"ok": True, "user": name, "notes_deleted": removed["notes"],
+                "records_dropped": removed["records"], "removed": removed}
 
     @router.get("/bench")
     async def bench(request: Request) -> dict:
@@ -146,6 +152,18 @@ def memory_admin_router(state) -> APIRouter:
         return FileResponse(files[path])
 
     return router
+
+
+def _delete_user(state, name: str) -> dict[str, int]:
+    """Delete means gone: the user's API keys revoked first (no new request of theirs
+    starts), their search index let go, then their tokens, caches and every file
+    (`MemoryServices.delete_user`). Counts of what went, by kind; never a title."""
+    keys = KeyStore(state.home).revoke_user(name)  # the file the key check reloads
+    collections = state.search.forget(name) if state.search is not None else 0
+    if state.jobs is not None:
+        state.jobs.prewarm_due.discard(name)
+    return state.memory.delete_user(name, via="dashboard", also={
+        "api_keys": keys, "search_collections": collections})
 
 
 def _settings(state) -> dict:

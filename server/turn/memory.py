@@ -29,6 +29,7 @@ from conductor.ledger.records import Ledger, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
 from conductor.notes import NoteStore
+from conductor.storage.erase import erase_user
 from conductor.storage.journal import Journal
 from conductor.storage.paths import valid_session, valid_user
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
@@ -266,6 +267,25 @@ class MemoryServices:
     def journal(self) -> Journal:
         """The journal every user's entries go to (each names its user)."""
         return Journal(self.root / "journal.jsonl")
+
+    def delete_user(self, user: str, via: str, also: dict[str, int]) -> dict[str, int]:
+        """The user's delete, once their keys are revoked and the search index let go:
+        their session tokens revoked and their prefix-cache salt retired (a user made
+        again under the name starts afresh), what this process holds of them dropped,
+        then every file of theirs removed and one journal entry of it written, with
+        `also`'s counts (`conductor.storage.erase`). Returns what went, by kind."""
+        tokens = self.tokens.forget_user(user)
+        records = self.ledger.forget_user(user)
+        shown = self.shown.forget_user(user)
+        self.triggers.forget_user(user)
+        self.prefetch_due.forget_user(user)
+        self.prewarm.forget_user(user)
+        with self._lock:
+            self._stores.pop(user, None)
+            self._layers.pop(user, None)
+        self.ledger_saver.save_now()  # a save in progress ends, the dropped files go
+        return erase_user(self.root, user, via=via, responses=self.responses, also={
+            **also, "session_tokens": tokens, "records": records, "shown_answers": shown})
 
     def _quarantine_report(self, user: str) -> QuarantineReport:
         journal = self.journal

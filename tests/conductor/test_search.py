@@ -307,3 +307,22 @@ def test_qdrant_collection_names_keep_users_apart_and_drops_are_exact(tmp_path):
     assert left == {collection_name(u, "minilm-v1") for u in ("alice-b", "alice.b", "alicex")
                     } | {collection_name("alice", "minilm-v2")}
     store.close()
+
+
+def test_a_users_delete_drops_every_collection_of_theirs_and_no_one_elses(tmp_path):
+    """On a Qdrant server a user's index is collections (one a vector version), not a
+    folder the delete removes: each of theirs goes, each of a look-alike name stays."""
+    from conductor.search.stores import ServerStore, collection_name, drop_user_collections
+
+    path = str(tmp_path / "qdrant")
+    store = ServerStore(path, collection_name("alice", "minilm-v2"), None)
+    for user in ("alice", "alice-b", "alice.b", "alicex"):
+        store._client.create_collection(collection_name(user, "minilm-v1"),
+                                        vectors_config={})
+    store.close()  # one client a local path at a time, as the server's delete does
+    assert drop_user_collections(path, None, "alice") == 2
+    again = ServerStore(path, collection_name("bob", "minilm-v1"), None)
+    left = {c.name for c in again._client.get_collections().collections}
+    again.close()
+    assert left == {collection_name(u, "minilm-v1") for u in ("alice-b", "alice.b", "alicex",
+                                                              "bob")}

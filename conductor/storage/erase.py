@@ -1,0 +1,112 @@
+"""A user's delete: every file of theirs under the memory root goes.
+
+Where a user's data lands under ``$TANDEM_HOME/memory`` (``paths.py`` and the layouts
+it points to):
+
+    notes/<user>/                        notes, revisions, archive, INDEX.md, usage
+    index/<user>/                        the notes' tantivy index
+    layers/<user>/                       core, working memory, semantic, the continuous
+                                         conversation's turns, job state and runs, and
+                                         the search index (embedded Qdrant: embed/)
+    library/<user>/                      the user's documents for search
+    locks/<user>.lock, <user>.layers.lock
+    ledger/<hash of user and session>.json   each session's records
+    ledger/shown/<hash of user>.json     answers as shown
+    ledger/responses/<hash of user>/     stored responses (the Responses API)
+    journal.jsonl                        entries naming the user
+
+The journal keeps one entry of the delete in their place: the user's name, where it was
+asked from and what went, in counts (the journal never holds a title or a body). What a
+server holds besides (session tokens, API keys, caches, a Qdrant server's collections) it
+drops itself, before this runs (``server.turn.memory.MemoryServices.delete_user``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from conductor.layers.paths import LayerFiles
+from conductor.ledger.files import LedgerFiles, ShownAnswerFiles
+from conductor.ledger.stored_responses import ResponseStore
+from conductor.storage.atomic import FileLock, remove_file
+from conductor.storage.journal import Journal
+from conductor.storage.paths import Layout, valid_user
+
+LIBRARY_DIR = "library"
+
+
+def erase_user(root: Path, user: str, *, via: str, responses: ResponseStore | None = None,
+               also: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Remove every file and folder of `user` under the memory root `root`, then replace
+    their journal entries with one entry of the delete. `responses`: the live store (a
+    response still being written for the user is then dropped too); `also`: counts of
+    what the caller removed elsewhere, for that entry. Returns what went, by kind."""
+    if not valid_user(user):
+        raise ValueError(f"not a user name: {user!r}")
+    layout, layers = Layout(root, user), LayerFiles(root, user)
+    counts: dict[str, int] = {}
+    # Each tree under its own lock, one at a time (a job may hold the layers' lock while
+    # it writes a note): a write in progress finishes first and nothing is half-removed.
+    with FileLock(layout.lock_path):
+        counts["notes"] = _files(layout.user_dir, "*.md") - _files(layout.revisions_dir,
+                                                                   "*.md")
+        counts["notes"] -= int(layout.index_md.exists())
+        counts["revisions"] = _files(layout.revisions_dir, "*.md")
+        _remove_tree(layout.user_dir)
+        _remove_tree(layout.index_dir)
+        remove_file(layout.lock_path)  # whoever locks it next makes a new one
+    with FileLock(layers.lock_path):
+        embed = layers.user_dir / "embed"  # the search index (conductor.search.index)
+        counts["history_turns"] = _files(layers.turns_dir, "*.json")
+        counts["search_index"] = int(embed.exists())
+        counts["layer_files"] = (_files(layers.user_dir, "*") - counts["history_turns"]
+                                 - _files(embed, "*"))
+        _remove_tree(layers.user_dir)
+        remove_file(layers.lock_path)
+    counts["library_files"] = _files(root / LIBRARY_DIR / user, "*")
+    _remove_tree(root / LIBRARY_DIR / user)
+    counts["ledger_sessions"] = _remove_sessions(LedgerFiles(root).folder, user)
+    remove_file(ShownAnswerFiles(root).path_for(user), kind="ledger")
+    (responses or ResponseStore(root)).delete_user(user)
+    audit = {**counts, **(also or {})}
+    counts["journal_entries"] = Journal(layout.journal_path).erase_user(
+        user, ok=True, via=via, by="user", counts=audit)
+    return {**audit, "journal_entries": counts["journal_entries"]}
+
+
+def _files(folder: Path, pattern: str) -> int:
+    """Files under `folder` whose names match `pattern` (0 when there is no folder)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return 0
+    return sum(1 for p in folder.rglob(pattern) if p.is_file() and not p.is_symlink())
+
+
+def _remove_tree(folder: Path) -> None:
+    """The folder and everything in it; a link in its place is unlinked, never followed
+    (an operator's link to a folder elsewhere: that folder is theirs)."""
+    if folder.is_symlink():
+        os.unlink(folder)
+    elif folder.exists():
+        shutil.rmtree(folder)
+
+
+def _remove_sessions(folder: Path, user: str) -> int:
+    """The ledger's session files of `user` (named by a hash of user and session: each
+    file says whose it is). Returns how many went."""
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    needle = json.dumps(user).encode()
+    for path in folder.glob("*.json"):
+        try:
+            data = path.read_bytes()
+            if needle not in data or json.loads(data).get("user") != user:
+                continue
+        except (OSError, ValueError, AttributeError):
+            continue  # gone meanwhile, or not a session file: the ledger removes those
+        removed += remove_file(path, kind="ledger")
+    return removed
