@@ -55,3 +55,34 @@ def test_an_identifier_query_has_look_alikes_in_the_corpus():
     for code in ("E4012", "OPS-4471", "--xq7-retain", "db-replica-03"):
         stem = re.sub(r"\d", "", code)[:4]
         assert len(set(re.findall(re.escape(stem) + r"[\w-]*", text))) >= 3, code
+
+
+def test_the_public_sets_load_whole_with_every_question_s_evidence_a_message_they_hold():
+    """The derived LoCoMo and REALTALK (bench/search/data/external/README.md): the counts
+    its README states, and no question points at a message the set lacks."""
+    from bench.search.external_sets import load
+
+    counts = {}
+    for name in ("locomo", "realtalk"):
+        data = load(name)
+        messages = questions = 0
+        for convo in data["conversations"]:
+            ids = {t[0] for s in convo["sessions"] for t in s["turns"]}
+            messages += len(ids)
+            assert all(t[1] in (0, 1) and t[2] for s in convo["sessions"] for t in s["turns"])
+            for q in convo["questions"]:
+                assert q["evidence"] and set(q["evidence"]) <= ids, q["q"]
+            questions += len(convo["questions"])
+        counts[name] = (len(data["conversations"]), messages, questions)
+    assert counts == {"locomo": (10, 5882, 1536), "realtalk": (10, 8944, 705)}
+
+
+def test_hand_written_evidence_is_read_as_the_message_ids_it_names():
+    from bench.search.external_sets import _ids
+
+    known = {f"D{s}:{n}" for s in (5, 12, 13, 20) for n in range(1, 50)}
+    assert _ids(["D5:3."], known) == ["D5:3"]
+    assert _ids(["D12:3-D12:5"], known) == ["D12:3", "D12:4", "D12:5"]
+    assert _ids(["D5:12;D5:16", "D5:12"], known) == ["D5:12", "D5:16"]
+    assert _ids(["D13:45:D20:19"], known) == ["D13:45", "D20:19"]
+    assert _ids(["D99:1", "D13:4. D14:4"], known) == ["D13:4"]  # no such message: dropped
