@@ -1,5 +1,5 @@
 """Hybrid search over everything a user's memory holds: by words (BM25) and by meaning
-(dense vectors), fused with reciprocal rank fusion, in Qdrant's engine.
+(dense vectors), fused by the mean of their z-scored scores, in Qdrant's engine.
 
 Public face:
 

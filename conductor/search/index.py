@@ -28,7 +28,7 @@ from typing import Any
 
 from conductor.search.chunks import Chunk, split_markdown
 from conductor.search.embedders import Embedder
-from conductor.search.fusion import PREFETCH_FACTOR, fused
+from conductor.search.fusion import depth, fused
 from conductor.search.sources import Registry, Source, load_sources
 from conductor.search.stores import (
     EdgeStore,
@@ -73,6 +73,11 @@ class SyncReport:
     seconds: float = 0.0
     rebuilt_after_crash: bool = False
     migrated_from: list[str] = field(default_factory=list)
+
+
+def chunk_text(chunk: Chunk) -> str:
+    """What a chunk's vectors are made of: its heading trail, then its text."""
+    return f"{chunk.section}\n{chunk.text}" if chunk.section else chunk.text
 
 
 def _slug(version: str) -> str:
@@ -251,8 +256,7 @@ class SearchIndex:
                 "vector_version": self.version}
 
     def _points(self, source: Source, items: list[tuple[str, str, Chunk]]) -> list[StoredPoint]:
-        chunks = [c for _, _, c in items]
-        texts = [f"{c.section}\n{c.text}" if c.section else c.text for c in chunks]
+        texts = [chunk_text(c) for _, _, c in items]
         dense = self.embedder.embed(texts) if self.embedder is not None else [None] * len(texts)
         points = []
         for (point_id, rel, chunk), text, vector in zip(items, texts, dense, strict=True):
@@ -283,9 +287,9 @@ class SearchIndex:
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, mode: str = "hybrid", collection: str | None = None,
                limit: int = 10) -> list[Hit]:
-        """Hybrid: the dense and BM25 rankings fused by weighted reciprocal rank
-        (`conductor/search/fusion.py`); without an embedder every mode runs on BM25
-        (`self.embedder is None` tells the caller)."""
+        """Hybrid: the dense and BM25 rankings fused by the mean of their z-scored
+        scores (`conductor/search/fusion.py`); without an embedder every mode runs on
+        BM25 (`self.embedder is None` tells the caller)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         with self._lock:
@@ -295,7 +299,7 @@ class SearchIndex:
             dense = (self.embedder.embed([query])[0]
                      if self.embedder is not None and mode != "sparse" else None)
             if mode == "hybrid" and dense is not None:
-                deep = limit * PREFETCH_FACTOR
+                deep = depth(limit)
                 found = fused(store.query(dense, sparse, "dense", collection, deep),
                               store.query(dense, sparse, "sparse", collection, deep), limit)
             else:
