@@ -43,6 +43,7 @@ from server.http.errors import (
 from server.http.load_tracking import ServerLoad, TrackServerLoad
 from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.http.orca import OrcaLoadReport
+from server.mcp.http import mount_mcp
 from server.routes.chat import answerer, chat_router
 from server.routes.chat_batch import chat_batch_router
 from server.routes.completions import completions_router
@@ -224,6 +225,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(responses_router(state))
     app.include_router(messages_router(state))  # Anthropic's wire (Claude Code)
     app.include_router(layer_router(state, answer))
+    mount_mcp(app, memory, lambda: state.search)  # /mcp: the memory tools over MCP
 
     # inside the key check: a refused request is neither counted nor reported on
     app.add_middleware(OrcaLoadReport)

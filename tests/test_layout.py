@@ -22,15 +22,17 @@ FORBIDDEN = {
     "conductor": ("engine", "server", "bench", "kernels"),
     # past the engine seam: engine.backend.EngineBackend, never the vLLM engine itself
     "server.http": ("server.access", "server.turn", "server.routes", "server.background",
-                    "server.cli",
+                    "server.cli", "server.mcp",
                     "server.app", "engine.engine"),
     "server.access": ("server.turn", "server.routes", "server.background", "server.cli",
-                      "server.app", "engine.engine"),
+                      "server.mcp", "server.app", "engine.engine"),
     "server.turn": ("server.routes", "server.background", "server.cli", "server.app",
-                    "engine.engine", "bench"),
+                    "server.mcp", "engine.engine", "bench"),
     "server.background": ("server.routes", "server.cli", "server.app", "engine.engine",
-                          "bench"),
-    "server.routes": ("server.cli", "server.app", "engine.engine", "bench"),
+                          "server.mcp", "bench"),
+    "server.routes": ("server.cli", "server.app", "server.mcp", "engine.engine", "bench"),
+    # the memory tools over MCP: beside the routes, calling what they call, never them
+    "server.mcp": ("server.routes", "server.cli", "server.app", "engine.engine", "bench"),
     "server.app": ("server.cli", "bench"),
     "bench": ("server.cli",),
 }

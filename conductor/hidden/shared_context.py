@@ -67,6 +67,12 @@ def visible_note_ids(store: NoteStore, project: str | None, session: str | None)
     return {n.id for n in notes}
 
 
+def hits_to_ask_for(limit: int) -> int:
+    """How many search hits to ask for when some may be hidden (`visible_hits`), so the
+    answer still holds `limit`."""
+    return min(3 * limit, 50)
+
+
 def visible_hits(hits: list, visible: set[str], limit: int) -> list:
     """Search hits a request may see: a hit on a note's file (by its name, whatever source
     indexed it) only when the note is visible (see visible_note_ids)."""

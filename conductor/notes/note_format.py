@@ -30,7 +30,7 @@ SCOPES = ("user", "project", "session")
 STATUSES = ("provisional", "ratified")
 # Who wrote the text: the model inline in an answer, the background writer, the HTTP
 # route, the dashboard, or the command line.
-SOURCES = ("inline", "writer", "route", "dashboard", "cli", "command")
+SOURCES = ("inline", "writer", "route", "dashboard", "cli", "command", "mcp")
 FENCE = "---"
 
 try:  # The C loader is ~10x faster; fall back when PyYAML was built without libyaml.

@@ -17,6 +17,7 @@ from engine.profiles import (
 )
 from server.cli import admin as admin_cli
 from server.cli import jobs as jobs_cli
+from server.cli import mcp as mcp_cli
 from server.cli import memory as memory_cli
 from server.cli import notes as notes_cli
 from server.cli import proxy as proxy_cli
@@ -240,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     notes_cli.register(commands)
     memory_cli.register(commands, default_profile_name)
+    mcp_cli.register(commands)
     jobs_cli.register(commands, default_profile_name)
     keys = commands.add_parser("keys", help="named API keys: each key's label is its user")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)

@@ -182,10 +182,15 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
     from server.http import access_log
 
     access_log.configure(enabled=not args.disable_access_log)
-    if listener is None:
-        server.run()
-    else:
-        server.run(sockets=[listener])
+    from server.mcp.discovery import announced, local_url
+
+    # $TANDEM_HOME/server.json while serving: `tandem mcp` forwards its calls here.
+    with announced(tandem_home(), local_url(args.host, args.port), settings.user_name,
+                   uds=args.uds):
+        if listener is None:
+            server.run()
+        else:
+            server.run(sockets=[listener])
     if engine_died:
         _say(f"the engine core process stopped; exiting with {ENGINE_DEAD_EXIT} so a "
              "supervisor restarts the server")

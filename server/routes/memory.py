@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from conductor.hidden.prefetch import HINT_MAX_CHARS
-from conductor.hidden.shared_context import visible_hits, visible_note_ids
+from conductor.hidden.shared_context import hits_to_ask_for, visible_hits, visible_note_ids
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
 from conductor.search.sources import COLLECTIONS, SourceError
@@ -154,8 +154,7 @@ async def hybrid_search(service: SearchService | None, user: str, query: str, mo
     if not query.strip():
         raise APIError(400, "q must not be empty", code="invalid_value", param="q")
     try:
-        # More than asked for when some may be hidden, so the answer still holds `limit`.
-        wanted = limit if visible is None else min(3 * limit, 50)
+        wanted = limit if visible is None else hits_to_ask_for(limit)
         hits, dense = await service.search(user, query, mode, collection, wanted)
     except SourceError as exc:
         raise APIError(409, f"the search sources cannot be read: {exc}",

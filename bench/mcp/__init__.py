@@ -1,0 +1,1 @@
+"""The memory tools over MCP: search latency on a large store, remember-then-search."""
