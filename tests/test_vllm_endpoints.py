@@ -219,8 +219,8 @@ def test_invocations_answers_as_the_route_the_body_is_for(client):
 def test_invocations_refuses_what_neither_route_takes(client):
     assert error_of(client.post("/invocations", json={"model": "tiny"}), 400)["message"]
     error = error_of(client.post("/invocations", json={
-        "model": "tiny", "messages": USER, "temprature": 1}), 400)  # the chat route's 400
-    assert error["param"] == "temprature"
+        "model": "tiny", "messages": USER, "temperature": 9}), 400)  # the chat route's 400
+    assert error["param"] == "temperature"
 
 
 # the ORCA header
