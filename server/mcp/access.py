@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from conductor.layers.user_layers import UserLayers
 from conductor.notes import NoteStore
+from conductor.search.embedders import Embedder
 from conductor.search.index import Hit, SearchIndex
 from conductor.search.sources import Registry
 from conductor.search.stores import IndexBusy
@@ -86,10 +87,10 @@ class LocalMemory:
     (embedded Qdrant takes its folder's lock in one process), so this process opens it for
     a search and closes it after, and a server that starts meanwhile can take it."""
 
-    def __init__(self, home: Path, embedder_factory: Callable[[], object | None]) -> None:
+    def __init__(self, home: Path, embedder_factory: Callable[[], Embedder | None]) -> None:
         self.root = home / "memory"
         self._embedder_factory = embedder_factory
-        self._embedder: object | None = None
+        self._embedder: Embedder | None = None
         self._embedder_loaded = False
         self._stores: dict[str, NoteStore] = {}
         self._layers: dict[str, UserLayers] = {}
