@@ -16,6 +16,8 @@ import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from conductor.search.fusion import zscores
+
 Ranking = list[tuple[Hashable, float]]
 
 
@@ -115,20 +117,6 @@ class ZScore:
             for key, z in zscores(ranking, keys).items():
                 scores[key] += share * z
         return _ordered(scores)
-
-
-def zscores(ranking: Ranking, keys: list[Hashable]) -> dict[Hashable, float]:
-    """Each of `keys`' z-score in the list (its first score where it appears twice)."""
-    own: dict[Hashable, float] = {}
-    for key, value in ranking:
-        own.setdefault(key, value)
-    if not own:
-        return dict.fromkeys(keys, 0.0)
-    values = [v for _, v in ranking]
-    mean, deviation = statistics.fmean(values), statistics.pstdev(values)
-    z = {key: (value - mean) / (deviation or 1.0) for key, value in own.items()}
-    rest = min(z.values()) if deviation else -1.0
-    return {key: z.get(key, rest) for key in keys}
 
 
 @dataclass(frozen=True)

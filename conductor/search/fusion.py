@@ -25,6 +25,7 @@ embedded engine and against a Qdrant server alike.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Hashable
 from typing import Any
 
 DEPTH = 50  # each ranking this deep: the z-scores are over the lists the bench scored
@@ -45,15 +46,21 @@ def depth(limit: int) -> int:
 
 
 def _z(ranking: Found, keys: list[tuple]) -> dict[tuple, float]:
-    """Each of `keys`' z-score in the list. A hit the list lacks takes its lowest z (it
-    ranked below all the list holds), or -1 where the list's scores do not spread (one
-    hit: BM25's lone exact match of an identifier still ranks above what it lacks)."""
-    own: dict[tuple, float] = {}
-    for score, payload in ranking:
-        own.setdefault(key_of(payload), score)
+    """Each of `keys`' z-score in the list (`zscores`)."""
+    return zscores([(key_of(payload), score) for score, payload in ranking], keys)
+
+
+def zscores(scored: list[tuple[Hashable, float]], keys: list) -> dict:
+    """Each of `keys`' z-score among `scored` (key, score) pairs, its first score where it
+    appears twice. A key the list lacks takes its lowest z (it ranked below all the list
+    holds), or -1 where the list's scores do not spread (one hit: BM25's lone exact match
+    of an identifier still ranks above what it lacks). The bench's rules use it too."""
+    own: dict = {}
+    for key, score in scored:
+        own.setdefault(key, score)
     if not own:
         return dict.fromkeys(keys, 0.0)
-    values = [score for score, _ in ranking]
+    values = [score for _, score in scored]
     mean, deviation = statistics.fmean(values), statistics.pstdev(values)
     z = {key: (score - mean) / (deviation or 1.0) for key, score in own.items()}
     rest = min(z.values()) if deviation else -1.0
