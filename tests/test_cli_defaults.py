@@ -183,3 +183,43 @@ def test_proxy_refuses_a_backend_that_is_no_url_or_does_not_answer_with_a_clear_
                  "--backend-key-env", "NO_SUCH_KEY_VAR"]) == 2
     assert "that variable is not set" in capsys.readouterr().err
     assert not started.ran  # nothing served
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_proxy_takes_the_backend_with_or_without_v1(started, monkeypatch, suffix):
+    """`--backend http://host:port/v1` is the base URL every OpenAI client is given: it
+    names the same server as the bare form (it read /v1/v1/models: "cannot be read")."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked.append(self.path)
+            found = self.path == "/v1/models"
+            body = json.dumps({"object": "list", "data": [
+                {"id": "tiny-backend", "object": "model", "owned_by": "vllm"}]}
+                if found else {"detail": "Not Found"}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    gpu(monkeypatch, False)
+    try:
+        assert main(["proxy", "--profile", "tiny", "--writer", "off",
+                     "--backend", base + suffix]) == 0
+    finally:
+        server.shutdown()
+    assert asked == ["/v1/models"]
+    engine = started.app_kwargs["engine"]
+    assert engine.base_url == base and engine.model == "tiny-backend"

@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
                                   "OpenAI-compatible server (token-id prompts)")
     add_serve_arguments(proxy, proxy=True)
     proxy.add_argument("--backend", required=True, metavar="URL",
-                       help="the backend's base URL (http://host:port, without /v1)")
+                       help="the backend's base URL (http://host:port, or the /v1 form "
+                       "OpenAI clients take: http://host:port/v1)")
     proxy.add_argument("--model", help="the model name the backend serves (default: the "
                        "first of its /v1/models)")
     proxy.add_argument("--tokenizer", help="the backend model's tokenizer, a path or hub id "
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
                                "not set")
     if not args.backend.startswith(("http://", "https://")):
         raise ProfileError(f"--backend {args.backend!r}: give a URL (http://host:port)")
+    args.backend = backend_base(args.backend)
     args.writer, policy = writer_setup(args, key)
     paid = is_paid(args.backend, key, args.paid)
     model, kind, wire = backend_model(args, key)
@@ -100,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
     return run_serve(args, lambda profile: backend_engine(profile, args, key, model, kind,
                                                           wire),
                      writer_policy=policy, profile_for=jobs_off if paid else None)
+
+
+def backend_base(url: str) -> str:
+    """The backend's root: every OpenAI client's base URL ends in /v1, and the proxy adds
+    /v1/models, /v1/completions ... itself, so either form names the same server."""
+    return url.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 def jobs_off(profile):
