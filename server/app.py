@@ -19,6 +19,7 @@ from conductor.background.nightly import nightly_loop
 from conductor.hidden.prefetch import PrefetchLimits
 from conductor.hidden.tail_notes import NotesShown
 from conductor.ledger.records import Ledger
+from conductor.memory.services import MemoryServices, MemorySettings
 from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
@@ -59,7 +60,6 @@ from server.routes.responses import responses_router
 from server.routes.screen import screen_router
 from server.routes.vllm import vllm_router
 from server.turn.answering.engine_tools import EngineToolbox
-from server.turn.memory import MemoryServices, MemorySettings
 from server.turn.tool_exchange import TemplateCannotExchange, check_tool_exchange
 
 log = logging.getLogger("tandem.server")

@@ -21,9 +21,9 @@ class InProcessApp:
                  client_host: str = "127.0.0.1", auth=None,
                  memory_changes: dict | None = None,
                  profile_changes: dict | None = None) -> None:
+        from conductor.memory.services import MemorySettings
         from engine.profiles import MemorySettings as ProfileMemory
         from server.app import create_app
-        from server.turn.memory import MemorySettings
 
         engine = served.app.state.tandem.engine
         profile = engine.profile

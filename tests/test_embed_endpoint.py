@@ -70,8 +70,8 @@ def test_the_server_uses_the_profiles_endpoint_and_falls_back_to_bm25_without_it
         embeddings_url, tmp_path):
     import asyncio
 
+    from conductor.memory.services import MemoryServices
     from server.background.search import SearchService
-    from server.turn.memory import MemoryServices
 
     library(tmp_path / "memory")
     memory = MemoryServices(tmp_path)

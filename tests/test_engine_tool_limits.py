@@ -9,9 +9,9 @@ import asyncio
 import json
 
 from conductor.hidden.prewarm import HEADS_PER_GROUP, ContextGroup, PrewarmHeads
+from conductor.memory.services import MemoryServices, MemorySettings
 from server.turn.answering.engine_tools import READ, SEARCH, EngineToolbox, ToolLimits
 from server.turn.answering.output_parser import ToolCall
-from server.turn.memory import MemoryServices, MemorySettings
 
 USER = "tester"
 

@@ -52,9 +52,9 @@ def browser():
 @pytest.fixture
 def screen(served, tmp_path):
     """A fresh home served over HTTP as `tandem serve` serves it (memory on, user tester)."""
+    from conductor.memory.services import MemorySettings
     from server.app import create_app
     from server.cli.main import server_config
-    from server.turn.memory import MemorySettings
     from tests.inprocess import InProcessApp
     from tests.served import AppOnLoop
 

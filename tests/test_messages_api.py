@@ -34,10 +34,10 @@ BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: kettle 
 @pytest.fixture(scope="module")
 def server(served, tmp_path_factory):
     """A second app on the session's engine: a home of its own, and an API key."""
+    from conductor.memory.services import MemorySettings
     from server.access.auth import Auth
     from server.access.keys import KeyStore
     from server.app import create_app
-    from server.turn.memory import MemorySettings
 
     home = tmp_path_factory.mktemp("messages-home")
     engine = served.app.state.tandem.engine

@@ -15,12 +15,12 @@ import uuid
 import httpx
 import pytest
 
+from conductor.memory.services import MemorySettings
 from server.access.auth import Auth
 from server.access.browser_guard import BrowserPolicy
 from server.access.keys import KeyStore
 from server.app import create_app
 from server.cli.main import server_config
-from server.turn.memory import MemorySettings
 from tests.inprocess import InProcessApp
 from tests.served import AppOnLoop
 

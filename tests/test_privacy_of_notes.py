@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
+from conductor.memory.services import MemorySettings
 from server.access.auth import Auth
 from server.access.keys import KeysError, KeyStore
-from server.turn.memory import MemorySettings
 from tests.inprocess import InProcessApp
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "what do you know?"}],
@@ -97,8 +97,8 @@ def test_a_job_endpoint_takes_its_key_only_from_a_variable_meant_for_it(served, 
 
 
 def test_no_named_key_is_made_for_the_engines_own_user(tmp_path, monkeypatch, capsys):
+    from conductor.memory.services import MemorySettings
     from server.cli.main import main
-    from server.turn.memory import MemorySettings
 
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     assert main(["keys", "add", MemorySettings().user_name]) == 2
@@ -204,8 +204,8 @@ def test_session_tokens_stay_bounded_per_user_and_on_disk(tmp_path, monkeypatch)
     """A client that sends no session id makes a new session each conversation: the
     tokens kept, and the list on disk, stay bounded; a dropped session's token resolves
     again from its next turn, and a restart keeps what was listed."""
-    from server.access import session_tokens
-    from server.access.session_tokens import SessionTokens
+    from conductor.memory import session_tokens
+    from conductor.memory.session_tokens import SessionTokens
 
     monkeypatch.setattr(session_tokens, "MAX_SESSIONS_PER_USER", 16)
     tokens = SessionTokens(tmp_path)

@@ -104,7 +104,7 @@ def test_enable_thinking_changes_the_prompt(app, thinking):
 
 def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
         monkeypatch, tmp_path):
-    from server.turn.memory import MemoryServices, MemorySettings
+    from conductor.memory.services import MemoryServices, MemorySettings
 
     monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")
     monkeypatch.setenv("TANDEM_NIGHTLY_HOUR", "5")
@@ -179,8 +179,8 @@ def serve_without_an_engine(monkeypatch, tmp_path, hour: int):
     """The real app and its lifespan, the engine's load replaced by nothing: the nightly
     loop needs no engine."""
     import server.app
+    from conductor.memory.services import MemorySettings
     from engine.profiles import load_profile
-    from server.turn.memory import MemorySettings
 
     async def no_engine(*_args) -> None:
         return None

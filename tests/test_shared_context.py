@@ -82,8 +82,9 @@ def test_a_client_without_a_session_id_keeps_its_prefix_cache_every_turn(sdk, ti
 
 def derived(messages: list[dict], user: str = "tester", project: str | None = None,
             **extra) -> str:
+    from conductor.memory.context import derive_session
     from server.http.schema import ChatCompletionRequest
-    from server.turn.memory import derive_session, request_messages
+    from server.turn.memory import request_messages
 
     request = ChatCompletionRequest.model_validate({"model": "tiny", "messages": messages,
                                                     **extra})
@@ -146,13 +147,9 @@ def test_a_first_turn_is_recorded_under_the_session_its_second_turn_derives():
     """Unit test, no engine: the record of a first turn is filed where the second turn
     looks (the session its answer names); a named session is never renamed."""
     from conductor.ledger.records import VisibleMessage
+    from conductor.memory.context import MemoryContext, derive_session, session_after_answer
     from server.http.schema import ChatCompletionRequest
-    from server.turn.memory import (
-        MemoryContext,
-        derive_session,
-        request_messages,
-        session_after_answer,
-    )
+    from server.turn.memory import request_messages
 
     first = derived([SYSTEM, FIRST])
     memory = MemoryContext(user="tester", session=first, project=None, mode="on",

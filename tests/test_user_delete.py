@@ -154,7 +154,7 @@ def test_a_deleted_users_tokens_and_salt_stay_retired_after_a_restart(tmp_path):
     """The epoch a delete moves on is on disk, under a keyed hash: a restart derives the
     new tokens and salt, the old ones never resolve again, other users keep theirs, and
     no file names the deleted user."""
-    from server.access.session_tokens import SessionTokens
+    from conductor.memory.session_tokens import SessionTokens
 
     tokens = SessionTokens(tmp_path)
     old, salt = tokens.token_for("annabel", "s1"), tokens.cache_salt("annabel")

@@ -15,10 +15,11 @@ from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
 from bench.lanes.probe import EngineProbe
 from conductor.hidden.prefetch import ON_NOTES
 from conductor.hidden.tail_notes import build_matches
+from conductor.memory.services import MemorySettings
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
-from server.turn.memory import TOKEN_HEADER, MemorySettings
+from server.turn.memory import TOKEN_HEADER
 
 USER = "bench"
 # naive: memory off, every note in the system prompt; prefetch: memory on with the notes a

@@ -32,10 +32,10 @@ from bench.lanes.conversation import TURNS, fill_store
 from bench.lanes.lane import parse_stream
 from bench.paths import RESULTS_DIR
 from bench.report import environment
+from conductor.memory.services import MemorySettings
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
 from server.app import create_app
-from server.turn.memory import MemorySettings
 
 RESULTS = RESULTS_DIR / "tools"
 USER = "bench"

@@ -63,6 +63,7 @@ def served_app(home: Path):
     """`/mcp` as `tandem serve` mounts it, without an engine (search needs none)."""
     from fastapi import FastAPI
 
+    from conductor.memory.services import MemoryServices, MemorySettings
     from conductor.notes import NoteStore
     from conductor.notes.rules import Caps
     from server.access.auth import Auth
@@ -71,7 +72,6 @@ def served_app(home: Path):
     from server.background.search import SearchService
     from server.http.metrics import HTTPCounters
     from server.mcp.http import mount_mcp
-    from server.turn.memory import MemoryServices, MemorySettings
 
     class BenchMemory(MemoryServices):
         """The store's caps raised: a user's live notes stop at 500 (Caps.user_notes), and

@@ -102,13 +102,13 @@ def proxy_app(kind: str, base: str, model: str, home: Path, profile_name: str = 
     """`tandem proxy`'s app over the backend, memory on, a store of notes."""
     from bench.load.run import LOAD_USER, write_notes
     from bench.quality.facts import FACTS, load_facts
+    from conductor.memory.services import MemorySettings
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir
     from engine.profiles import load_profile, with_overrides
     from engine.proxy.http_backend import HttpEngine
     from server.app import create_app
-    from server.turn.memory import MemorySettings
 
     write_notes(home, load_facts(FACTS)[:20])
     profile = with_overrides(load_profile(profile_name), "on", "off")

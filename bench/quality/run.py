@@ -46,9 +46,9 @@ from bench.quality.facts import (
     write_facts,
 )
 from bench.quality.judge import judge
+from conductor.memory.services import MemorySettings
 from engine.engine import Engine
 from server.app import create_app
-from server.turn.memory import MemorySettings
 
 LANES = ("off", "on", "naive", "oracle", "told")
 USER = "quality"

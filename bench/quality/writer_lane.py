@@ -22,8 +22,8 @@ import httpx
 
 from bench.quality.facts import Fact
 from bench.quality.judge import judge
+from conductor.memory.services import MemorySettings
 from server.app import create_app
-from server.turn.memory import MemorySettings
 
 NO_TURN = frozenset({"gated", "no_record", "preempted", "over_budget"})
 MALFORMED = frozenset({"malformed_block", "missing_title", "unknown_kind", "unknown_scope",

@@ -121,7 +121,7 @@ def run_screen_bench(out: Path | None, quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tandem-screen-bench-") as home:
         say(f"writing {count} notes")
         store = write_store(Path(home) / "memory", count)
-        from server.turn.memory import MemorySettings
+        from conductor.memory.services import MemorySettings
 
         # The app's routes without its lifespan: no engine is loaded, none is needed.
         app = create_app(load_profile("tiny"), Path(home),

@@ -18,12 +18,12 @@ from conductor.background.job import Caps
 from conductor.background.job_models import JobModel, JobModels, endpoint_model, key_env_allowed
 from conductor.background.jobs import JOBS
 from conductor.background.runner import JobRun, run_job, utc_now
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
 from server.background.job_backends import EndpointJobBackend, EngineJobBackend
 from server.background.prewarm import PREFILL, PrewarmRun
 from server.turn.continuous import conversation_prefix_ids, window_bounds
-from server.turn.memory import MemoryServices
 
 log = logging.getLogger("tandem.jobs")
 JOB_MAX_TOKENS = 1536

@@ -22,9 +22,9 @@ from conductor.hidden.prefetch import PREFETCH_KIND, choose_prefetch, trailing_p
 from conductor.hidden.shared_context import session_notes, shared_notes
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
-from server.turn.memory import MemoryServices
 from server.turn.prompt import IM_END_TEXT, data_ids
 
 log = logging.getLogger("tandem.prefetch")

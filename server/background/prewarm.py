@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 
 from conductor.hidden.prewarm import Stale
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
-from server.turn.memory import MemoryServices
 from server.turn.prompt import shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")

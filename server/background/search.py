@@ -14,6 +14,7 @@ import os
 import threading
 from pathlib import Path
 
+from conductor.memory.services import MemoryServices
 from conductor.search.embedders import (
     Embedder,
     EmbedderError,
@@ -24,7 +25,6 @@ from conductor.search.index import Hit, SearchIndex, SyncReport
 from conductor.search.sources import SourceError
 from conductor.search.stores import drop_user_collections
 from engine.backend import EngineBackend
-from server.turn.memory import MemoryServices
 
 log = logging.getLogger("tandem.search")
 

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from conductor.ledger.records import Record
+from conductor.memory.services import MemoryServices
 from conductor.writing.writer import GenerationPiece, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 from server.background.writer_budget import RequestUsage, WriterBudget, WriterPolicy
-from server.turn.memory import MemoryServices
 
 
 class EngineWriterBackend:

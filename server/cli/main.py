@@ -158,7 +158,7 @@ def _keys(args: argparse.Namespace) -> int:
     store = KeyStore(tandem_home())
     try:
         if args.keys_command == "add":
-            from server.turn.memory import MemorySettings
+            from conductor.memory.services import MemorySettings
 
             if args.label == MemorySettings().user_name:
                 raise KeysError(f"{args.label!r} is the engine's own user (its memory is the "

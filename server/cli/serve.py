@@ -125,8 +125,8 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
         _say(f"ready in {time.monotonic() - started:.0f} s: {where} "
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
+    from conductor.memory.services import MemorySettings
     from conductor.storage.paths import valid_user
-    from server.turn.memory import MemorySettings
 
     if args.user is not None and not valid_user(args.user):
         raise ProfileError(f"--user {args.user!r}: use letters, digits and . _ @ - only")

@@ -26,8 +26,8 @@ from conductor.search.sources import Registry
 from conductor.search.stores import IndexBusy
 
 if TYPE_CHECKING:
+    from conductor.memory.services import MemoryServices
     from server.background.search import SearchService
-    from server.turn.memory import MemoryServices
 
 log = logging.getLogger("tandem.mcp")
 

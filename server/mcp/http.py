@@ -28,8 +28,8 @@ from server.turn.memory import PROJECT_HEADER, request_user
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from conductor.memory.services import MemoryServices
     from server.background.search import SearchService
-    from server.turn.memory import MemoryServices
 
 PATH = "/mcp"
 # One call's body: a note is at most 8,000 characters (up to 6 bytes each once escaped in

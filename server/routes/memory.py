@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from conductor.hidden.prefetch import HINT_MAX_CHARS
 from conductor.hidden.shared_context import hits_to_ask_for, visible_hits, visible_note_ids
+from conductor.memory.services import MemoryServices
 from conductor.notes import WriteResult
 from conductor.search.index import MODES
 from conductor.search.sources import COLLECTIONS, SourceError
@@ -26,7 +27,7 @@ from conductor.writing.client_writes import (
 )
 from server.background.search import SearchService
 from server.http.errors import APIError
-from server.turn.memory import TOKEN_HEADER, MemoryServices, request_user
+from server.turn.memory import TOKEN_HEADER, request_user
 
 
 class PrefetchHint(BaseModel):

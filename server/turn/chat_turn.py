@@ -25,6 +25,8 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 
+from conductor.memory.context import MemoryContext
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
@@ -33,7 +35,7 @@ from server.turn.commands import header as command_header
 from server.turn.commands import run_command, status_lines
 from server.turn.fit import Layout, answer_reserve, fitting, layouts
 from server.turn.hidden import note_miss
-from server.turn.memory import MemoryContext, MemoryServices, resolve_context
+from server.turn.memory import resolve_context
 from server.turn.params import generation_params, script_ids
 from server.turn.prepared import PreparedChat
 from server.turn.prompt import Tail, tools_for_template

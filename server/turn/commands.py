@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 
+from conductor.memory.context import MemoryContext, status_line
+from conductor.memory.services import MemoryServices
 from conductor.writing.command_writes import CommandOutcome, carry_out
 from conductor.writing.commands import recognise
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
-from server.turn.memory import MemoryContext, MemoryServices, status_line
 
 log = logging.getLogger("tandem.memory")
 HEADER = "X-Tandem-Memory-Command"

@@ -27,6 +27,8 @@ from conductor.layers.conversation import (
 )
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
+from conductor.memory.context import MemoryContext
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError
@@ -35,7 +37,7 @@ from server.turn import chat_turn
 from server.turn.answering.answer import RecordedTurn
 from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.checks import ContextOverflow
-from server.turn.memory import MemoryContext, MemoryServices, request_user
+from server.turn.memory import request_user
 from server.turn.prepared import PreparedChat
 from server.turn.prompt import Tail, assemble, render_chat
 

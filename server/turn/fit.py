@@ -28,12 +28,13 @@ from dataclasses import dataclass, replace
 
 from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.records import Span, VisibleMessage
+from conductor.memory.context import MemoryContext
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.hidden import HiddenContext, choose_hidden
-from server.turn.memory import MemoryContext, MemoryServices
 from server.turn.prompt import (
     BuiltPrompt,
     RenderedChat,

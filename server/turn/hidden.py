@@ -29,9 +29,10 @@ from conductor.hidden.shared_context import (
 from conductor.hidden.tail_notes import build_matches
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, VisibleMessage
+from conductor.memory.context import MemoryContext
+from conductor.memory.services import MemoryServices
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
-from server.turn.memory import MemoryContext, MemoryServices
 from server.turn.prompt import Tail, tools_for_template
 from server.turn.replay import Replay
 

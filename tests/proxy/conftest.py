@@ -49,13 +49,13 @@ def vllm_backend(url: str) -> Backend:
 def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_policy=None,
               timeout_s: float = 600.0, trusted_proxies: frozenset[str] = frozenset(),
               shared_cache: bool = False):
+    from conductor.memory.services import MemorySettings
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir
     from engine.profiles import load_profile
     from engine.proxy.http_backend import HttpEngine
     from server.app import create_app
-    from server.turn.memory import MemorySettings
 
     profile = load_profile("tiny")
     profile = dataclasses.replace(profile, scripted=True, memory=dataclasses.replace(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from conductor.memory.context import BlockAction, MemoryContext, status_line
 from conductor.notes import NoteStore
 from conductor.notes.rules import Reason
 from conductor.writing.block_writes import write_block
 from conductor.writing.blocks import Block, BlockRefusal, BlockScanner, TextPiece, parse_block
-from server.turn.memory import BlockAction, MemoryContext, status_line
 
 log = logging.getLogger("tandem.memory")
 

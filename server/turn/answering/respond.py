@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from server.http.schema import SYSTEM_FINGERPRINT
 from server.http.sse import prepended
@@ -22,7 +23,6 @@ from server.turn.answering.engine_tools import NAMES as engine_tool_names
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.generate import answer_deltas
 from server.turn.answering.output_parser import ParsedDelta
-from server.turn.memory import MemoryServices
 from server.turn.prepared import PreparedChat
 
 

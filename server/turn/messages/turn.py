@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
@@ -33,7 +34,6 @@ from server.turn.answering.generate import answer_deltas
 from server.turn.answering.respond import start_answer
 from server.turn.checks import ContextOverflow
 from server.turn.continuous import prepare_continuous
-from server.turn.memory import MemoryServices
 from server.turn.messages import blocks
 from server.turn.messages.output import ContentBlocks, Event, message, stop_reason, usage
 from server.turn.messages.schema import CountTokensRequest, MessagesInput, MessagesRequest

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from conductor.ledger.stored_responses import StoredResponse, new_response_id
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
@@ -30,7 +31,6 @@ from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.generate import answer_deltas
 from server.turn.answering.respond import start_answer
 from server.turn.continuous import prepare_continuous
-from server.turn.memory import MemoryServices
 from server.turn.prepared import PreparedChat
 from server.turn.responses import items as item_forms
 from server.turn.responses.output import Event, OutputItems

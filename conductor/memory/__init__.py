@@ -1,0 +1,1 @@
+"""Memory's front door: the one package the server asks for memory."""
