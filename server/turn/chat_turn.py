@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Sequence
 
 from conductor.memory.context import MemoryContext
+from conductor.memory.hiding import Tail, note_miss
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
@@ -34,11 +35,10 @@ from server.turn.checks import check_request, check_room, check_token_ids
 from server.turn.commands import header as command_header
 from server.turn.commands import run_command, status_lines
 from server.turn.fit import Layout, answer_reserve, fitting, layouts
-from server.turn.hidden import note_miss
 from server.turn.memory import resolve_context
 from server.turn.params import generation_params, script_ids
 from server.turn.prepared import PreparedChat
-from server.turn.prompt import Tail, tools_for_template
+from server.turn.prompt import tools_for_template
 
 
 def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,

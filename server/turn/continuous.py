@@ -28,6 +28,7 @@ from conductor.layers.conversation import (
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.memory.context import MemoryContext
+from conductor.memory.hiding import Tail
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
@@ -39,7 +40,7 @@ from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.checks import ContextOverflow
 from server.turn.memory import request_user
 from server.turn.prepared import PreparedChat
-from server.turn.prompt import Tail, assemble, render_chat
+from server.turn.prompt import assemble, render_chat
 
 log = logging.getLogger("tandem.continuous")
 

@@ -29,16 +29,16 @@ from dataclasses import dataclass, replace
 from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.records import Span, VisibleMessage
 from conductor.memory.context import MemoryContext
+from conductor.memory.hiding import HiddenContext, Tail, TurnFacts, choose_hidden
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
+from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
 from server.turn.answering.engine_tools import with_engine_tools
-from server.turn.hidden import HiddenContext, choose_hidden
 from server.turn.prompt import (
     BuiltPrompt,
     RenderedChat,
-    Tail,
     assemble,
     render_chat,
     tools_for_template,
@@ -116,8 +116,8 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = choose_hidden(services, memory, replay, offered, engine.count_tokens,
-                           tokenizer.decode)
+    hidden = choose_hidden(services, memory, replay, turn_facts(offered),
+                           engine.count_tokens, tokenizer.decode)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
                             [*leading_tails, *hidden.tails]),
@@ -155,10 +155,22 @@ def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
     a new session would get it; None when memory is off."""
     if memory.off_reason is not None:
         return None
-    hidden = choose_hidden(services, memory, None, offered, engine.count_tokens)
+    hidden = choose_hidden(services, memory, None, turn_facts(offered), engine.count_tokens)
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails]))
+
+
+def turn_facts(request: ChatCompletionRequest) -> TurnFacts:
+    """What memory's hiding decision reads of the request: its last message, and whether
+    the client offered tools of its own (the engine's own do not count)."""
+    client_tools = any(t["function"]["name"] not in ENGINE_TOOLS
+                       for t in tools_for_template(request) or ())
+    try:
+        last = request.messages[-1].text()
+    except ValueError:  # non-text parts: the render has refused them already
+        last = ""
+    return TurnFacts(last, client_tools)
 
 
 def _may_show_shared(services: MemoryServices, memory: MemoryContext) -> bool:

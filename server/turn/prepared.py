@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from conductor.ledger.records import Span, VisibleMessage
 from conductor.memory.context import MemoryContext
+from conductor.memory.hiding import HiddenContext
 from engine.generation import GenerationParams
 from server.turn.answering.answer import RecordedTurn
 from server.turn.constraints.tool_choice import ForcedChoice
-from server.turn.hidden import HiddenContext
 
 
 @dataclass

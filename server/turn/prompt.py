@@ -21,23 +21,13 @@ from typing import Any
 
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Span, VisibleMessage
+from conductor.memory.hiding import Tail
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
 
 AsWritten = Callable[[str], str]
 IM_START_TEXT = "<|im_start|>"
 IM_END_TEXT = "<|im_end|>"
-
-
-@dataclass(frozen=True)
-class Tail:
-    """A hidden system message: the shared context after the head, or a tail right after
-    the turn's new messages (the session's tail, matching notes)."""
-
-    kind: str
-    text: str
-    note_ids: tuple[str, ...] = ()
-    versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
 
 
 def _text(message: ChatMessage) -> str:

@@ -18,12 +18,12 @@ from conductor.hidden.prefetch import goes_on
 from conductor.hidden.shared_context import SHARED_KIND
 from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import session_after_answer
+from conductor.memory.hiding import Tail, injections_to_record, record_injections
 from conductor.memory.services import MemoryServices
 from engine.generation import Delta, TokenLogprob
 from server.turn.answering.memblock import MemoryFilter
 from server.turn.answering.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
-from server.turn.hidden import injections_to_record, record_injections
-from server.turn.prompt import Tail, ids_for_text
+from server.turn.prompt import ids_for_text
 from server.turn.tool_exchange import assistant_calls_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response

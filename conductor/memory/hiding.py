@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
 from conductor.hidden.prefetch import MATCHED_KINDS, trailing_prefetch
@@ -28,13 +29,36 @@ from conductor.hidden.shared_context import (
 )
 from conductor.hidden.tail_notes import build_matches
 from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Record, VisibleMessage
+from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
 from conductor.memory.services import MemoryServices
-from server.http.schema import ChatCompletionRequest
-from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
-from server.turn.prompt import Tail, tools_for_template
-from server.turn.replay import Replay
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A hidden system message: the shared context after the head, or a tail right after
+    the turn's new messages (the session's tail, matching notes)."""
+
+    kind: str
+    text: str
+    note_ids: tuple[str, ...] = ()
+    versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
+
+
+class Replayed(Protocol):
+    """The part of a ledger record a prompt starts with (the server's `Replay`)."""
+
+    ids: Sequence[int]  # the record's ids kept
+    spans: tuple[Span, ...]  # its hidden spans among them
+    dropped: tuple[Span, ...]  # its hidden spans past the cut
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """What the hiding decision needs of a request, as plain values."""
+
+    last_message: str  # the text of the request's last message (the user's, when it is)
+    client_tools: bool  # the client offered tools of its own (not only the engine's)
 
 
 @dataclass
@@ -45,8 +69,8 @@ class HiddenContext:
     version: str | None = None  # the shared context's version, when the head carries it
 
 
-def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Replay | None,
-                  request: ChatCompletionRequest, count_tokens,
+def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,
+                  facts: TurnFacts, count_tokens,
                   decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
     """The hidden messages of one request. `replay`: the part of a ledger record the
     prompt starts with (which holds the shared context already), None when the prompt is
@@ -58,13 +82,13 @@ def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Repla
         services.prefetch_due.message_came(memory.user, memory.session)
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
-        _choose(services, memory, replay, request, count_tokens, hidden)
+        _choose(services, memory, replay, facts, count_tokens, hidden)
         if replay is not None and memory.reads and decode is not None:
             _correct(store, replay, decode, hidden)
     return hidden
 
 
-def _correct(store, replay: Replay, decode: Callable[[list[int]], str],
+def _correct(store, replay: Replayed, decode: Callable[[list[int]], str],
              hidden: HiddenContext) -> None:
     """The update of the replayed notes that changed since they went in, first among the
     tails (conductor/hidden/corrections.py)."""
@@ -81,8 +105,8 @@ def _correct(store, replay: Replay, decode: Callable[[list[int]], str],
                                     found.versions))
 
 
-def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | None,
-            request: ChatCompletionRequest, count_tokens, hidden: HiddenContext) -> None:
+def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,
+            facts: TurnFacts, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
     # Listed once a request: the shared index and the matching notes choose from them.
     notes = shared_notes(store, memory.project) if store is not None else None
@@ -98,9 +122,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
         # this turn's new messages. The token only helps a model that can call the
         # memory routes, i.e. one with tools; the client has it in the response header
         # either way.
-        client_tools = [t for t in tools_for_template(request) or ()
-                        if t["function"]["name"] not in ENGINE_TOOLS]
-        token = hidden.token if memory.shows_card and client_tools else None
+        token = hidden.token if memory.shows_card and facts.client_tools else None
         tail = build_session_tail(token, own, count_tokens)
         if tail is not None:
             hidden.tails.append(Tail(SESSION_KIND, *tail))
@@ -112,7 +134,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replay | No
         # the notes prefetched for this message: placed since the last answer
         prefetched = frozenset(i for s in trailing_prefetch(spans, len(replay.ids))
                                for i in s.note_ids) if replay else frozenset()
-        found = build_matches(store, request.messages[-1].text(), [*notes, *own], already,
+        found = build_matches(store, facts.last_message, [*notes, *own], already,
                               count_tokens, services.notes_shown, in_place=prefetched)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
