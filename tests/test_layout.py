@@ -20,6 +20,9 @@ FORBIDDEN = {
     "engine": ("conductor", "server", "bench"),
     "kernels": ("engine", "conductor", "server", "bench"),
     "conductor": ("engine", "server", "bench", "kernels"),
+    # `tandem bench` is the bench's own entry point (bench/cli.py): nothing in the server,
+    # the CLI included, imports the bench
+    "server": ("bench",),
     # past the engine seam: engine.backend.EngineBackend, never the vLLM engine itself
     "server.http": ("server.access", "server.turn", "server.routes", "server.background",
                     "server.cli", "server.mcp",
@@ -27,13 +30,13 @@ FORBIDDEN = {
     "server.access": ("server.turn", "server.routes", "server.background", "server.cli",
                       "server.mcp", "server.app", "engine.engine"),
     "server.turn": ("server.routes", "server.background", "server.cli", "server.app",
-                    "server.mcp", "engine.engine", "bench"),
+                    "server.mcp", "engine.engine"),
     "server.background": ("server.routes", "server.cli", "server.app", "engine.engine",
-                          "server.mcp", "bench"),
-    "server.routes": ("server.cli", "server.app", "server.mcp", "engine.engine", "bench"),
+                          "server.mcp"),
+    "server.routes": ("server.cli", "server.app", "server.mcp", "engine.engine"),
     # the memory tools over MCP: beside the routes, calling what they call, never them
-    "server.mcp": ("server.routes", "server.cli", "server.app", "engine.engine", "bench"),
-    "server.app": ("server.cli", "bench"),
+    "server.mcp": ("server.routes", "server.cli", "server.app", "engine.engine"),
+    "server.app": ("server.cli",),
     "bench": ("server.cli",),
 }
 
