@@ -121,6 +121,42 @@ def test_a_client_that_disconnects_mid_stream_aborts_its_engine_request(served, 
     assert engine.running("client") == []
 
 
+WHOLE_ANSWERS = {
+    "/v1/chat/completions": {"messages": USER, "max_tokens": 2000},
+    "/v1/completions": {"prompt": "hello", "max_tokens": 2000},
+    "/v1/messages": {"messages": USER, "max_tokens": 2000},
+    "/v1/responses": {"input": "hello", "max_output_tokens": 2000},
+}
+
+
+@pytest.mark.parametrize("path", list(WHOLE_ANSWERS))
+def test_a_client_that_leaves_before_a_whole_answer_aborts_its_engine_request(
+        served, engine, path):
+    """A non-streamed answer's client hangs up once the engine generates for it: the
+    engine request is aborted at once, as vLLM's server does (it ran on to max_tokens)."""
+    import json
+    import socket
+
+    before = engine.stats.requests_aborted["client"]
+    body = json.dumps({"model": "tiny", **WHOLE_ANSWERS[path]}).encode()
+    host, port = served.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                     + body)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not engine.running("client"):
+            time.sleep(0.01)
+        assert engine.running("client"), "the engine never started the answer"
+    left = time.monotonic()  # the client hung up
+    while time.monotonic() < left + 30 and (
+            engine.running("client") or engine.stats.requests_aborted["client"] == before):
+        time.sleep(0.02)
+    assert engine.stats.requests_aborted["client"] == before + 1
+    assert engine.running("client") == []
+    assert time.monotonic() - left < 5  # aborted, not run to its 2,000 tokens
+
+
 def test_a_request_vllm_refuses_when_it_is_added_is_rejected_not_an_engine_failure(
         served, engine, tokenizer):
     # vLLM's VLLMValidationError is no ValueError: uncaught, it was a 500

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.backend import EngineBackend
 from server.http.body_limits import body_limits
+from server.http.disconnect import unless_disconnected
 from server.http.errors import validated_body
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
@@ -74,6 +75,7 @@ def chat_router(state, answer: Answerer) -> APIRouter:
         # Rendering and tokenizing cost in proportion to the prompt: off the event loop
         prepared = await asyncio.to_thread(build, engine, profile, state.memory, parsed,
                                            request.headers, peer, request.state.key_user)
-        return await answer(engine, prepared, parsed)
+        # A whole answer is not watched by Starlette: a client that leaves must end it.
+        return await unless_disconnected(request, answer(engine, prepared, parsed))
 
     return router

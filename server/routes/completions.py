@@ -24,6 +24,7 @@ from engine.backend import EngineBackend
 from engine.beam_search import beam_search
 from engine.generation import Delta, GenerationParams, TokenLogprob
 from server.http.body_limits import body_limits
+from server.http.disconnect import unless_disconnected
 from server.http.errors import APIError, json_body, validation_error
 from server.http.schema import (
     MAX_CHOICES,
@@ -239,6 +240,10 @@ def completions_router(state) -> APIRouter:
     @router.post("/v1/completions")
     async def completions(http: Request):
         body = await json_body(http, body_limits(state.ready_engine(), MAX_PROMPTS))
+        # A whole answer is not watched by Starlette: a client that leaves must end it.
+        return await unless_disconnected(http, answer(http, body))
+
+    async def answer(http: Request, body: dict):
         # validating, rendering and tokenizing up to 32 prompts: off the event loop
         engine, request, ids = await asyncio.to_thread(prepare, body)
         completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())

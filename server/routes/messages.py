@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.backend import BackendFailed, EngineDead
 from server.http.body_limits import body_limits
+from server.http.disconnect import unless_disconnected
 from server.http.errors import backend_error, engine_dead_error, validated_body
 from server.http.sse import prepended
 from server.turn.answering.respond import response_headers
@@ -45,10 +46,8 @@ def messages_router(state) -> APIRouter:
             first = await anext(stream)  # the engine has the request: see server.http.sse
             return StreamingResponse(prepended(first, stream), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
-        async with aclosing(run.events()) as events:
-            async for _event in events:
-                pass
-        return JSONResponse(run.message(), headers=headers)
+        # A whole answer is not watched by Starlette: a client that leaves must end it.
+        return await unless_disconnected(request, _whole(run, headers))
 
     @router.post("/v1/messages/count_tokens")
     async def count(request: Request) -> dict:
@@ -61,6 +60,14 @@ def messages_router(state) -> APIRouter:
         return {"input_tokens": tokens}
 
     return router
+
+
+async def _whole(run: MessageRun, headers: dict[str, str]) -> JSONResponse:
+    """The answer as one message, once its events have all run."""
+    async with aclosing(run.events()) as events:
+        async for _event in events:
+            pass
+    return JSONResponse(run.message(), headers=headers)
 
 
 async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:

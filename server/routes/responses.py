@@ -23,6 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from conductor.ledger.stored_responses import ChainBroken, ResponseStore, StoredResponse
 from engine.backend import BackendFailed, EngineDead
 from server.http.body_limits import body_limits
+from server.http.disconnect import unless_disconnected
 from server.http.errors import APIError, backend_error, engine_dead_error, validated_body
 from server.http.responses_schema import ResponsesRequest
 from server.http.sse import prepended
@@ -94,7 +95,8 @@ def responses_router(state) -> APIRouter:
         parsed = await validated_body(request, ResponsesRequest, body_limits(engine))
         user = user_of(request)
         if not parsed.background:
-            return await answer(request, engine, parsed, user)
+            # A whole answer is not watched by Starlette: a client that leaves ends it.
+            return await unless_disconnected(request, answer(request, engine, parsed, user))
         with runs.reserved(user) as slot:  # a 429 past the user's bound, before any work
             turn, run, headers, keep, _ = await begin(request, engine, parsed, user)
             queued = turn.shape.object("queued")
