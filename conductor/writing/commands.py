@@ -17,6 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from conductor.writing.command_facts import (
+    is_a_status_report,
+    is_about_the_work_or_chat,
+    opens_in_first_person,
+    says_a_statement,
+)
+
 CommandKind = Literal["remember", "forget", "recall", "update"]
 MAX_FACT_CHARS = 600  # one sentence or two; a longer text is not "a thing to remember"
 
@@ -27,97 +34,139 @@ class Command:
     text: str  # the fact (remember, update) or what it is about (forget, recall)
 
 
-# What may come before a command: greetings, fillers and politeness.
-_OPENER = (r"^(?:(?:hey|hi|hello|ok|okay|so|also|oh|and|btw|by the way|fyi|one more thing|"
-           r"quick note|actually|please|pls|kindly|just|tandem)\b[\s,.!:;-]*)*")
+# What may come before a command: a sentence of thanks, an apology or a greeting
+# ("Thanks for the help earlier. Please remember that ..."), then fillers and politeness.
+_COURTESY = (r"(?:(?:thanks|thank you|thx|sorry|good (?:morning|afternoon|evening))\b"
+             r"[^.!?\n]{0,80}[.!]+\s+)?")
+_OPENER = (_COURTESY + r"(?:(?:hey|hi|hello|yo|ok|okay|alright|so|also|oh|and|btw|"
+           r"by the way|fyi|one more thing|quick note|actually|please|pls|plz|kindly|just|"
+           r"tandem|good (?:morning|afternoon|evening)|(?:hi|hey|hello) there)\b[\s,.!:;-]*)*")
 _PLEASE = r"(?:(?:can|could|would|will) you\s+(?:please\s+)?|please\s+|i want you to\s+|" \
           r"i'd like you to\s+|make sure (?:to|you)\s+)?"
+# "remember", and its common misspellings ("rember", "remeber", "remmber")
+_REMEMBER_WORD = r"(?:rem+e?m*b+e?r|memori[sz]e)"
 # After "remember": a reminder, a question about the past, or a wish: not a fact.
 _NOT_A_FACT = (r"(?:to|when|how|what|who|whom|where|why|which|if|whether|the time|the day|"
                r"the night|the first|back|me|us|him|her|them|it|this one|that one|"
                r"anything|something|nothing|correctly|right|wrong|that (?:time|day|night|"
                r"one|place|song|movie|trip|guy|girl)|those)\b")
-_THAT = r"(?:that\s+|this\s*:\s*|the following\s*:\s*|:\s*|,\s*|-\s*)?"
+_THAT = r"(?:that\s+|this\s*:\s*|the following\s*:\s*|:\s*|,\s*|\s-\s*)?"
+_FLAGS = re.I | re.S
 
+# Each pattern with a `that` group: when it is empty (no "that", no colon), the words
+# after the verb must make a first-person statement (`command_facts.says_a_statement`).
 _REMEMBER = [
-    re.compile(_OPENER + _PLEASE + r"(?:remember|memori[sz]e)(?:\s+|(?=[:,]))(?!"
-               + _NOT_A_FACT + r")(?P<that>" + _THAT + r")(?P<fact>.+)", re.I | re.S),
-    re.compile(_OPENER + r"(?:please\s+)?(?:do not|don't|dont|never) forget\s+(?!"
-               + _NOT_A_FACT + r")" + _THAT + r"(?P<fact>.+)", re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"(?:keep|bear) in mind\s+(?:that\s+|:\s*)(?P<fact>.+)",
-               re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"(?:make|take) a note\s*(?:that\s+|of this\s*:\s*|:\s*)"
-               r"(?P<fact>.+)", re.I | re.S),
+    re.compile(_OPENER + _PLEASE + _REMEMBER_WORD + r"(?:\s+|(?=[:,]))(?!" + _NOT_A_FACT
+               + r")(?P<that>" + _THAT + r")(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:please\s+)?(?:do not|don't|dont|never) forget(?:\s+|(?=[:,]))"
+               r"(?!" + _NOT_A_FACT + r")(?P<that>" + _THAT + r")(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + _PLEASE + r"(?:keep|bear) in mind\s*(?P<that>that\s+|:\s*|,\s*)?"
+               r"(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + _PLEASE + r"(?:make|take) a note\s*(?:that\s+|of this\s*:\s*|:\s*|"
+               r"-\s*)(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + _PLEASE + r"(?:note|write) down\s+(?:that\s+|:\s*)(?P<fact>.+)",
-               re.I | re.S),
+               _FLAGS),
     re.compile(_OPENER + _PLEASE + r"(?:save|store|add|put|keep) (?:this|that|the following)?"
                r"\s*(?:in|to|into) (?:your |the )?memory\s*(?:that\s+|:\s*|,\s*|-\s*)"
-               r"(?P<fact>.+)", re.I | re.S),
+               r"(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + r"for (?:future reference|the record|later)\s*[:,-]\s*(?P<fact>.+)",
-               re.I | re.S),
-    re.compile(_OPENER + r"note to (?:self|memory)\s*[:,-]\s*(?P<fact>.+)", re.I | re.S),
+               _FLAGS),
+    re.compile(_OPENER + r"note to (?:self|memory)\s*[:,-]\s*(?P<fact>.+)", _FLAGS),
     # Chinese, Spanish, French, German: the models the profiles serve speak them
     # ("remembering how to spell it is hard", a question: not a fact to keep)
-    re.compile(r"^(?:请|請)?(?:记住|記住|记一下|記一下)[，,:：\s]*(?!.*(?:难|難|吗|嗎|呢|怎么|怎麼|？))"
-               r"(?P<fact>.+)", re.S),
+    re.compile(r"^(?:请|請|帮我|幫我)?(?:记住|記住|记一下|記一下)[，,:：\s]*"
+               r"(?!.*(?:难|難|吗|嗎|呢|怎么|怎麼|？))(?P<fact>.+)", re.S),
     # ("recuerda que debes ...": a reminder of a duty)
-    re.compile(_OPENER + r"(?:por favor,?\s*)?recuerda\s+que\s+(?!(?:debes|tienes que|hay que)"
-               r"\b)(?P<fact>.+)", re.I | re.S),
-    re.compile(_OPENER + r"(?:s'il te plaît,?\s*)?(?:souviens-toi|rappelle-toi|retiens)\s+"
-               r"que\s+(?P<fact>.+)", re.I | re.S),
-    re.compile(_OPENER + r"(?:bitte\s+)?(?:merk dir|merke dir|behalte)\s*(?:bitte\s*)?,?\s*"
-               r"(?:dass\s+|:\s*)(?P<fact>.+)", re.I | re.S),
+    re.compile(_OPENER + r"(?:por favor,?\s*)?(?:recuerda|ten en cuenta|no olvides)\s+que\s+"
+               r"(?!(?:debes|tienes que|hay que)\b)(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:s'il te plaît,?\s*)?(?:souviens-toi|rappelle-toi|retiens|"
+               r"n'oublie pas)\s+qu(?:e\s+|')(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:bitte\s+)?(?:merk dir|merke dir|behalte|vergiss nicht)\s*"
+               r"(?:bitte\s*)?,?\s*(?:dass\s+|:\s*)(?P<fact>.+)", _FLAGS),
+    # "Note that ..." opens many explanations ("Note that the function returns None"): a
+    # command only about the user (`mine`: the fact opens with "I", "my", "our", "we")
+    re.compile(_OPENER + r"note that\s+(?P<mine>)(?P<fact>.+)", _FLAGS),
 ]
-_NOTE_THAT = re.compile(_OPENER + r"note that\s+(?P<fact>[^\n?]+?)[.!]?\s*$", re.I)
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|our|us)\b", re.I)
-# "Remember my code is 4417" says a fact; "remember the milk" says a task: without "that"
-# or a colon, the words after "remember" must make a statement.
-_STATEMENT = re.compile(
-    r"\b(?:is|are|was|were|am|has|have|had|will|won't|can't|don't|doesn't|isn't|aren't|"
-    r"uses?|prefers?|likes?|loves?|hates?|lives?|works?|needs?|wants?|runs?|starts?|ends?|"
-    r"leads?|keeps?|owns?|means?|should|must|never|always|\w+(?:'s|'re|'m|'ve))\b", re.I)
 _ASKED_POLITELY = re.compile(_OPENER + r"(?:can|could|would|will) you\b", re.I)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")
 
+# What a forget names must be the user's: "forget that I live in Lisbon", "forget my old
+# address"; "forget that approach", "forget it", "forget the semicolons" are about the chat.
 _FORGET = [
-    re.compile(_OPENER + _PLEASE + r"forget\s+(?:that\s+|what i (?:told|said to) you about\s+|"
-               r"(?:everything |anything )?(?:you know |you remember )?about\s+"
-               r"(?=(?:my|our|the fact)\b)|the fact that\s+|(?=(?:my|our)\b))(?P<what>.+)",
-               re.I | re.S),
-    # "you can forget the semicolons" is about the code: only what the user told
-    re.compile(_OPENER + r"you (?:can|may|should|could) (?:now )?forget\s+(?:about\s+)?"
-               r"(?:that\s+|(?=(?:my|our|what i|the fact|the note|everything about)\b))"
-               r"(?P<what>.+)", re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"(?:stop remembering|unlearn)\s+(?P<what>.+)", re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop) (?:the note|your note|"
-               r"what you remember|what you know|your memory|the memory|from (?:your )?memory)"
-               r"\s+(?:about|of|on|that says|that)?\s*(?P<what>.+)", re.I | re.S),
+    re.compile(_OPENER + _PLEASE + r"forget\s+(?:that\s+(?=.*\b(?:i|i'm|i've|my|our|we)\b)|"
+               r"what i (?:told|said to) you about\s+|(?:everything |anything )?"
+               r"(?:you know |you remember )?about\s+(?=(?:my|our|the fact)\b)|"
+               r"the fact that\s+|(?=(?:my|our)\b))(?P<what>.+)", _FLAGS),
+    # "you can forget the semicolons" is about the code: only what the user told, or "you
+    # can forget about the X" (a thing said before, let go), unless "for now" (the task)
+    re.compile(_OPENER + r"you (?:can|may|should|could) (?:now )?forget\s+(?:about\s+(?=the\b)"
+               r"(?!.*\bfor (?:now|the moment)\b)|(?:about\s+)?(?:that\s+|(?=(?:my|our|"
+               r"what i told you|the fact|the note|everything about)\b)))(?P<what>.+)", _FLAGS),
+    re.compile(_OPENER + _PLEASE + r"(?:stop remembering|unlearn)\s+(?P<what>.+)", _FLAGS),
+    # "delete the note about my ex"; "delete the note in the README" is about a file
+    re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop) (?:(?:the|your) (?:note|"
+               r"memory|memories)|what you (?:remember|know|have (?:stored|saved|noted|got)))"
+               r"\s+(?:about|of|on|that says|that)\s+(?P<what>.+)", _FLAGS),
+    re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop) from (?:your )?memory\s*"
+               r"[:,-]?\s*(?:the (?:thing|note|bit|part) (?:about|on)\s+)?(?P<what>.+)",
+               _FLAGS),
     re.compile(r"^(?:请|請)?(?:忘记|忘記|忘掉)[，,:：\s]*(?P<what>.+)", re.S),
+    # Spanish, German, French: a forget of something of the user's, or of a fact ("que")
+    re.compile(_OPENER + r"(?:por favor,?\s*)?olvida\s+(?P<what>(?:mis?|nuestr[oa]s?|que)\b"
+               r".+)", _FLAGS),
+    re.compile(_OPENER + r"(?:bitte\s+)?vergiss\s+(?:bitte\s+)?,?\s*(?P<what>(?:meine?[nms]?|"
+               r"unsere?[nms]?|dass)\b.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:s'il te plaît,?\s*)?oublie\s+(?P<what>(?:mon|ma|mes|notre|nos|"
+               r"que|qu')\b.+)", _FLAGS),
 ]
 _RECALL = [
     re.compile(_OPENER + r"what (?:do|did) you (?:remember|recall|have stored|have "
-               r"in memory|keep) (?:about|of|on|regarding)\s+(?P<what>.+)", re.I | re.S),
+               r"in memory|keep) (?:about|of|on|regarding)\s+(?P<what>.+)", _FLAGS),
+    re.compile(_OPENER + r"what (?:have|did) you (?:got |get )?(?:saved|stored|noted|kept) "
+               r"(?:about|on|of|regarding)\s+(?P<what>.+)", _FLAGS),
     # "what do you know about black holes" asks the model: only about the user
     re.compile(_OPENER + r"what (?:do|did) you know about\s+(?P<what>(?:me|my|our|us)\b.*)",
-               re.I | re.S),
+               _FLAGS),
     re.compile(_OPENER + r"what(?:'s| is) in your memory (?:about|on|regarding)\s+"
-               r"(?P<what>.+)", re.I | re.S),
+               r"(?P<what>.+)", _FLAGS),
     re.compile(_OPENER + _PLEASE + r"tell me what you (?:remember|know) about\s+"
-               r"(?P<what>(?:me|my|our|us)\b.*)", re.I | re.S),
+               r"(?P<what>(?:me|my|our|us)\b.*)", _FLAGS),
     re.compile(_OPENER + r"what (?:do|did) you remember\s*(?P<what>)\??\s*$", re.I),
+    # Spanish, German, French, Chinese: what is known about the user
+    re.compile(r"^¿?\s*qué (?:recuerdas|sabes) (?:sobre|de) (?P<what>(?:mí|mi|mis|nuestr)\b[^?]*)",
+               _FLAGS),
+    re.compile(r"^was (?:weißt|weisst) du (?:über|von) (?P<what>(?:mich|meine?[nms]?|uns)\b"
+               r"[^?]*)",
+               _FLAGS),
+    re.compile(r"^qu'est-ce que tu (?:sais|te rappelles) (?:sur|de) (?P<what>(?:moi|mon|ma|"
+               r"mes)\b[^?]*)", _FLAGS),
+    re.compile(r"^你(?:都)?(?:记得|記得|知道)(?:关于|關於)?(?P<what>我(?:的)?(?:哪些|什么|什麼)"
+               r"[^?？]*)", re.S),
 ]
+_UPDATE_WORD = r"(?:update|correction|change|mise à jour|actualización|korrektur)"
 _UPDATE = [
-    re.compile(_OPENER + r"(?:memory )?(?:update|correction|change)\s*:\s*(?P<fact>.+)",
-               re.I | re.S),
-    re.compile(_OPENER + _PLEASE + r"update (?:your memory|the note|what you remember|"
-               r"your note)\s*(?:about [^:,]+)?\s*[:,-]\s*(?P<fact>.+)", re.I | re.S),
+    # a bare "Update: ..." may also be news; `command_facts.is_a_status_report` tells
+    re.compile(_OPENER + r"(?P<bare>)(?:memory )?" + _UPDATE_WORD + r"\s*(?::|\s-)\s*"
+               r"(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + _PLEASE + r"update (?:your memory|the note|what you (?:remember|"
+               r"know|have(?: stored| saved)?)|your note)\s*(?:(?:about|on) (?P<about>[^:,]+))?\s*"
+               r"[:,-]\s*(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:actualiza tu memoria|aktualisiere dein gedächtnis|mets à jour "
+               r"ta mémoire)\s*[:,-]\s*(?P<fact>.+)", _FLAGS),
 ]
 
-# A forget or recall target that names nothing ("forget it", "forget that.").
-_EMPTY_TARGET = re.compile(r"^(?:it|that|this|everything|all|about it|about that|"
-                           r"the rest|the previous.*|what i said|my last message|me)[\s.!?]*$",
-                           re.I)
+# A forget target that names nothing ("forget it", "forget that.") or a piece of the chat
+# ("forget my last message", "forget my previous question").
+_EMPTY_TARGET = re.compile(r"^(?:(?:it|that|this|everything|all|about it|about that|the rest|"
+                           r"the previous.*|what i (?:just )?said|me)[\s.!?]*$|(?:my|your|the) "
+                           r"(?:(?:last|previous|earlier|first|second|other) )?(?:message|"
+                           r"question|answer|request|prompt|comment|reply|response|"
+                           r"instructions?)s?\b)", re.I)
 _QUOTE_OR_CODE = re.compile(r"^\s*(?:```|`|>|\"|'|“|‘|#|//|/\*|\$ |[-*] \[)")
+# A recall names a thing of the user's in a few words; "what do you remember about how
+# transformers work" or "... my options if my flight is cancelled" asks about the world.
+_RECALL_WORDS = 4
+_RECALL_NOT_A_THING = re.compile(r"^(?:how|why|what|when|where|which|whether|if)\b", re.I)
 
 
 def recognise(message: str) -> Command | None:
@@ -129,31 +178,49 @@ def recognise(message: str) -> Command | None:
                            ("remember", _REMEMBER)):
         for pattern in patterns:
             found = pattern.match(opening)
-            if found is None:
-                continue
-            text = _clean(found.group("fact" if "fact" in pattern.groupindex else "what"))
-            if _ASKED_POLITELY.match(opening):  # "could you remember that X?" asks to keep X
-                text = text.rstrip("?").rstrip()
-            if kind in ("forget", "recall"):
-                text = text.rstrip("?").rstrip()
-                if kind == "forget" and (not text or _EMPTY_TARGET.match(text)):
-                    return None
-                return Command(kind, text)
-            if "that" in pattern.groupindex and not found.group("that").strip() and \
-                    not _STATEMENT.search(text):
-                return None
-            return _fact(kind, text)
-    # "Note that ..." opens many explanations ("Note that the function returns None"): a
-    # command only when it is all the message says, and about the user.
-    found = _NOTE_THAT.match(opening)
-    if found is not None and "\n" not in message.strip() and _FIRST_PERSON.search(
-            found.group("fact")):
-        return _fact("remember", _clean(found.group("fact")))
+            if found is not None:
+                return _command(kind, pattern, found, opening)
     return None
 
 
+def _command(kind: CommandKind, pattern: re.Pattern[str], found: re.Match[str],
+             opening: str) -> Command | None:
+    groups = pattern.groupindex
+    text = _clean(found.group("fact" if "fact" in groups else "what"))
+    if _ASKED_POLITELY.match(opening):  # "could you remember that X?" asks to keep X
+        text = text.rstrip("?").rstrip()
+    if kind == "recall":
+        return _recall(text)
+    if kind == "forget":
+        text = text.rstrip("?").rstrip()
+        return None if not text or _EMPTY_TARGET.match(text) else Command(kind, text)
+    if "that" in groups and not (found.group("that") or "").strip() and \
+            not says_a_statement(text):
+        return None
+    if "mine" in groups and not opens_in_first_person(text):
+        return None
+    fact = _statements(text)
+    if "about" in groups and found.group("about"):
+        # "update the note about the wifi: it's now X": "it" is the wifi, kept in the words
+        fact = f"{_clean(found.group('about'))}: {fact}"
+    if is_about_the_work_or_chat(fact):
+        return None
+    if "bare" in groups and is_a_status_report(fact):
+        return None
+    return _fact(kind, fact)
+
+
+def _recall(text: str) -> Command | None:
+    """A recall is the question alone, about a thing named in a few words."""
+    target, _, rest = text.partition("?")
+    target = re.sub(r"\s+(?:so far|now|exactly)$", "", target.strip(), flags=re.I)
+    if rest.strip() or _RECALL_NOT_A_THING.match(target) or \
+            len(target.split()) > _RECALL_WORDS:
+        return None
+    return Command("recall", target)
+
+
 def _fact(kind: CommandKind, text: str) -> Command | None:
-    text = _statements(text)
     # A question is not a fact ("remember that time we ...?"), nor is code or a quote
     if not text or text.endswith("?") or _QUOTE_OR_CODE.match(text):
         return None
@@ -176,6 +243,8 @@ def _statements(text: str) -> str:
         if kept and (sentence.endswith("?") or _ASKS.match(sentence)):
             break
         kept.append(sentence)
+        if sentence.endswith("?"):  # "remember the bug from yesterday? it's back": a question
+            break
     return " ".join(kept).strip()
 
 
@@ -187,5 +256,6 @@ def _first_paragraph(message: str) -> str:
 def _clean(text: str) -> str:
     """The words as the user wrote them: one line, no trailing filler or punctuation run."""
     text = " ".join(text.split())
-    text = re.sub(r"\s*(?:,?\s*(?:please|thanks|thank you|ok|okay)[.!]*)+$", "", text, flags=re.I)
+    text = re.sub(r"\s*(?:,?\s*(?:please|thanks|thank you|ok|okay|por favor|gracias|"
+                  r"bitte|danke|s'il te plaît|merci)[.!]*)+$", "", text, flags=re.I)
     return text.strip(" \t,;:-")

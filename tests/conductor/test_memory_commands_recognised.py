@@ -1,16 +1,18 @@
 """The explicit-command recogniser (issue 60) on the bench's labelled messages: recall at
-least 0.95 and precision at least 0.99 over the commands that write, and the phrasings the
-issue names, each way."""
+least 0.95 and precision at least 0.99 over the commands that write on the sets it was tuned
+on (dev, and test since the second round), and each rule's pattern, each way. The third set
+(messages-holdout.tsv) is measured by the bench, not asserted here: it stays a measurement."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.commands.run import WRITES, rows, score_messages
+from bench.quality.facts import FACTS, Note, load_facts
 from conductor.writing.commands import Command, recognise
 
 
-@pytest.mark.parametrize("name", ["messages-dev.tsv"])
+@pytest.mark.parametrize("name", ["messages-dev.tsv", "messages-test.tsv"])
 def test_the_labelled_messages_meet_the_goals(name):
     score = score_messages(rows(name), WRITES)
     assert score["labelled"] >= 60
@@ -37,3 +39,98 @@ def test_the_issues_phrasings_are_commands(message, command):
 ])
 def test_what_only_looks_like_a_command_is_not_one(message):
     assert recognise(message) is None
+
+
+@pytest.mark.parametrize(("message", "command"), [
+    # "remember" misspelt by a letter
+    ("rember that my mom's birthday is June 3rd",
+     Command("remember", "my mom's birthday is June 3rd")),
+    ("remeber that i'm gluten free", Command("remember", "i'm gluten free")),
+    # after a sentence of thanks or a greeting, and after "yo", "plz"
+    ("Thanks for the help earlier. Please remember that my office is in the garage.",
+     Command("remember", "my office is in the garage.")),
+    ("good morning! please remember that I'm on Python 3.11. does that version have match?",
+     Command("remember", "I'm on Python 3.11.")),
+    ("plz remember my kid's school is Lincoln Elementary",
+     Command("remember", "my kid's school is Lincoln Elementary")),
+    # without "that": a first-person statement
+    ("Remember I take my coffee black, no sugar.",
+     Command("remember", "I take my coffee black, no sugar.")),
+    ("Keep in mind I work night shifts.", Command("remember", "I work night shifts.")),
+    # a colon or a dash in place of "that"
+    ("don't forget: my partner's name is Sam", Command("remember", "my partner's name is Sam")),
+    ("make a note - I'm saving for a house", Command("remember", "I'm saving for a house")),
+    # "note that" about the user, a question after it
+    ("note that I use Neovim. what's a good plugin for Go?", Command("remember", "I use Neovim.")),
+    ("Note that our API keys rotate every 90 days.",
+     Command("remember", "our API keys rotate every 90 days.")),
+    # other languages
+    ("Ten en cuenta que trabajo desde casa.", Command("remember", "trabajo desde casa.")),
+    ("N'oublie pas que je travaille de nuit.", Command("remember", "je travaille de nuit.")),
+    ("Vergiss nicht, dass meine Frau Ärztin ist.", Command("remember", "meine Frau Ärztin ist.")),
+    ("帮我记一下,我的车是白色的。", Command("remember", "我的车是白色的。")),
+    ("Olvida mi antigua dirección, por favor.", Command("forget", "mi antigua dirección")),
+    ("Vergiss bitte meine alte Telefonnummer.", Command("forget", "meine alte Telefonnummer.")),
+    ("Oublie mon ancienne adresse.", Command("forget", "mon ancienne adresse.")),
+    ("Was weißt du über mich?", Command("recall", "mich")),
+    ("Actualiza tu memoria: ahora vivo en Valencia.",
+     Command("update", "ahora vivo en Valencia.")),
+    # what the user stored, by other words
+    ("Erase what you have stored about my salary.", Command("forget", "my salary.")),
+    ("You can forget about the Friday deploy freeze.",
+     Command("forget", "the Friday deploy freeze.")),
+    ("What have you got saved about my car?", Command("recall", "my car")),
+    # an update with a dash, or naming its subject ("it" is the subject, kept in the words)
+    ("correction - I'm allergic to amoxicillin", Command("update", "I'm allergic to amoxicillin")),
+    ("update what you have on my job: I'm at Stripe now",
+     Command("update", "my job: I'm at Stripe now")),
+    ("Please update the note about the wifi: it's now Tandem-Staff.",
+     Command("update", "the wifi: it's now Tandem-Staff.")),
+])
+def test_each_rules_phrasing_is_a_command(message, command):
+    assert recognise(message) == command
+
+
+@pytest.mark.parametrize("message", [
+    # a forget of a thing in the chat, not of something of the user's
+    "forget that approach, the regex is too brittle", "forget my previous question",
+    "You can forget about the tests for now.",
+    "delete the note in the README about the old v1 API, it's gone now",
+    # the work at hand: a requirement on the code, words pointing into the chat, "these"
+    "Keep in mind that the CSV has a header row when you write the parser below.",
+    "Keep in mind that these numbers are rough estimates. Now what's the total?",
+    "Don't forget that the handler must be async, otherwise the event loop blocks.",
+    "Remember: the function should return None on failure, not raise. Can you fix it?",
+    "Note that I haven't tested this on Windows.",
+    # a task without "that": not a first-person statement
+    "Don't forget the semicolon at the end of the line, the linter is strict.",
+    # the conversation itself
+    "Remember, you said earlier the function was pure, but it mutates the input list.",
+    "correction: I meant the second test, not the first one",
+    # a question first
+    "Remember the bug from yesterday? It's back after the rebase.",
+    # a bare "update:" that is news: the work's state, the user's doing, a day's news
+    "Update: CI is now green on main.", "update: the build is green now, moving on",
+    "Update: heading out for lunch, keep going with the refactor without me.",
+    "Correction: the meeting is tomorrow, not today, so no rush on the slides.",
+    # a recall about the world, or with a task after it
+    "What do you remember about the French Revolution? I have an exam on Friday.",
+    "What do you remember about how transformers work?",
+    "What do you know about my options if my flight gets cancelled in the EU?",
+])
+def test_each_rules_look_alike_is_not_a_command(message):
+    assert recognise(message) is None
+
+
+def test_every_command_the_quality_bench_tells_is_recognised_with_its_words():
+    """The quality bench's `told` lane says each note as "Remember that ..." and each
+    revision as "Update: ...": all of them must be carried out, with the note's words."""
+    said = []
+    for fact in load_facts(FACTS):
+        for note in (Note(fact.kind, fact.scope, fact.title, fact.body), *fact.more):
+            said.append(("remember", f"Remember that {note.body}", note.body))
+        if fact.revised:
+            said.append(("update", f"Update: {fact.revised}", fact.revised))
+    assert len(said) >= 60
+    for kind, message, words in said:
+        assert recognise(message) == Command(kind, words), message
