@@ -23,6 +23,9 @@ from typing import Any
 
 import yaml
 
+# The time helpers live below the notes (the journal stamps with them too); they are named
+# from here as well, as a note's file form is written with them.
+from conductor.storage.clock import format_time, parse_time, utc_now  # noqa: F401
 from conductor.storage.paths import slugify
 
 KINDS = ("rule", "ruling", "gotcha", "runbook", "program_state", "reference", "registry", "archive")
@@ -42,26 +45,6 @@ except AttributeError:  # pragma: no cover
 
 class NoteFormatError(ValueError):
     """A note file that cannot be read as a note."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def format_time(moment: datetime) -> str:
-    """``2025-01-01T12:00:00.123456Z`` (UTC)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def parse_time(value: Any) -> datetime:
-    """A UTC datetime from a frontmatter value (ISO string, datetime or date)."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, date):
-        return datetime.combine(value, time(), UTC)
-    text = str(value).strip()
-    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def normalise_verify_by(value: Any) -> str | None:

@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conductor.notes.note_format import format_time, utc_now
 from conductor.storage.atomic import append_line, rewrite_log
+from conductor.storage.clock import format_time, utc_now
 
 ALLOWED_KEYS = frozenset(
     {
