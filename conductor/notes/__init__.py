@@ -23,16 +23,17 @@ the old note whole. Every write, refusal, injection and nightly run is journaled
 titles or bodies.
 
 Modules: ``store`` (``NoteStore``, put together from ``model_writes``, ``user_writes``,
-``reads``, ``usage_counts`` and ``maintenance``, all on ``core``), ``results``
-(``WriteResult``), ``snapshot`` (loading the files), ``filters`` and ``helpers``; a note's
-file form (``note_format``), the rules a write must pass (``rules``, ``secrets``), the
-same-fact check (``dedupe``) and the BM25 index over notes (``bm25``).
+``reads``, ``usage_counts`` and ``maintenance``, all on ``core``), ``snapshot`` (loading
+the files), ``filters`` and ``helpers``; a note's file form (``note_format``), the rules a
+write must pass and what it returns (``rules``: ``WriteResult``; ``secrets``), the
+same-fact check (``dedupe``); the BM25 index over notes is
+``conductor.search.notes_bm25``.
 """
 
 from conductor.notes.filters import STATES
 from conductor.notes.helpers import USER_VIAS
 from conductor.notes.maintenance import TEMP_FILE_AGE
-from conductor.notes.results import WriteResult
+from conductor.notes.rules import WriteResult
 from conductor.notes.store import NoteStore
 
 __all__ = ["STATES", "TEMP_FILE_AGE", "USER_VIAS", "NoteStore", "WriteResult"]

@@ -12,10 +12,10 @@ from conductor.notes.core import StoreCore, _guard
 from conductor.notes.filters import _scope_filters
 from conductor.notes.helpers import _as_note, _check_source, _entry, _new_id
 from conductor.notes.note_format import Note
-from conductor.notes.results import WriteResult
 from conductor.notes.rules import (
     Reason,
     Refusal,
+    WriteResult,
     check_content,
     clean_reason,
     needs_user_message,

@@ -1,5 +1,6 @@
 """The rules a note must pass before it is written: caps, kinds, scopes, secrets, and who
-may write a rule about the user. Rules are code, not prompt text.
+may write a rule about the user. Rules are code, not prompt text. And what a write
+returns (``WriteResult``): refused with its reason, or done, never raised.
 
 A write that breaks a rule is refused whole (never cut) with a machine-readable reason.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from conductor.notes.note_format import (
     KINDS,
     SCOPES,
+    Note,
     clean_tags,
     clean_title,
     normalise_verify_by,
@@ -81,6 +83,28 @@ class Caps:
 class Refusal:
     reason: str
     detail: str
+
+
+@dataclass
+class WriteResult:
+    """What a write did. ``ok`` False means refused; ``reason`` says why.
+
+    ``op`` is the operation asked for; ``revised_existing`` is True when an ``add`` became
+    a revision of a note already stored (same title or close BM25 match).
+    ``kept_live`` is True when a model archived a ratified note: it stays live with the
+    reason in its changelog until the user decides.
+    """
+
+    ok: bool
+    reason: str | None
+    note: Note | None
+    op: str
+    redactions: int = 0
+    revised_existing: bool = False
+    kept_live: bool = False
+    detail: str | None = None
+    redaction_counts: dict[str, int] = field(default_factory=dict)
+    count: int = 0  # notes touched by delete_all
 
 
 @dataclass

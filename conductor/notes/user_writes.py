@@ -10,8 +10,7 @@ from typing import Any
 from conductor.notes.core import StoreCore, _guard
 from conductor.notes.helpers import _check_via, _entry, _new_id
 from conductor.notes.note_format import parse
-from conductor.notes.results import WriteResult
-from conductor.notes.rules import Reason, Refusal, clean_reason
+from conductor.notes.rules import Reason, Refusal, WriteResult, clean_reason
 from conductor.storage.atomic import ensure_dir
 
 
