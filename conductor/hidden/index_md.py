@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from conductor.hidden.usage import UsageBook
 from conductor.notes.note_format import Note, format_time
+from conductor.notes.usage import UsageBook
 
 
 def index_line(note: Note, uses_7d: int, now: datetime) -> str:

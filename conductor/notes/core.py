@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec
 
-from conductor.hidden.usage import UsageBook
 from conductor.notes.helpers import _copy, _entry, _missing
 from conductor.notes.note_format import KINDS, SCOPES, Note, render, utc_now
 from conductor.notes.rules import Caps, Content, Reason, Refusal, WriteResult, check_content
 from conductor.notes.snapshot import NoteCache, _Snapshot
+from conductor.notes.usage import UsageBook
 from conductor.search.notes_bm25 import NoteIndex
 from conductor.storage.atomic import DIR_MODE, FileLock, atomic_write, ensure_dir, remove_file
 from conductor.storage.journal import Journal

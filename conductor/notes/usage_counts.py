@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from conductor.hidden.usage import UsageBook
 from conductor.notes.core import StoreCore
+from conductor.notes.usage import UsageBook
 
 
 class NoteUsage(StoreCore):

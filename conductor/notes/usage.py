@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from conductor.notes.note_format import format_time, parse_time
 from conductor.storage.atomic import atomic_write
+from conductor.storage.clock import format_time, parse_time
 
 KEEP_DAYS = 30
 
