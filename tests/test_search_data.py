@@ -57,13 +57,13 @@ def test_an_identifier_query_has_look_alikes_in_the_corpus():
         assert len(set(re.findall(re.escape(stem) + r"[\w-]*", text))) >= 3, code
 
 
-def test_the_public_sets_load_whole_with_every_question_s_evidence_a_message_they_hold():
-    """The derived LoCoMo and REALTALK (bench/search/data/external/README.md): the counts
-    its README states, and no question points at a message the set lacks."""
-    from bench.search.external_sets import load
+def test_the_public_set_loads_whole_with_every_question_s_evidence_a_message_it_holds():
+    """The derived LoCoMo (bench/search/data/external/README.md): the counts its README
+    states, and no question points at a message the set lacks."""
+    from bench.search.external_sets import NAMES, load
 
     counts = {}
-    for name in ("locomo", "realtalk"):
+    for name in NAMES:
         data = load(name)
         messages = questions = 0
         for convo in data["conversations"]:
@@ -74,7 +74,29 @@ def test_the_public_sets_load_whole_with_every_question_s_evidence_a_message_the
                 assert q["evidence"] and set(q["evidence"]) <= ids, q["q"]
             questions += len(convo["questions"])
         counts[name] = (len(data["conversations"]), messages, questions)
-    assert counts == {"locomo": (10, 5882, 1536), "realtalk": (10, 8944, 705)}
+    assert counts == {"locomo": (10, 5882, 1536)}
+
+
+# licences under which a set may be committed here and passed on (with attribution)
+REDISTRIBUTABLE = ("CC BY 4.0", "CC BY-SA 4.0", "CC BY-NC 4.0", "CC0", "MIT", "Apache-2.0")
+
+
+def test_every_committed_public_set_is_the_benchs_and_names_a_licence_that_lets_us_pass_it_on():
+    """A data file under data/external/ is one the bench reads, and its row in the README
+    beside it names a licence that allows redistribution: a set without one (REALTALK
+    states none) is not committed."""
+    from bench.search.external_sets import FOLDER, NAMES
+
+    rows = {}
+    for line in (FOLDER / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`") and cells[0].endswith(".json.gz`"):
+            rows[cells[0].strip("`")] = cells[2]
+    committed = sorted(p.name for p in FOLDER.iterdir() if p.name != "README.md")
+    assert committed == sorted(f"{name}.json.gz" for name in NAMES)
+    for name in committed:
+        assert name in rows, f"{name} has no row in data/external/README.md"
+        assert rows[name].startswith(REDISTRIBUTABLE), (name, rows[name])
 
 
 def test_hand_written_evidence_is_read_as_the_message_ids_it_names():
@@ -86,3 +108,39 @@ def test_hand_written_evidence_is_read_as_the_message_ids_it_names():
     assert _ids(["D5:12;D5:16", "D5:12"], known) == ["D5:12", "D5:16"]
     assert _ids(["D13:45:D20:19"], known) == ["D13:45", "D20:19"]
     assert _ids(["D99:1", "D13:4. D14:4"], known) == ["D13:4"]  # no such message: dropped
+
+
+def test_the_union_ceiling_bounds_every_fusion_rule_and_an_oracle_order_reaches_it():
+    """bench/search/ceiling.py: no rule that reorders the two rankings' hits finds more at
+    10 than the best reordering of their union, and that best is reached by putting the
+    evidence the union holds first. Evidence deep in both lists counts in the 50-deep
+    union and not in the top 10s."""
+    import random
+
+    from bench.search import fusion
+    from bench.search.ceiling import bounds
+    from bench.search.held_out import Case
+
+    deep = Case("t", "all", "1", "q", [lambda k: k == "d30", lambda k: k == "s40"])
+    deep.dense = [(f"d{n}", 1 - n / 100) for n in range(50)]
+    deep.sparse = [(f"s{n}", 9 - n / 10) for n in range(50)]
+    assert bounds(deep) == {"either_at10": 0.0, "union10_at10": 0.0, "union50_at10": 1.0,
+                            "union50_recall": 1.0}
+    rng = random.Random(59)
+    rules = [*fusion.transferable(), *fusion.earlier()]
+    for _ in range(200):
+        pool = [f"k{n}" for n in range(80)]
+        gold = rng.sample(pool, rng.randint(1, 14))
+        case = Case("t", "all", "1", "q", [lambda k, g=g: k == g for g in gold])
+        case.dense = sorted(((k, rng.random()) for k in rng.sample(pool, 50)),
+                            key=lambda kv: -kv[1])
+        case.sparse = sorted(((k, rng.random() * 20) for k in rng.sample(pool, 50)),
+                             key=lambda kv: -kv[1])
+        top = bounds(case)
+        assert top["either_at10"] <= top["union10_at10"] <= top["union50_at10"]
+        assert top["union50_at10"] <= top["union50_recall"]
+        for rule in rules:
+            assert case.recall(rule.fuse(case.dense, case.sparse), 10) <= top["union50_at10"]
+        union = list(dict.fromkeys(k for k, _ in [*case.dense, *case.sparse]))
+        oracle = [k for k in union if k in gold] + [k for k in union if k not in gold]
+        assert case.recall(oracle, 10) == top["union50_at10"]

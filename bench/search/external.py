@@ -2,14 +2,14 @@
 set: `python -m bench.search.external [--out DIR]` (default
 `bench/results/search-external/`).
 
-Four sets, each indexed and searched as the server does (history turns, a section a
+Three sets, each indexed and searched as the server does (history turns, a section a
 speaker, `SearchIndex`), the dense and BM25 rankings taken 50 deep once and every rule of
 `fusion.transferable()` and `fusion.earlier()` scored over them:
 
 * **own**: the project's conversational set (`conversations.py`), dev and test halves
   split by topic; **the rule is chosen here, on the dev half alone**;
-* **locomo** and **realtalk** (`external_sets.py`, `data/external/`): public sets
-  written elsewhere, every question read once, after the choice;
+* **locomo** (`external_sets.py`, `data/external/`): a public set written elsewhere,
+  every question read once, after the choice;
 * **first**: the Markdown set's test half (not conversational; reported, not a goal).
 
 A public conversation is two people: its messages go in pairs into history turns, the
@@ -18,6 +18,10 @@ with its speaker's name; a question's evidence is the side that holds its messag
 Recall, the choice and its goals: `choose` and `goals` below. Also the cost: a served
 hybrid query's p50/p95 (embedding included) over one index holding all ten LoCoMo
 conversations, and what a cross-encoder of MiniLM-L6's size would add over 20 hits.
+
+Then what bounds recall@10 (`ceiling.py`): the best any reordering of the two rankings
+could reach on each set, and on LoCoMo the same bound and the served hybrid under other
+layouts of a chat and a larger embedder (`--variants`).
 """
 
 from __future__ import annotations
@@ -28,35 +32,23 @@ import os
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench.paths import RESULTS_DIR
 from bench.report import cpu_model
-from bench.search import fusion
+from bench.search import ceiling, fusion
 from bench.search.conversations import build_all
 from bench.search.embed_cache import CachedEmbedder
 from bench.search.external_report import write
-from bench.search.external_sets import load
-from bench.search.held_out import (
-    CUTS,
-    DATA,
-    Case,
-    _rank,
-    _turn_side,
-    conversational,
-    first_set,
-    table,
-)
-from conductor.layers.turn_format import Part, Turn, TurnMessage
+from bench.search.external_sets import NAMES, lay_out, load, public, rank_public, texts_of
+from bench.search.held_out import CUTS, DATA, Case, conversational, first_set, table
 from conductor.search.chunks import split_markdown
 from conductor.search.index import SearchIndex, chunk_text
-from conductor.storage.atomic import atomic_write
 
 RESULTS = RESULTS_DIR / "search-external"
 CHOSEN_ON = "own/dev"
-HELD_OUT = ("own/test", "locomo/all", "realtalk/all")  # the goals are read on these
+HELD_OUT = ("own/test", *(f"{name}/all" for name in NAMES))  # the goals are read on these
 REPORTED = (*HELD_OUT, "first/test")
 SINGLES = ("dense", "sparse")
 TOLERANCE = 0.01  # hybrid@5 may trail the better single mode by this much
@@ -66,69 +58,6 @@ P95_GOAL_MS = 25.0
 
 def say(message: str) -> None:
     print(f"[external] {message}", flush=True)
-
-
-def lay_out(root: Path, user: str, convo: dict[str, Any],
-            sub: str = "") -> dict[str, tuple[str, str]]:
-    """The conversation as the user's history turns (under `sub`, a folder of its own
-    where one user holds several); {message id: (turn file, side)}."""
-    folder = root / "layers" / user / "history" / "turns"
-    where: dict[str, tuple[str, str]] = {}
-    seq = 0
-    for session in convo["sessions"]:
-        start = datetime.fromisoformat(session["time"]).replace(tzinfo=UTC)
-        turns = session["turns"]
-        for n in range(0, len(turns), 2):
-            pair = turns[n:n + 2]
-            seq += 1
-            own_time = pair[0][3]
-            moment = (datetime.fromisoformat(own_time).replace(tzinfo=UTC) if own_time
-                      else start + timedelta(minutes=n))
-            messages = tuple(TurnMessage(role, (Part("text", f"{convo['speakers'][who]}: "
-                                                            f"{text}"),))
-                             for role, (_, who, text, _) in zip(("user", "assistant"), pair,
-                                                                strict=False))
-            rel = f"{sub}{moment:%Y/%m/%d}/{seq:08d}.json"
-            atomic_write(folder / rel, json.dumps(Turn(seq, moment, 0, messages).to_json())
-                         + "\n", durable=False)
-            for side, message in zip(("user", "assistant"), pair, strict=False):
-                where[message[0]] = (rel, side)
-    return where
-
-
-def public(name: str, root: Path) -> list[tuple[str, dict[str, Any], dict]]:
-    """The set's conversations laid out under `root`, one user each: (user, conversation,
-    where each message went)."""
-    return [(f"{name}-{c['id']}", c, lay_out(root, f"{name}-{c['id']}", c))
-            for c in load(name)["conversations"]]
-
-
-def rank_public(name: str, root: Path, laid: list, embedder) -> tuple[list[Case], dict]:
-    cases: list[Case] = []
-    turns = 0
-    for user, convo, where in laid:
-        index = SearchIndex(root, user, embedder)
-        turns += index.sync().files_seen
-        for q in convo["questions"]:
-            case = Case(name, "all", str(q["category"]), q["q"],
-                        [_turn_side(*where[e]) for e in q["evidence"]])
-            _rank(index, case, "history")
-            cases.append(case)
-        index.close()
-    say(f"{name}: {len(cases)} questions over {turns} turns")
-    return cases, {"turns": turns, "questions": len(cases),
-                   "dropped_no_evidence": load(name)["questions_dropped_no_evidence"]}
-
-
-def texts_of(root: Path, users: list[str]) -> list[str]:
-    """Every chunk text the users' indexes will embed (as `SearchIndex.sync` cuts them)."""
-    out = []
-    for user in users:
-        for source in SearchIndex(root, user, None).registry().sources:
-            for _, path in source.files():
-                out += [chunk_text(c) for c in split_markdown(
-                    source.read(path), whole=source.type == "chunked_markdown_tree")]
-    return out
 
 
 def _cells(figures: dict[str, float], cell: str) -> tuple[float, float]:
@@ -208,7 +137,9 @@ def rerank_cost(embedder, cases: list[Case], hits: int = 20) -> dict[str, float]
             "p95_ms": times[int(len(times) * 0.95)]}
 
 
-def run(out: Path, quality: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(out: Path, quality: dict[str, Any] | None = None,
+        variants: list[str] | None = None) -> dict[str, Any]:
+    from bench.search.mpnet import mpnet_embedder
     from conductor.search.embedders import default_embedder
 
     raw = default_embedder()
@@ -220,7 +151,7 @@ def run(out: Path, quality: dict[str, Any] | None = None) -> dict[str, Any]:
     sets: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        laid = {name: public(name, base / name) for name in ("locomo", "realtalk")}
+        laid = {name: public(name, base / name) for name in NAMES}
         own_users = sorted({q.conversation for q in build_all(base / "own-texts")})
         texts = texts_of(base / "own-texts", own_users)
         texts += [chunk_text(c) for path in sorted((DATA / "corpus").glob("*.md"))
@@ -234,19 +165,22 @@ def run(out: Path, quality: dict[str, Any] | None = None) -> dict[str, Any]:
         sets["own"] = {"turns": cost["turns"], "questions": len(own)}
         cases = own + first_set(base / "first", embedder)
         for name, convos in laid.items():
-            found, sets[name] = rank_public(name, base / name, convos, embedder)
+            found, sets[name] = rank_public(name, base / name, convos, embedder, say)
             cases += found
         figures = table(cases, ["dense", "sparse", "hybrid", *rules])
         chosen, holding = choose(figures, [r.name for r in fusion.transferable()])
         say(f"chosen on {CHOSEN_ON}: {chosen} ({len(holding)} of "
             f"{len(fusion.transferable())} held there)")
         speed = latency(base / "latency", raw, embedder)
+        tried = ceiling.variants(base / "variants", [c for c in cases if c.set == "locomo"],
+                                 {"minilm": lambda: raw, "mpnet": mpnet_embedder},
+                                 list(ceiling.VARIANTS) if variants is None else variants, say)
     by_category = {
         name: {rule: {cat: statistics.fmean(c.recall(fusion_rank(c, rule, rules), 10)
                                             for c in cases if c.set == name and c.kind == cat)
                       for cat in sorted({c.kind for c in cases if c.set == name})}
                for rule in ("dense", "sparse", "hybrid", chosen)}
-        for name in ("locomo", "realtalk")}
+        for name in NAMES}
     results = {
         "environment": {"cpu": cpu_model()}, "depth": 50, "cuts": CUTS,
         "embedder": raw.version, "sets": sets, "rules": names, "figures": figures,
@@ -255,6 +189,7 @@ def run(out: Path, quality: dict[str, Any] | None = None) -> dict[str, Any]:
         "served_goals": goals(figures, "hybrid"), "recall10_by_category": by_category,
         "latency": speed, "rerank_cost": rerank_cost(raw, [c for c in cases
                                                            if c.set == "locomo"]),
+        "ceiling": ceiling.ceiling(cases), "variants": tried,
         "tolerance": TOLERANCE, "recall10_goal": RECALL10_GOAL, "p95_goal_ms": P95_GOAL_MS,
         "quality": quality}
     embedder.close()
@@ -282,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="'run': the quality bench's strict figures before and after "
                              "(bench/search/quality_ab.py, smol, about 40 minutes on 2 "
                              "cores) in this run; or a JSON file that run wrote")
+    parser.add_argument("--variants", default=",".join(ceiling.VARIANTS),
+                        help="the LoCoMo variants to score, comma-separated, of: "
+                             + ", ".join(ceiling.VARIANTS))
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite summary.md from --out's results.json (with --quality "
                              "FILE: its figures added), measuring nothing")
@@ -301,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         results["quality"] = quality or results.get("quality")
         write(results, args.out)
         return 0
-    run(args.out, quality)
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in ceiling.VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}")
+    run(args.out, quality, chosen)
     return 0
 
 

@@ -1,20 +1,21 @@
-"""Two public conversational memory sets written elsewhere, in the compact form committed
-under `data/external/` (source, licence and derivation in its README):
+"""The public conversational memory set written elsewhere, in the compact form committed
+under `data/external/` (source, licence and derivation in its README), and its layout as
+a user's history turns:
 
-* **LoCoMo** (snap-research/locomo, `data/locomo10.zip`): 10 long two-person
-  conversations written by LLM agents, 5,882 messages in 272 sessions, and 1,536
-  questions of categories 1-4 (single-hop, temporal, open-domain, multi-hop) whose
+* **LoCoMo** (snap-research/locomo, `data/locomo10.zip`, CC BY-NC 4.0): 10 long
+  two-person conversations written by LLM agents, 5,882 messages in 272 sessions, and
+  1,536 questions of categories 1-4 (single-hop, temporal, open-domain, multi-hop) whose
   evidence names the messages (`D3:12`); the 446 adversarial ones (category 5, no
-  answer) are left out;
-* **REALTALK** (danny911kr/REALTALK, `data/*.json`): 10 real 21-day messaging-app
-  conversations between people, 8,944 messages, 728 questions whose evidence names the
-  messages (ranges and lists as the annotators wrote them, read here).
+  answer) are left out.
+
+Only sets whose licence lets us redistribute them are committed: REALTALK, read in an
+earlier round, states no licence and was taken out (README beside the data).
 
 A set is `{"name", "conversations": [{"id", "speakers", "sessions": [{"time", "turns":
 [[dia_id, speaker index, text, time or null]]}], "questions": [{"q", "evidence",
 "category"}]}]}`. A photo a message carries is its caption in brackets (what the
-sets' own baselines read). `python -m bench.search.external_sets LOCOMO_ZIP_DIR
-REALTALK_DATA_DIR` derives the files again from the upstream folders.
+set's own baselines read). `python -m bench.search.external_sets LOCOMO_ZIP_DIR`
+derives the file again from the upstream folder.
 """
 
 from __future__ import annotations
@@ -23,12 +24,27 @@ import gzip
 import json
 import re
 import sys
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.search.held_out import Case, _rank, _turn_side
+from conductor.layers.turn_format import Part, Turn, TurnMessage
+from conductor.search.chunks import split_markdown
+from conductor.search.index import SearchIndex, chunk_text
+from conductor.storage.atomic import atomic_write
+
 FOLDER = Path(__file__).resolve().parent / "data" / "external"
-NAMES = ("locomo", "realtalk")
+NAMES = ("locomo",)
+# how a conversation becomes history turns: as the served history holds a chat ("pairs":
+# two messages a turn, the first as the user's side), or the bench's variants of it
+LAYOUTS = {
+    "pairs": "two messages a turn, a section a side (as served)",
+    "single": "one message a turn",
+    "neighbour": "two messages a turn, with the message before the pair and the one "
+                 "after it",
+}
 _ID = re.compile(r"D(\d+):(\d+)(?:\s*-\s*(?:D\d+:)?(\d+))?")
 
 
@@ -92,34 +108,85 @@ def locomo(folder: Path) -> dict[str, Any]:
             "conversations": conversations}
 
 
-def realtalk(folder: Path) -> dict[str, Any]:
-    """From the repository's `data/Chat_*.json`."""
-    conversations, dropped = [], 0
-    for path in sorted(folder.glob("Chat_*.json"), key=lambda p: int(p.stem.split("_")[1])):
-        raw = json.loads(path.read_text())
-        speakers = [raw["name"]["speaker_1"], raw["name"]["speaker_2"]]
-        lower = [s.lower() for s in speakers]
-        sessions = []
-        for n, turns in _sessions(raw):
-            start = datetime.strptime(raw[f"session_{n}_date_time"], "%d.%m.%Y, %H:%M:%S")
-            sessions.append({"time": start.isoformat(timespec="minutes"), "turns": [
-                [t["dia_id"], lower.index(t["speaker"].lower()), _text(t, "clean_text"),
-                 datetime.strptime(t["date_time"], "%d.%m.%Y, %H:%M:%S").isoformat(
-                     timespec="minutes") if t.get("date_time") else None]
-                for t in turns if _text(t, "clean_text")]})
-        known = {t[0] for s in sessions for t in s["turns"]}
-        questions = []
-        for q in raw["qa"]:
-            evidence = _ids(q.get("evidence") or [], known)
-            if not evidence:
-                dropped += 1
-                continue
-            questions.append({"q": q["question"], "evidence": evidence,
-                              "category": q["category"]})
-        conversations.append({"id": path.stem, "speakers": speakers, "sessions": sessions,
-                              "questions": questions})
-    return {"name": "realtalk", "questions_dropped_no_evidence": dropped,
-            "conversations": conversations}
+def _said(convo: dict[str, Any], message: list) -> str:
+    return f"{convo['speakers'][message[1]]}: {message[2]}"
+
+
+def lay_out(root: Path, user: str, convo: dict[str, Any], sub: str = "",
+            layout: str = "pairs") -> dict[str, tuple[str, str]]:
+    """The conversation as the user's history turns (under `sub`, a folder of its own
+    where one user holds several), in one of `LAYOUTS`; {message id: (turn file, side)}."""
+    folder = root / "layers" / user / "history" / "turns"
+    where: dict[str, tuple[str, str]] = {}
+    seq = 0
+    size = 1 if layout == "single" else 2
+    flat = [m for session in convo["sessions"] for m in session["turns"]]
+    at = 0  # the first message of the group in `flat`
+    for session in convo["sessions"]:
+        start = datetime.fromisoformat(session["time"]).replace(tzinfo=UTC)
+        turns = session["turns"]
+        for n in range(0, len(turns), size):
+            group = turns[n:n + size]
+            seq += 1
+            own_time = group[0][3]
+            moment = (datetime.fromisoformat(own_time).replace(tzinfo=UTC) if own_time
+                      else start + timedelta(minutes=n))
+            texts = [_said(convo, message) for message in group]
+            if layout == "neighbour":
+                # the served turn gives each side the other side's words; this gives the
+                # pair the line before it and the line after it too
+                if at > 0:
+                    texts[0] = f"(before: {_said(convo, flat[at - 1])})\n{texts[0]}"
+                if len(group) == 2 and at + 2 < len(flat):
+                    texts[1] = f"{texts[1]}\n(after: {_said(convo, flat[at + 2])})"
+            at += len(group)
+            messages = tuple(TurnMessage(role, (Part("text", text),))
+                             for role, text in zip(("user", "assistant"), texts, strict=False))
+            rel = f"{sub}{moment:%Y/%m/%d}/{seq:08d}.json"
+            atomic_write(folder / rel, json.dumps(Turn(seq, moment, 0, messages).to_json())
+                         + "\n", durable=False)
+            for side, message in zip(("user", "assistant"), group, strict=False):
+                where[message[0]] = (rel, side)
+    return where
+
+
+def public(name: str, root: Path,
+           layout: str = "pairs") -> list[tuple[str, dict[str, Any], dict]]:
+    """The set's conversations laid out under `root`, one user each: (user, conversation,
+    where each message went)."""
+    return [(f"{name}-{c['id']}", c, lay_out(root, f"{name}-{c['id']}", c, layout=layout))
+            for c in load(name)["conversations"]]
+
+
+def rank_public(name: str, root: Path, laid: list, embedder,
+                say: Callable[[str], None] = print) -> tuple[list[Case], dict]:
+    """Each question's dense and BM25 rankings (and the served hybrid) over its own
+    conversation's index."""
+    cases: list[Case] = []
+    turns = 0
+    for user, convo, where in laid:
+        index = SearchIndex(root, user, embedder)
+        turns += index.sync().files_seen
+        for q in convo["questions"]:
+            case = Case(name, "all", str(q["category"]), q["q"],
+                        [_turn_side(*where[e]) for e in q["evidence"]])
+            _rank(index, case, "history")
+            cases.append(case)
+        index.close()
+    say(f"{name}: {len(cases)} questions over {turns} turns")
+    return cases, {"turns": turns, "questions": len(cases),
+                   "dropped_no_evidence": load(name)["questions_dropped_no_evidence"]}
+
+
+def texts_of(root: Path, users: list[str]) -> list[str]:
+    """Every chunk text the users' indexes will embed (as `SearchIndex.sync` cuts them)."""
+    out = []
+    for user in users:
+        for source in SearchIndex(root, user, None).registry().sources:
+            for _, path in source.files():
+                out += [chunk_text(c) for c in split_markdown(
+                    source.read(path), whole=source.type == "chunked_markdown_tree")]
+    return out
 
 
 def write(data: dict[str, Any]) -> Path:
@@ -133,10 +200,10 @@ def write(data: dict[str, Any]) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) != 1:
         print(__doc__)
         return 2
-    for data in (locomo(Path(argv[0])), realtalk(Path(argv[1]))):
+    for data in (locomo(Path(argv[0])),):
         path = write(data)
         convs = data["conversations"]
         print(f"{path}: {len(convs)} conversations, "
