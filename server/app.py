@@ -15,12 +15,10 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from conductor.background.nightly import nightly_loop
-from conductor.hidden.prefetch import PrefetchLimits
-from conductor.hidden.tail_notes import NotesShown
-from conductor.ledger.records import Ledger
+from conductor.memory.hiding import NotesShown, PrefetchLimits
+from conductor.memory.jobs import nightly_loop
+from conductor.memory.ledger import Ledger
 from conductor.memory.services import MemoryServices, MemorySettings
-from conductor.storage.recovery import recover
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server.access.admin import AdminGate
@@ -177,7 +175,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         # after a crash: temp files of the dead process go, torn journal lines are counted
-        await asyncio.to_thread(recover, memory.root)
+        await asyncio.to_thread(memory.recover)
         # background work: the saver waits while clients run
         memory.ledger_saver.busy = lambda: bool(state.engine and state.engine.running("client"))
         saver = asyncio.create_task(memory.ledger_saver.run())

@@ -172,3 +172,15 @@ def test_the_vllm_engine_stands_behind_the_seam(engine):
     """The server past the seam asks only what EngineBackend declares; today's engine has
     all of it (another backend, proxy mode's, must too)."""
     assert isinstance(engine, EngineBackend)
+
+
+def test_the_server_asks_memory_through_its_front_door_only():
+    """server/ imports conductor.memory (MemoryServices, the hiding decision, the per-part
+    lists of what it may use) and nothing deeper in conductor/."""
+    deeper = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph().items() if _within(module, "server")
+        for target in targets
+        if _within(target, "conductor") and not _within(target, "conductor.memory")
+    )
+    assert deeper == []

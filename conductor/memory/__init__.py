@@ -1,1 +1,16 @@
-"""Memory's front door: the one package the server asks for memory."""
+"""Memory's front door: the one package the server asks for memory.
+
+The server (HTTP routes, the turn, its idle-time services, the CLIs) imports
+`conductor.memory` and its modules, never a deeper part of `conductor/` (tests/test_layout.py
+holds the rule), as the rest of vLLM imports its scheduler's interface and the plain data it
+hands across. What is here:
+
+* `services.MemoryServices`: the server's memory state, one object (stores per user, the
+  ledger, session tokens, the Responses store, the writer's triggers, the idle queues),
+  with `MemorySettings`;
+* `context.MemoryContext`: what memory does for one request, and the session derivation;
+* `hiding`: the decision of what goes hidden in a prompt and where (`choose_hidden` from
+  plain `TurnFacts`, returning a `HiddenContext` of `Tail`s), and what is recorded after;
+* one module per part of `conductor/` the server uses, listing exactly that and nothing
+  more: `ledger`, `notes`, `writing`, `search`, `layers`, `jobs`, `storage`.
+"""

@@ -1,4 +1,5 @@
-"""What memory hides in a request's prompt, and where.
+"""What memory hides in a request's prompt, and where (part of memory's front door: the
+server's way into `conductor/hidden/`).
 
 * The shared memory context (card + index) after the system prompt and tools, whenever the
   prompt is rendered rather than replayed from the ledger: a new session, or a miss in a
@@ -17,21 +18,69 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from conductor.hidden.corrections import CORRECTION_KIND, build_corrections
-from conductor.hidden.prefetch import MATCHED_KINDS, trailing_prefetch
+from conductor.hidden.corrections import CORRECTION_KIND, HOLDS_TEXT, build_corrections
+from conductor.hidden.memory_refs import NOTE_ID, RefError, read_ref
+from conductor.hidden.prefetch import (
+    HINT_MAX_CHARS,
+    MATCHED_KINDS,
+    PREFETCH_KIND,
+    PrefetchLimits,
+    choose_prefetch,
+    goes_on,
+    trailing_prefetch,
+)
+from conductor.hidden.prewarm import Stale
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
     build_session_tail,
     build_shared_context,
+    hits_to_ask_for,
+    note_id_of_file,
     session_notes,
     shared_notes,
+    visible_hits,
+    visible_note_ids,
 )
-from conductor.hidden.tail_notes import build_matches
+from conductor.hidden.tail_notes import NotesShown, build_matches
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
 from conductor.memory.services import MemoryServices
+
+# The server's part of conductor/hidden/ (the front door: nothing deeper), and the decision below.
+__all__ = [
+    "CORRECTION_KIND",
+    "HINT_MAX_CHARS",
+    "HOLDS_TEXT",
+    "HiddenContext",
+    "NOTE_ID",
+    "NotesShown",
+    "PREFETCH_KIND",
+    "PrefetchLimits",
+    "RefError",
+    "Replayed",
+    "SESSION_KIND",
+    "SHARED_KIND",
+    "Stale",
+    "Tail",
+    "TurnFacts",
+    "choose_hidden",
+    "choose_prefetch",
+    "goes_on",
+    "history_key",
+    "hits_to_ask_for",
+    "injections_to_record",
+    "note_id_of_file",
+    "note_miss",
+    "read_ref",
+    "record_injections",
+    "session_notes",
+    "shared_notes",
+    "trailing_prefetch",
+    "visible_hits",
+    "visible_note_ids",
+]
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from conductor.memory.session_tokens import SessionTokens
 from conductor.notes import NoteStore
 from conductor.storage.erase import erase_user
 from conductor.storage.journal import Journal
+from conductor.storage.recovery import Recovery, recover
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 
 log = logging.getLogger("tandem.memory")
@@ -111,6 +112,10 @@ class MemoryServices:
             if user not in self._layers:
                 self._layers[user] = UserLayers(self.root, user, self._quarantine_report(user))
             return self._layers[user]
+
+    def recover(self) -> Recovery:
+        """What a start does after a crash (conductor/storage/recovery.py); file work."""
+        return recover(self.root)
 
     @property
     def journal(self) -> Journal:

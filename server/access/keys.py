@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.storage.atomic import atomic_write
-from conductor.storage.paths import valid_user
+from conductor.memory.storage import atomic_write, valid_user
 from server.access.attempts import Attempts
 
 KEYS_FILE = "keys.json"

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from conductor.background.backend import JobAnswer, JobPrompt
-from conductor.ledger.records import Ledger
+from conductor.memory.jobs import JobAnswer, JobPrompt
+from conductor.memory.ledger import Ledger
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 

@@ -12,12 +12,19 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from conductor.background.backend import JobBackend
-from conductor.background.controller import JobController
-from conductor.background.job import Caps
-from conductor.background.job_models import JobModel, JobModels, endpoint_model, key_env_allowed
-from conductor.background.jobs import JOBS
-from conductor.background.runner import JobRun, run_job, utc_now
+from conductor.memory.jobs import (
+    JOBS,
+    Caps,
+    JobBackend,
+    JobController,
+    JobModel,
+    JobModels,
+    JobRun,
+    endpoint_model,
+    key_env_allowed,
+    run_job,
+    utc_now,
+)
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError

@@ -17,11 +17,15 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from conductor.hidden.corrections import HOLDS_TEXT
-from conductor.hidden.prefetch import PREFETCH_KIND, choose_prefetch, trailing_prefetch
-from conductor.hidden.shared_context import session_notes, shared_notes
-from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Record, Span
+from conductor.memory.hiding import (
+    HOLDS_TEXT,
+    PREFETCH_KIND,
+    choose_prefetch,
+    session_notes,
+    shared_notes,
+    trailing_prefetch,
+)
+from conductor.memory.ledger import Record, Span, flat_ids
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from conductor.hidden.prewarm import Stale
+from conductor.memory.hiding import Stale
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams

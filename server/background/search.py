@@ -14,16 +14,18 @@ import os
 import threading
 from pathlib import Path
 
-from conductor.memory.services import MemoryServices
-from conductor.search.embedders import (
+from conductor.memory.search import (
     Embedder,
     EmbedderError,
     EndpointEmbedder,
+    Hit,
+    SearchIndex,
+    SourceError,
+    SyncReport,
     default_embedder,
+    drop_user_collections,
 )
-from conductor.search.index import Hit, SearchIndex, SyncReport
-from conductor.search.sources import SourceError
-from conductor.search.stores import drop_user_collections
+from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 
 log = logging.getLogger("tandem.search")

@@ -8,9 +8,9 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from conductor.ledger.records import Record
+from conductor.memory.ledger import Record
 from conductor.memory.services import MemoryServices
-from conductor.writing.writer import GenerationPiece, Writer, WriterRun
+from conductor.memory.writing import GenerationPiece, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 from server.background.writer_budget import RequestUsage, WriterBudget, WriterPolicy

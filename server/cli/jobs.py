@@ -23,12 +23,16 @@ from typing import Any
 
 import httpx
 
-from conductor.background.controller import JobController
-from conductor.background.job_models import INHERIT, JobModels, endpoint_model
-from conductor.background.job_state import read_job_state
-from conductor.background.jobs import JOBS
-from conductor.layers.paths import LayerFiles
-from conductor.storage.paths import default_home, valid_user
+from conductor.memory.jobs import (
+    INHERIT,
+    JOBS,
+    JobController,
+    JobModels,
+    endpoint_model,
+    read_job_state,
+)
+from conductor.memory.layers import LayerFiles
+from conductor.memory.storage import default_home, valid_user
 from server.cli.notes import default_user
 
 DEFAULT_URL = "http://127.0.0.1:8000"

@@ -23,13 +23,9 @@ from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from conductor.layers.inventory import summary
-from conductor.layers.turn_format import Turn
-from conductor.layers.user_layers import UserLayers
-from conductor.search.index import MODES, Hit, SearchIndex
-from conductor.search.sources import COLLECTIONS, SourceError
-from conductor.search.stores import IndexBusy
-from conductor.storage.paths import default_home, valid_user
+from conductor.memory.layers import Turn, UserLayers, summary
+from conductor.memory.search import COLLECTIONS, MODES, Hit, IndexBusy, SearchIndex, SourceError
+from conductor.memory.storage import default_home, valid_user
 from server.cli.notes import default_user
 
 
@@ -138,7 +134,7 @@ def _token_counter(profile_name: str, home: Path) -> Callable[[str], int] | None
 
 
 def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
-    from conductor.search.embedders import default_embedder
+    from conductor.memory.search import default_embedder
 
     embedder = None if args.memory_command == "sources" else default_embedder()
     index = SearchIndex(root, user, embedder, os.environ.get("TANDEM_QDRANT_URL"),

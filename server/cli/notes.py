@@ -25,9 +25,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from conductor.notes import NoteStore, WriteResult
-from conductor.notes.note_format import KINDS, SCOPES, STATUSES, Note
-from conductor.storage.paths import default_home, default_memory_root, valid_user
+from conductor.memory.notes import KINDS, SCOPES, STATUSES, Note, NoteStore, WriteResult
+from conductor.memory.storage import default_home, default_memory_root, valid_user
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -198,7 +197,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _nightly(args: argparse.Namespace) -> int:
-    from conductor.background.nightly import run_nightly, run_nightly_all
+    from conductor.memory.jobs import run_nightly, run_nightly_all
 
     if args.all_users:
         home = Path(args.home).expanduser() if args.home else default_home()

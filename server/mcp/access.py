@@ -18,12 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from conductor.layers.user_layers import UserLayers
-from conductor.notes import NoteStore
-from conductor.search.embedders import Embedder
-from conductor.search.index import Hit, SearchIndex
-from conductor.search.sources import Registry
-from conductor.search.stores import IndexBusy
+from conductor.memory.layers import UserLayers
+from conductor.memory.notes import NoteStore
+from conductor.memory.search import Embedder, Hit, IndexBusy, Registry, SearchIndex
 
 if TYPE_CHECKING:
     from conductor.memory.services import MemoryServices

@@ -11,8 +11,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from conductor.layers.core import CORE_FILES
-from conductor.search.sources import COLLECTIONS
+from conductor.memory.layers import CORE_FILES
+from conductor.memory.search import COLLECTIONS
 from server.mcp.access import MemoryAccess
 from server.mcp.tools import (
     CAPS,

@@ -26,17 +26,18 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from conductor.hidden.memory_refs import NOTE_ID, RefError, read_ref
-from conductor.hidden.shared_context import (
+from conductor.memory.hiding import (
+    NOTE_ID,
+    RefError,
     hits_to_ask_for,
     note_id_of_file,
+    read_ref,
     visible_hits,
     visible_note_ids,
 )
-from conductor.notes import WriteResult
-from conductor.notes.rules import Caps
-from conductor.search.sources import Registry, SourceError
-from conductor.writing.client_writes import NoteNotVisible, WriteOp, note_json, write_note
+from conductor.memory.notes import Caps, WriteResult
+from conductor.memory.search import Registry, SourceError
+from conductor.memory.writing import NoteNotVisible, WriteOp, note_json, write_note
 from server.mcp.access import MemoryAccess, Unavailable
 
 log = logging.getLogger("tandem.mcp")

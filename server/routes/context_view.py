@@ -20,11 +20,8 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 
-from conductor.hidden.corrections import CORRECTION_KIND
-from conductor.hidden.prefetch import PREFETCH_KIND
-from conductor.hidden.shared_context import SESSION_KIND, SHARED_KIND
-from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Record
+from conductor.memory.hiding import CORRECTION_KIND, PREFETCH_KIND, SESSION_KIND, SHARED_KIND
+from conductor.memory.ledger import Record, flat_ids
 from server.http.errors import APIError
 
 IM_START = "<|im_start|>"

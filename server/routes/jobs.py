@@ -8,11 +8,8 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
-from conductor.background.job_models import INHERIT, endpoint_model
-from conductor.background.job_state import read_job_state
-from conductor.background.jobs import JOBS
-from conductor.background.runner import recent_runs
-from conductor.storage.paths import valid_user
+from conductor.memory.jobs import INHERIT, JOBS, endpoint_model, read_job_state, recent_runs
+from conductor.memory.storage import valid_user
 from server.background.jobs import JobBusy, JobService, profile_key_envs
 from server.http.errors import APIError
 

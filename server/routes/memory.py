@@ -13,18 +13,11 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from conductor.hidden.prefetch import HINT_MAX_CHARS
-from conductor.hidden.shared_context import hits_to_ask_for, visible_hits, visible_note_ids
+from conductor.memory.hiding import HINT_MAX_CHARS, hits_to_ask_for, visible_hits, visible_note_ids
+from conductor.memory.notes import WriteResult
+from conductor.memory.search import COLLECTIONS, MODES, SourceError
 from conductor.memory.services import MemoryServices
-from conductor.notes import WriteResult
-from conductor.search.index import MODES
-from conductor.search.sources import COLLECTIONS, SourceError
-from conductor.writing.client_writes import (
-    NoteIdRequired,
-    NoteNotVisible,
-    note_json,
-    write_note,
-)
+from conductor.memory.writing import NoteIdRequired, NoteNotVisible, note_json, write_note
 from server.background.search import SearchService
 from server.http.errors import APIError
 from server.turn.memory import TOKEN_HEADER, request_user

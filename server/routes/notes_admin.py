@@ -22,17 +22,18 @@ from datetime import timedelta
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from conductor.notes import NoteStore, WriteResult
-from conductor.notes.note_format import (
+from conductor.memory.notes import (
     KINDS,
     SCOPES,
     STATUSES,
     Note,
+    NoteStore,
+    Reason,
+    WriteResult,
     format_time,
     parse_time,
 )
-from conductor.notes.rules import Reason
-from conductor.storage.paths import users_under
+from conductor.memory.storage import users_under
 from server.http.errors import APIError
 
 MAX_PAGE = 200

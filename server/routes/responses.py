@@ -20,7 +20,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from conductor.ledger.stored_responses import ChainBroken, ResponseStore, StoredResponse
+from conductor.memory.ledger import ChainBroken, ResponseStore, StoredResponse
 from engine.backend import BackendFailed, EngineDead
 from server.http.body_limits import body_limits
 from server.http.disconnect import unless_disconnected

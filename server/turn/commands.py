@@ -14,8 +14,7 @@ import logging
 
 from conductor.memory.context import MemoryContext, status_line
 from conductor.memory.services import MemoryServices
-from conductor.writing.command_writes import CommandOutcome, carry_out
-from conductor.writing.commands import recognise
+from conductor.memory.writing import CommandOutcome, carry_out, recognise
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 

@@ -16,19 +16,20 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from conductor.hidden.shared_context import SHARED_KIND
-from conductor.layers.conversation import (
+from conductor.memory.context import MemoryContext
+from conductor.memory.hiding import SHARED_KIND, Tail
+from conductor.memory.layers import (
     TIME_KIND,
+    Part,
+    Turn,
+    TurnMessage,
+    UserLayers,
     WindowBounds,
     conversation_messages,
     local_offset_minutes,
     time_line,
     turn_tokens,
 )
-from conductor.layers.turn_format import Part, Turn, TurnMessage
-from conductor.layers.user_layers import UserLayers
-from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import Tail
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile

@@ -26,10 +26,9 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from conductor.hidden.shared_context import SHARED_KIND
-from conductor.ledger.records import Span, VisibleMessage
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import HiddenContext, Tail, TurnFacts, choose_hidden
+from conductor.memory.hiding import SHARED_KIND, HiddenContext, Tail, TurnFacts, choose_hidden
+from conductor.memory.ledger import Span, VisibleMessage
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile

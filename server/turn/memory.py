@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 
-from conductor.ledger.records import VisibleMessage
 from conductor.memory.context import MemoryContext, derive_session
+from conductor.memory.ledger import VisibleMessage
 from conductor.memory.services import MemorySettings
-from conductor.storage.paths import valid_session, valid_user
+from conductor.memory.storage import valid_session, valid_user
 from server.http.schema import ChatCompletionRequest
 
 MEMORY_HEADER = "x-tandem-memory"

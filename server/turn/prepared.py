@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from conductor.ledger.records import Span, VisibleMessage
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import HiddenContext
+from conductor.memory.ledger import Span, VisibleMessage
 from engine.generation import GenerationParams
 from server.turn.answering.answer import RecordedTurn
 from server.turn.constraints.tool_choice import ForcedChoice

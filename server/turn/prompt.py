@@ -19,9 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Span, VisibleMessage
 from conductor.memory.hiding import Tail
+from conductor.memory.ledger import Span, VisibleMessage, flat_ids
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
 

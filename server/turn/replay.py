@@ -23,9 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from conductor.hidden.shared_context import SHARED_KIND
-from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Match, Span
+from conductor.memory.hiding import SHARED_KIND
+from conductor.memory.ledger import Match, Span, flat_ids
 from server.turn.prompt import IM_END_TEXT, IM_START_TEXT, RenderedChat, render_template
 
 

@@ -14,11 +14,15 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.hidden.prefetch import goes_on
-from conductor.hidden.shared_context import SHARED_KIND
-from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import session_after_answer
-from conductor.memory.hiding import Tail, injections_to_record, record_injections
+from conductor.memory.hiding import (
+    SHARED_KIND,
+    Tail,
+    goes_on,
+    injections_to_record,
+    record_injections,
+)
+from conductor.memory.ledger import Record, Span, VisibleMessage
 from conductor.memory.services import MemoryServices
 from engine.generation import Delta, TokenLogprob
 from server.turn.answering.memblock import MemoryFilter

@@ -17,11 +17,10 @@ from typing import Any
 
 import jsonschema
 
-from conductor.hidden.memory_refs import RefError, read_ref
-from conductor.hidden.shared_context import visible_hits, visible_note_ids
 from conductor.memory.context import MemoryContext, status_line
+from conductor.memory.hiding import RefError, read_ref, visible_hits, visible_note_ids
+from conductor.memory.search import COLLECTIONS, SourceError
 from conductor.memory.services import MemoryServices
-from conductor.search.sources import COLLECTIONS, SourceError
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ToolDefinition
 from server.turn.answering.output_parser import ToolCall

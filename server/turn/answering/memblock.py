@@ -13,10 +13,15 @@ import logging
 from dataclasses import dataclass, field
 
 from conductor.memory.context import BlockAction, MemoryContext, status_line
-from conductor.notes import NoteStore
-from conductor.notes.rules import Reason
-from conductor.writing.block_writes import write_block
-from conductor.writing.blocks import Block, BlockRefusal, BlockScanner, TextPiece, parse_block
+from conductor.memory.notes import NoteStore, Reason
+from conductor.memory.writing import (
+    Block,
+    BlockRefusal,
+    BlockScanner,
+    TextPiece,
+    parse_block,
+    write_block,
+)
 
 log = logging.getLogger("tandem.memory")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from conductor.ledger.stored_responses import StoredResponse, new_response_id
+from conductor.memory.ledger import StoredResponse, new_response_id
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from engine.profiles import Profile
