@@ -1,19 +1,68 @@
-"""Upkeep: INDEX.md, archive purge, stale marks, crash leftovers, export, nightly log."""
+"""Upkeep: INDEX.md (rendered here), archive purge, stale marks, crash leftovers, export,
+nightly log."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from conductor.hidden.index_md import render_index_md
 from conductor.notes.core import StoreCore
 from conductor.notes.helpers import _check_via, _entry
+from conductor.notes.note_format import Note
+from conductor.notes.usage import UsageBook
 from conductor.storage.atomic import atomic_write, clean_temp_files
+from conductor.storage.clock import format_time
 from conductor.storage.export import export_tree
 
 TEMP_FILE_AGE = timedelta(hours=1)
+
+
+def index_line(note: Note, uses_7d: int, now: datetime) -> str:
+    """``- <title> — <kind>, <status>[, pinned][, stale][, uses 7d: n] · <id>``"""
+    flags = [note.kind, note.status]
+    if note.pin_active:
+        flags.append("pinned")
+    if note.is_stale(now):
+        flags.append("stale")
+    if note.archive_proposed:
+        flags.append("archive proposed")
+    if uses_7d:
+        flags.append(f"uses 7d: {uses_7d}")
+    return f"- {note.title} — {', '.join(flags)} · `{note.id}`"
+
+
+def render_index_md(
+    user: str, notes: Iterable[Note], usage: dict[str, dict[str, Any]], now: datetime
+) -> str:
+    """The text of ``INDEX.md`` for the live ``notes`` of ``user``."""
+    live = sorted((n for n in notes if not n.archived), key=lambda n: n.title.casefold())
+    groups: dict[str, list[Note]] = {}
+    for note in live:
+        if note.scope == "user":
+            heading = "About you"
+        elif note.scope == "project":
+            heading = f"Project {note.project}"
+            if note.project_path:
+                heading += f" ({note.project_path})"
+        else:
+            heading = f"Session {note.session}"
+        groups.setdefault(heading, []).append(note)
+    lines = [
+        f"# Memory index: {user}",
+        "",
+        f"{len(live)} live notes · generated {format_time(now)}",
+    ]
+    order = sorted(groups, key=lambda h: (not h.startswith("About"), h))
+    for heading in order:
+        lines += ["", f"## {heading}", ""]
+        for note in groups[heading]:
+            uses = UsageBook.uses_within(usage.get(note.id), now, 7)
+            lines.append(index_line(note, uses, now))
+    return "\n".join(lines) + "\n"
 
 
 class Maintenance(StoreCore):
