@@ -17,10 +17,10 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import tantivy
 
-from conductor.notes.note_format import Note
 from conductor.storage.atomic import DIR_MODE, FILE_MODE, atomic_write, ensure_dir
 
 SCHEMA_VERSION = 1
@@ -35,6 +35,25 @@ WRITER_HEAP = 15_000_000
 FINGERPRINT_FILE = "fingerprint.json"
 
 
+class IndexedNote(Protocol):
+    """What the index reads of a note (``conductor.notes.note_format.Note`` has it all):
+    the search sits below the notes store, which keeps this index, so it names the fields
+    it reads rather than importing the notes' type."""
+
+    id: str
+    title: str
+    tags: list[str]
+    body: str
+    scope: str
+    kind: str
+    status: str
+    project: str | None
+    session: str | None
+
+    @property
+    def archived(self) -> bool: ...
+
+
 def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
     """The distinct lower-cased words of ``text``, in order, at most ``limit``."""
     words = dict.fromkeys(
@@ -43,7 +62,7 @@ def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
     return list(words)[:limit]
 
 
-def note_text(note: Note) -> str:
+def note_text(note: IndexedNote) -> str:
     """The searchable text of a note: title, tags and body."""
     return "\n".join([note.title, " ".join(note.tags), note.body])
 
@@ -59,7 +78,7 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-def _document(note: Note) -> tantivy.Document:
+def _document(note: IndexedNote) -> tantivy.Document:
     values = {
         "id": note.id,
         "title": note.title,
@@ -132,7 +151,7 @@ class NoteIndex:
         self._loaded_meta = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def rebuild(self, notes: Iterable[Note], fingerprint: str) -> None:
+    def rebuild(self, notes: Iterable[IndexedNote], fingerprint: str) -> None:
         """Index exactly ``notes`` and record the files' fingerprint."""
         self._forget_fingerprint()
         index = self._open()
@@ -142,7 +161,8 @@ class NoteIndex:
             writer.add_document(_document(note))
         self._commit(writer, fingerprint)
 
-    def apply(self, upserts: Iterable[Note], removed: Iterable[str], fingerprint: str) -> None:
+    def apply(self, upserts: Iterable[IndexedNote], removed: Iterable[str],
+              fingerprint: str) -> None:
         """Replace the documents of ``upserts``, drop ``removed`` ids, record the fingerprint."""
         self._forget_fingerprint()  # a crash before the commit leaves the index "stale"
         index = self._open()
