@@ -8,7 +8,9 @@ instruction rather than a question about the past ("do you remember when ...", "
 remember ..."), and name a fact rather than a task: "remember to call me tomorrow" is a
 reminder, and Tandem has no clock to remind anyone, so it stays an ordinary message.
 Text that is quoted, code, or inside a tool's result or a document is never a command:
-only the user's own message is read, and only its opening sentence.
+only the user's own message is read, and only its opening paragraph. The patterns here
+say a command was opened; `command_facts.py` says whether what follows is a fact to keep
+(not a requirement of the work at hand, the conversation itself, or a status report).
 """
 
 from __future__ import annotations
