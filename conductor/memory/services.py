@@ -27,9 +27,9 @@ from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
 from conductor.ledger.records import Ledger
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
+from conductor.memory.erase import erase_user
 from conductor.memory.session_tokens import SessionTokens
 from conductor.notes import NoteStore
-from conductor.storage.erase import erase_user
 from conductor.storage.journal import Journal
 from conductor.storage.recovery import Recovery, recover
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
@@ -127,7 +127,7 @@ class MemoryServices:
         their session tokens revoked and their prefix-cache salt retired (a user made
         again under the name starts afresh), what this process holds of them dropped,
         then every file of theirs removed and one journal entry of it written, with
-        `also`'s counts (`conductor.storage.erase`). Returns what went, by kind."""
+        `also`'s counts (`conductor.memory.erase`). Returns what went, by kind."""
         tokens = self.tokens.forget_user(user)
         records = self.ledger.forget_user(user)
         shown = self.shown.forget_user(user)

@@ -1,7 +1,7 @@
 """A user's delete: every file of theirs under the memory root goes.
 
-Where a user's data lands under ``$TANDEM_HOME/memory`` (``paths.py`` and the layouts
-it points to):
+Where a user's data lands under ``$TANDEM_HOME/memory`` (``conductor.storage.paths`` and
+the layouts it points to):
 
     notes/<user>/                        notes, revisions, archive, INDEX.md, usage
     index/<user>/                        the notes' tantivy index
@@ -18,7 +18,9 @@ it points to):
 The journal keeps one entry of the delete in their place: the user's name, where it was
 asked from and what went, in counts (the journal never holds a title or a body). What a
 server holds besides (session tokens, API keys, caches, a Qdrant server's collections) it
-drops itself, before this runs (``server.turn.memory.MemoryServices.delete_user``).
+drops itself, before this runs (``conductor.memory.services.MemoryServices.delete_user``).
+It lives in the front door, above every part whose files it removes (the notes', the
+layers', the ledger's), as storage below them may import none of them.
 """
 
 from __future__ import annotations
