@@ -39,6 +39,10 @@ FORBIDDEN = {
     "server.app": ("server.cli",),
     "bench": ("server.cli",),
 }
+# The packages inside conductor, lowest first: each imports only the ones before it (and
+# its own modules). A new package takes its place here (ARCHITECTURE.md states the same).
+CONDUCTOR_ORDER = ("storage", "layers", "ledger", "search", "notes", "hidden", "writing",
+                   "background", "memory")
 
 
 def source_modules() -> dict[str, Path]:
@@ -150,6 +154,24 @@ def test_each_part_imports_only_the_parts_below_it():
         for target in targets if any(_within(target, b) for b in banned)
     )
     assert wrong == []
+
+
+def _conductor_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "conductor" and len(parts) > 1 else None
+
+
+def test_conductors_packages_import_only_the_ones_below_them():
+    packages = {p.name for p in (REPO / "conductor").iterdir() if (p / "__init__.py").exists()}
+    assert packages - set(CONDUCTOR_ORDER) == set()  # each package has its place
+    rank = {name: i for i, name in enumerate(CONDUCTOR_ORDER)}
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph().items() if (low := _conductor_package(module))
+        for target in targets
+        if (high := _conductor_package(target)) and high != low and rank[high] > rank[low]
+    )
+    assert upward == []
 
 
 def test_no_package_folder_holds_more_than_fifteen_modules_of_its_own():
