@@ -323,3 +323,24 @@ def test_a_max_tokens_past_the_context_is_the_room_the_prompt_leaves(server):
                                             "thinking": None})
     assert prepare(state.engine, state.profile, state.memory, small, {}, "127.0.0.1",
                    USER).params.max_tokens == 5
+
+
+def test_a_system_message_after_the_user_s_is_rendered_where_it_stands(server):
+    """Claude Code 2.1 sends its environment as a `system` message after the user's first
+    one (a 400 before: "'user' or 'assistant'", and Claude Code stopped); it is a system
+    turn in place, as vLLM's Messages route keeps it, its billing header left out."""
+    body = {"model": "tiny", "max_tokens": 8, "script": "Fine.", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Where am I?"}]},
+        {"role": "system", "content": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=1;"},
+            {"type": "text", "text": "Primary working directory: /srv/app"}]}]}
+    response = httpx.post(f"{server.base_url}/v1/messages?beta=true", json=body, timeout=60,
+                          headers={"x-api-key": KEY, "X-Tandem-Session": "inline-system"})
+    assert response.status_code == 200, response.text
+    assert response.json()["content"] == [{"type": "text", "text": "Fine."}]
+    memory = server.app.state.tandem.memory
+    record = memory.ledger.latest(USER, "inline-system")
+    text = server.app.state.tandem.engine.tokenizer.decode(list(record.ids))
+    assert text.index("Where am I?") < text.index(
+        "<|im_start|>system\nPrimary working directory: /srv/app<|im_end|>")
+    assert "billing-header" not in text

@@ -2,8 +2,9 @@
 
 The turn runs on chat messages (the chat route's way through memory), so a Messages
 conversation becomes the messages a chat client would have sent: `system` (a string or
-text blocks) the system message, an assistant message's thinking, text and tool_use
-blocks one assistant message (its reasoning, its text, its calls: what the ledger
+text blocks) the system message, a `system` message in `messages` (Claude Code's
+environment) a system message where it stands, an assistant message's thinking, text and
+tool_use blocks one assistant message (its reasoning, its text, its calls: what the ledger
 recorded for the answer, so the next turn replays its ids), a user message's tool_result
 blocks one tool message each, before the user's own text. `cache_control` is accepted on
 any block and has no effect: vLLM's prefix cache needs no breakpoints.
@@ -57,9 +58,17 @@ def system_text(system: str | list[dict[str, Any]] | None) -> str | None:
     Claude Code's per-request billing header left out."""
     if system is None or isinstance(system, str):
         return system or None
+    return _system_blocks_text(system, "system")
+
+
+def _system_blocks_text(system: str | list[Any], at: str) -> str | None:
+    """A system prompt's or a system message's text blocks as one text, without the
+    billing header; `at` names it in an error."""
+    if isinstance(system, str):
+        return None if system.startswith(BILLING_HEADER) else system or None
     texts = []
     for n, block in enumerate(system):
-        param = f"system[{n}]"
+        param = f"{at}[{n}]"
         if _block_kind(block, param) != "text":
             raise _unsupported(block["type"], param, "text")
         text = _text(block, param)
@@ -77,11 +86,18 @@ def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
         if not isinstance(message, dict):
             raise bad(param, "a message is an object with a role and content")
         role = message.get("role")
-        if role not in ("user", "assistant"):
-            raise bad(f"{param}.role", "'user' or 'assistant' (the system prompt is the "
-                      "top-level `system`)")
+        if role not in ("user", "assistant", "system"):
+            raise bad(f"{param}.role", "'user', 'assistant' or 'system'")
         content = message.get("content")
-        if isinstance(content, str):
+        if role == "system":
+            # Claude Code 2.1 sends its environment as a system message after the user's
+            # first one; vLLM's route keeps it in place, as Qwen's templates render it.
+            if not isinstance(content, str | list):
+                raise bad(f"{param}.content", "a string or a list of text blocks")
+            text = _system_blocks_text(content, f"{param}.content")
+            if text:
+                out.append({"role": "system", "content": text})
+        elif isinstance(content, str):
             out.append({"role": role, "content": content})
         elif isinstance(content, list):
             if role == "user":
