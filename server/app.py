@@ -307,15 +307,13 @@ async def _run_background_when_ready(state: ServerState) -> None:
         await asyncio.sleep(BACKGROUND_CHECK_S)
         if state.engine_dead:  # a backend that is down: its work waits for it
             continue
-        for name, tick in (("prewarm", state.prewarm.tick),
-                           ("prefetch", state.prefetch.tick), ("writer", state.writer.tick),
-                           ("jobs", state.jobs.tick), ("search", state.search.tick)):
+        for service in (state.prewarm, state.prefetch, state.writer, state.jobs, state.search):
             try:
-                await tick()
+                await service.tick()
             except EngineDead:  # the watchdog says it once
                 return
             except Exception:  # a failed run must not stop the loop; ids only in the log
-                log.exception("%s run failed", name)
+                log.exception("%s run failed", service.name)
 
 
 async def _tick_while_loading(progress: Callable[[str], None], started: float) -> None:

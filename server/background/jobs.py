@@ -28,6 +28,7 @@ from conductor.memory.jobs import (
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
+from server.background.idle import IdleService
 from server.background.job_backends import EndpointJobBackend, EngineJobBackend
 from server.background.prewarm import PREFILL, PrewarmRun
 from server.turn.continuous import conversation_prefix_ids, window_bounds
@@ -62,11 +63,12 @@ def profile_job_models(profile: Profile) -> dict[str, JobModel]:
     return models
 
 
-class JobService:
+class JobService(IdleService):
+    name = "jobs"
+
     def __init__(self, memory: MemoryServices, engine: EngineBackend, profile: Profile,
                  clock: Callable[[], datetime] = utc_now) -> None:
-        self.memory = memory
-        self.engine = engine
+        super().__init__(memory, engine)
         self.profile = profile
         self.mode = profile.memory.jobs_mode
         self.controller = JobController(memory.root, clock,
@@ -99,7 +101,7 @@ class JobService:
     async def tick(self) -> list[JobRun]:
         """Prefill a conversation a consolidation changed, else run the first due job;
         when jobs are on and no client is waiting."""
-        if self.engine.running("client"):
+        if self.client_busy():
             return []
         if self.prewarm_due:  # a manual consolidation's too, jobs on or off
             await self.prewarm_conversation(next(iter(self.prewarm_due)))
@@ -110,7 +112,7 @@ class JobService:
         if due is None:
             return []
         try:
-            return [await self.run(due.user, due.spec.name, due.trigger)]
+            return self.kept([await self.run(due.user, due.spec.name, due.trigger)])
         except JobBusy:
             return []
 

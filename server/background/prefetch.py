@@ -26,9 +26,8 @@ from conductor.memory.hiding import (
     trailing_prefetch,
 )
 from conductor.memory.ledger import Record, Span, flat_ids
-from conductor.memory.services import MemoryServices
-from engine.backend import EngineBackend
 from engine.generation import GenerationParams
+from server.background.idle import IdleService
 from server.turn.prompt import IM_END_TEXT, data_ids
 
 log = logging.getLogger("tandem.prefetch")
@@ -45,14 +44,8 @@ class PrefetchRun:
     hinted: bool = False  # chosen by a client's hint rather than the guess
 
 
-class PrefetchService:
-    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
-        self.memory = memory
-        self.engine = engine
-        self.runs: list[PrefetchRun] = []  # this process's prefetches, newest last (bounded)
-
-    def _client_busy(self) -> bool:
-        return bool(self.engine.running("client"))
+class PrefetchService(IdleService):
+    name = "prefetch"
 
     async def tick(self) -> list[PrefetchRun]:
         """Prefetch for every due session, the users in turns (PrefetchDue.take), while
@@ -60,14 +53,13 @@ class PrefetchService:
         runs: list[PrefetchRun] = []
         due = self.memory.prefetch_due.take()
         for n, (user, session) in enumerate(due):
-            if self._client_busy():
+            if self.client_busy():
                 self.memory.prefetch_due.put_back(due[n:])
                 break
             run = await self._prefetch(user, session)
             if run is not None:
                 runs.append(run)
-        self.runs = [*self.runs, *runs][-64:]
-        return runs
+        return self.kept(runs)
 
     async def _prefetch(self, user: str, session: str) -> PrefetchRun | None:
         due = self.memory.prefetch_due

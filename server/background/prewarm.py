@@ -13,9 +13,8 @@ import logging
 from dataclasses import dataclass
 
 from conductor.memory.hiding import Stale
-from conductor.memory.services import MemoryServices
-from engine.backend import EngineBackend
 from engine.generation import GenerationParams
+from server.background.idle import IdleService
 from server.turn.prompt import shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")
@@ -29,35 +28,28 @@ class PrewarmRun:
     outcome: str  # "done" or "preempted"
 
 
-class PrewarmService:
-    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
-        self.memory = memory
-        self.engine = engine
-        self.runs: list[PrewarmRun] = []  # this process's prewarms, newest last (bounded)
-
-    def _client_busy(self) -> bool:
-        return bool(self.engine.running("client"))
+class PrewarmService(IdleService):
+    name = "prewarm"
 
     async def tick(self) -> list[PrewarmRun]:
         """Prewarm every stale head, most recent group first, while nobody is waiting."""
         runs: list[PrewarmRun] = []
         heads = self.memory.prewarm
         for group in heads.groups():
-            if self._client_busy():
+            if self.client_busy():
                 break
             shared = self.memory.shared_context(group.user, group.project, group.card,
                                                 group.reads, self.engine.count_tokens)
             if shared is None:
                 continue
             for stale in heads.stale(group, shared.version):
-                if self._client_busy():
-                    return runs
+                if self.client_busy():
+                    return self.kept(runs)
                 run = await self._prefill(stale, shared.text)
                 if run.outcome == "done":
                     heads.warmed(stale, shared.version)
                 runs.append(run)
-        self.runs = [*self.runs, *runs][-64:]
-        return runs
+        return self.kept(runs)
 
     async def _prefill(self, stale: Stale, text: str) -> PrewarmRun:
         ids = [*stale.head_ids, *shared_context_ids(self.engine.tokenizer, text)]

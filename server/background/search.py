@@ -27,11 +27,14 @@ from conductor.memory.search import (
 )
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
+from server.background.idle import IdleService
 
 log = logging.getLogger("tandem.search")
 
 
-class SearchService:
+class SearchService(IdleService):
+    name = "search"
+
     def __init__(self, memory: MemoryServices, engine: EngineBackend,
                  embedder: Embedder | None = None, load_default: bool = True,
                  qdrant_url: str | None = None,
@@ -40,8 +43,7 @@ class SearchService:
         """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins);
         `endpoint`: (base_url, model, api_key_env) of an embeddings endpoint to use
         rather than the packaged model."""
-        self.memory = memory
-        self.engine = engine
+        super().__init__(memory, engine)
         self._endpoint = endpoint
         self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
         self._embedder = embedder
@@ -94,14 +96,14 @@ class SearchService:
         """Sync the stale indexes, one at a time, while nobody is waiting."""
         reports = []
         for user in sorted(self.stale):
-            if self.engine.running("client"):
+            if self.client_busy():
                 break
             self.stale.discard(user)
             try:
                 reports.append(await asyncio.to_thread(self.index(user).sync))
             except SourceError as exc:  # the operator's registry: said in the log, kept off
                 log.warning("search sync for a user skipped: %s", exc)
-        return reports
+        return self.kept(reports)
 
     async def search(self, user: str, query: str, mode: str, collection: str | None,
                      limit: int) -> tuple[list[Hit], bool]:

@@ -13,6 +13,7 @@ from conductor.memory.services import MemoryServices
 from conductor.memory.writing import GenerationPiece, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
+from server.background.idle import IdleService
 from server.background.writer_budget import RequestUsage, WriterBudget, WriterPolicy
 
 
@@ -98,12 +99,14 @@ class EngineWriterBackend:
         return bool(self._engine.running("client"))
 
 
-class WriterService:
+class WriterService(IdleService):
     """The writer plus the loop that runs it on due sessions when nobody is waiting."""
+
+    name = "writer"
 
     def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str,
                  policy: WriterPolicy | None = None) -> None:
-        self.memory = memory
+        super().__init__(memory, engine)
         self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
                              memory.root / "cognition" / "runs", mode=mode)
         # A paid backend's budget: checked before each run, charged after it.
@@ -135,7 +138,7 @@ class WriterService:
         if self.writer.mode == "off":
             return runs
         for user, session, trigger in self.memory.triggers.due():
-            if self.writer.backend.client_busy():
+            if self.client_busy():
                 break
             dropped = self.memory.triggers.dropped(user, session)
             run = await self.run(user, session, trigger,
@@ -145,4 +148,4 @@ class WriterService:
                 self.memory.metrics.background_run("writer", run.outcome)
             runs.append(run)
             self.memory.on_change(user)
-        return runs
+        return self.kept(runs)

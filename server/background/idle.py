@@ -1,0 +1,41 @@
+"""What every idle-time service is: work the server does for memory only while no client
+request runs (prewarm, prefetch, the writer, the cognition jobs, the search sync).
+
+The app's idle loop visits each in its order (`server/app.py`, `background_loop`) and calls
+`tick`; a service checks `client_busy` before each unit of work and stops there, so a
+client's request never waits behind it (what the engine already runs for it is preempted
+at the next engine step by the scheduler).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from conductor.memory.services import MemoryServices
+from engine.backend import EngineBackend
+
+RUNS_KEPT = 64  # the runs a service remembers for /metrics and the tests, newest last
+
+
+class IdleService(ABC):
+    """One idle-time service: `tick` does what is due while nobody is waiting."""
+
+    name: ClassVar[str]  # in the log when a run fails, and in the loop's order
+
+    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
+        self.memory = memory
+        self.engine = engine
+        self.runs: list[Any] = []  # this process's runs, newest last (bounded)
+
+    def client_busy(self) -> bool:
+        return bool(self.engine.running("client"))
+
+    @abstractmethod
+    async def tick(self) -> list[Any]:
+        """Do the due work, stopping at the first sign of a client; returns the runs."""
+
+    def kept(self, runs: list[Any]) -> list[Any]:
+        """`runs`, after remembering them (the last RUNS_KEPT)."""
+        self.runs = [*self.runs, *runs][-RUNS_KEPT:]
+        return runs
