@@ -132,6 +132,15 @@ def _shared_run(record: Record, wanted: list[bytes]) -> int:
 SessionKey = tuple[str, str]
 
 
+def _check_spans(record: Record) -> None:
+    """A record's hidden spans lie inside its ids (a replay cuts by them, the context view
+    draws them): stated where records enter the ledger, as nano-vllm's block manager
+    checks its own state at every change."""
+    for span in record.spans:
+        assert 0 <= span.start <= span.end <= len(record.ids), \
+            f"a {span.kind} span [{span.start}, {span.end}) past the record's {len(record.ids)} ids"
+
+
 @dataclass
 class Ledger:
     """Records per (user, session): a session's latest few (its end anchor, and what a
@@ -158,6 +167,7 @@ class Ledger:
     _gone: set[SessionKey] = field(default_factory=set)
 
     def record(self, record: Record) -> None:
+        _check_spans(record)
         key = _prefix_keys(record.user, record.session, record.messages)[-1]
         owner = (record.user, record.session)
         with self._lock:
@@ -174,6 +184,10 @@ class Ledger:
             self._changed.add(owner)
             self._gone.discard(owner)
             self._evict(keep=owner)
+            # the bound holds, unless the session just written is down to its latest
+            assert self._ids.ids_held <= self.max_tokens or len(records) == 1, \
+                "the ledger holds more ids than its bound"
+            assert len(records) <= self.per_session
 
     def _drop(self, records: OrderedDict[bytes, Record], key: bytes) -> None:
         self._ids.release(records.pop(key).ids)

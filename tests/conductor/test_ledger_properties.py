@@ -252,3 +252,16 @@ def test_tool_arguments_nested_past_the_parsers_depth_do_not_raise(depth, opener
         VisibleMessage.of("assistant", "", [("f", opener * depth)])
     except RecursionError:
         raise AssertionError("RecursionError escaped VisibleMessage.of") from None
+
+
+def test_a_record_whose_hidden_span_runs_past_its_ids_is_refused_where_it_enters():
+    """The ledger states its invariant at the change (nano-vllm's habit): a span past the
+    ids would make a later replay cut in the wrong place, so it never gets in."""
+    import pytest
+
+    ledger = Ledger()
+    bad = Record("u", "s", (VisibleMessage.of("user", "hi"),), [1, 2, 3], True,
+                 spans=(Span(2, 5, "notes"),))
+    with pytest.raises(AssertionError, match="past the record's 3 ids"):
+        ledger.record(bad)
+    assert ledger.latest("u", "s") is None
