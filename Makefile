@@ -13,6 +13,7 @@ test:
 	@$(PY) -m pytest -q -m endpoint
 	@$(PY) -m pytest -q -m embed_endpoint
 	@$(PY) -m pytest -q -m smol
+	@$(PY) -m pytest -q -m clients tests/clients
 	@$(PY) -m tests.vllm_suite.run off
 	@$(PY) -m tests.vllm_suite.run on
 

