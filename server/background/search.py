@@ -77,7 +77,7 @@ class SearchService(IdleService):
         """The user's delete: no sync of their index due, the index closed (a sync in
         progress finishes first: blocking) and their collections on a Qdrant server
         dropped. Returns how many; embedded Qdrant's files go with the user's layers
-        (conductor.storage.erase)."""
+        (conductor.memory.erase)."""
         with self._lock:
             self.stale.discard(user)
             index = self._indexes.pop(user, None)

@@ -34,8 +34,12 @@ from server.http.schema import (
 )
 from server.http.server_defaults import with_server_defaults
 from server.http.sse import started
-from server.turn.answering.answer import prompt_logprobs_json
 from server.turn.answering.choices import merged
+from server.turn.answering.logprobs import (
+    completion_logprobs,
+    echo_logprobs,
+    prompt_logprobs_json,
+)
 from server.turn.checks import check_logprobs, check_token_ids, model_names
 from server.turn.memory import request_user
 
@@ -138,46 +142,9 @@ def _choice(index: int, text: str, finish_reason: str | None, stop_reason,
             "stop_reason": stop_reason, **extra}
 
 
-def _token_name(token_id: int, text: str, as_ids: bool) -> str:
-    return f"token_id:{token_id}" if as_ids else text
-
-
-def _logprobs(tokens: list[TokenLogprob], offset: int, as_ids: bool = False
-              ) -> dict[str, list]:
-    """The completions API's logprobs: tokens, their log-probabilities, where each starts in
-    the text (from `offset`) and, at each step, the token and the likeliest ones."""
-    starts, at = [], offset
-    for lp in tokens:
-        starts.append(at)
-        at += len(lp.text)
-    return {"text_offset": starts, "token_logprobs": [max(lp.logprob, -9999.0) for lp in tokens],
-            "tokens": [_token_name(lp.token_id, lp.text, as_ids) for lp in tokens],
-            "top_logprobs": [{_token_name(i, t, as_ids): max(v, -9999.0)
-                              for i, t, v in ((lp.token_id, lp.text, lp.logprob), *lp.top)}
-                             for lp in tokens]}
-
-
-def _echo_logprobs(engine: EngineBackend, ids: list[int], steps: list | None, as_ids: bool
-                   ) -> dict[str, list]:
-    """The echoed prompt's part of `logprobs` (vLLM's: the first token has none)."""
-    texts = [engine.tokenizer.decode([t]) for t in ids]
-    starts, at = [], 0
-    for text in texts:
-        starts.append(at)
-        at += len(text)
-    steps = steps or [None] * len(ids)
-    token_logprobs, top = [], []
-    for token, step in zip(ids, steps, strict=False):
-        if step is None:
-            token_logprobs.append(None)
-            top.append(None)
-            continue
-        token_logprobs.append(max(step[token][0], -9999.0) if token in step else None)
-        top.append({_token_name(t, text or "", as_ids): max(lp, -9999.0)
-                    for t, (lp, _rank, text) in step.items()})
-    return {"text_offset": starts, "token_logprobs": token_logprobs,
-            "tokens": [_token_name(t, x, as_ids) for t, x in zip(ids, texts, strict=False)],
-            "top_logprobs": top}
+def _echoed(engine: EngineBackend, ids: list[int], steps: list | None, as_ids: bool
+            ) -> dict[str, list]:
+    return echo_logprobs([engine.tokenizer.decode([t]) for t in ids], ids, steps, as_ids)
 
 
 def _joined_logprobs(first: dict, then: dict) -> dict:
@@ -291,10 +258,10 @@ def _full_choice(engine: EngineBackend, request: CompletionRequest, index: int, 
     echo = engine.tokenizer.decode(ids) if request.echo else ""
     logprobs = None
     if request.logprobs is not None:
-        logprobs = _logprobs(out.tokens, len(echo), as_ids)
+        logprobs = completion_logprobs(out.tokens, len(echo), as_ids)
         if request.echo:
             logprobs = _joined_logprobs(
-                _echo_logprobs(engine, ids, out.prompt_logprobs, as_ids), logprobs)
+                _echoed(engine, ids, out.prompt_logprobs, as_ids), logprobs)
     last = out.last
     return _choice(index, echo + out.text, last.finish_reason if last else "stop",
                    last.stop_reason if last else None, logprobs,
@@ -368,11 +335,11 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
             generated[at] += len(delta.token_ids)
             text, logprobs = delta.text, None
             if params.top_logprobs is not None:
-                logprobs = _logprobs(delta.token_logprobs, offset, as_ids)
+                logprobs = completion_logprobs(delta.token_logprobs, offset, as_ids)
             extra: dict[str, Any] = {}
             if echo_due:  # once the engine has the request (server.http.sse.started), vLLM's
                 echo_due = False  # way: the echoed prompt and its ids in a chunk of their own
-                echoed = (_echo_logprobs(engine, ids, delta.prompt_logprobs, as_ids)
+                echoed = (_echoed(engine, ids, delta.prompt_logprobs, as_ids)
                           if logprobs is not None else None)
                 yield event({**head, "choices": [_choice(index, echo, None, None, echoed,
                                                          prompt_token_ids=ids)]})

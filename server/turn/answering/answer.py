@@ -25,36 +25,13 @@ from conductor.memory.hiding import (
 from conductor.memory.ledger import Record, Span, VisibleMessage
 from conductor.memory.services import MemoryServices
 from engine.generation import Delta, TokenLogprob
+from server.turn.answering.logprobs import chat_logprob
 from server.turn.answering.memblock import MemoryFilter
 from server.turn.answering.output_parser import HeldCall, OutputParser, ParsedDelta, ToolCall
 from server.turn.prompt import ids_for_text
 from server.turn.tool_exchange import assistant_calls_text
 
 TOOL_KIND = "tool"  # the hidden span of an engine tool's call and response
-
-
-def _logprob_json(lp: TokenLogprob, as_ids: bool = False) -> dict[str, Any]:
-    """vLLM's chat log-probability; `as_ids`: each token named `token_id:<id>`, as
-    vLLM's return_tokens_as_token_ids."""
-    def one(token_id: int, text: str, logprob: float) -> dict[str, Any]:
-        token = f"token_id:{token_id}" if as_ids else text
-        return {"token": token, "logprob": max(logprob, -9999.0),
-                "bytes": list(text.encode())}
-
-    return {**one(lp.token_id, lp.text, lp.logprob),
-            "top_logprobs": [one(i, t, v) for i, t, v in lp.top]}
-
-
-def prompt_logprobs_json(steps: list | None) -> list | None:
-    """vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id:
-    {logprob, rank, decoded_token}} for the token and the likeliest ones."""
-    if steps is None:
-        return None
-    return [None if step is None else
-            {str(token): {"logprob": max(logprob, -9999.0), "rank": rank,
-                          "decoded_token": text}
-             for token, (logprob, rank, text) in step.items()}
-            for step in steps]
 
 
 @dataclass(frozen=True)
@@ -238,7 +215,7 @@ class Answer:
         shown = [lp for at, lp in self.pending_logprobs
                  if not any(start <= at < end for start, end in hidden)]
         self.pending_logprobs = []
-        return [_logprob_json(lp, self.chat.tokens_as_ids) for lp in shown]
+        return [chat_logprob(lp, self.chat.tokens_as_ids) for lp in shown]
 
     # -- what the client was shown ------------------------------------------------------------
     @property

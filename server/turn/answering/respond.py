@@ -17,11 +17,12 @@ from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from server.http.schema import SYSTEM_FINGERPRINT
 from server.http.sse import prepended
-from server.turn.answering.answer import Answer, prompt_logprobs_json
+from server.turn.answering.answer import Answer
 from server.turn.answering.choices import choice_copies, combined_usage, merged
 from server.turn.answering.engine_tools import NAMES as engine_tool_names
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.generate import answer_deltas
+from server.turn.answering.logprobs import prompt_logprobs_json
 from server.turn.answering.output_parser import ParsedDelta
 from server.turn.prepared import PreparedChat
 
