@@ -187,6 +187,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             on_ready()
         background = asyncio.create_task(_run_background_when_ready(state))
         nightly = asyncio.create_task(nightly_loop(memory.root, memory.settings.nightly_hour))
+        if memory.leases is not None:  # replicas: renew the leases of the users served
+            memory.leases.start()
         watchdog = asyncio.create_task(_watch_engine(state, on_engine_dead))
         try:
             yield
@@ -202,6 +204,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                 await state.engine.close()
             saver.cancel()
             memory.ledger_saver.save_now()  # the last records
+            if memory.leases is not None:  # the users' next replica writes at once
+                await asyncio.to_thread(memory.leases.close)
 
     app = FastAPI(title="Tandem", lifespan=lifespan, root_path=root_path)
     app.state.tandem = state

@@ -3,10 +3,12 @@ the Responses store, the writer's triggers and the idle-time services' queues.""
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from conductor.ledger.records import Ledger
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
 from conductor.memory.erase import erase_user
+from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
@@ -48,6 +51,16 @@ class MemorySettings:
     # The hour (local time) of the daily nightly job: INDEX.md, archive expiry, staleness.
     nightly_hour: int = field(default_factory=lambda: int(
         os.environ.get("TANDEM_NIGHTLY_HOUR") or 3))
+    # Replicas (README: More than one machine): the notes root every replica shares, the
+    # coordination service's address, this replica's name (the lease holder's), the
+    # lease's ttl. Unset: one machine, the notes in $TANDEM_HOME/memory, no lease.
+    shared_memory: Path | None = field(default_factory=lambda: Path(
+        os.environ["TANDEM_SHARED_MEMORY"]) if os.environ.get("TANDEM_SHARED_MEMORY") else None)
+    etcd_url: str | None = field(default_factory=lambda: os.environ.get("TANDEM_ETCD") or None)
+    replica: str = field(default_factory=lambda: os.environ.get("TANDEM_REPLICA")
+                         or socket.gethostname())
+    lease_ttl_s: float = field(default_factory=lambda: float(
+        os.environ.get("TANDEM_LEASE_TTL_S") or 10))
 
 
 def _os_user() -> str:
@@ -85,22 +98,37 @@ class MemoryServices:
     def __post_init__(self) -> None:
         # What a restart keeps: session tokens and the ledger's records (saved behind
         # by `ledger_saver`, started and stopped with the app).
-        self.tokens = SessionTokens(self.root)
-        ledger_files, shown_files = LedgerFiles(self.root), ShownAnswerFiles(self.root)
+        # With replicas, this replica's own state stays in its home; the notes, layers
+        # and journal are on the shared root; the search indexes, derived from them,
+        # are this replica's (embedded Qdrant and tantivy lock their folder per process).
+        local = self.home / "memory"
+        if self.settings.shared_memory is not None:
+            os.environ.setdefault("TANDEM_INDEX_DIR", str(local / "replica-index"))
+        self.tokens = SessionTokens(local)
+        ledger_files, shown_files = LedgerFiles(local), ShownAnswerFiles(local)
         ledger_files.load_into(self.ledger)
         shown_files.load_into(self.shown)
-        self.responses = ResponseStore(self.root)  # the Responses API's stored responses
+        self.responses = ResponseStore(local)  # the Responses API's stored responses
+        self.leases: LeaseKeeper | None = None
+        if self.settings.etcd_url:
+            from conductor.memory.etcd_leases import EtcdLeases
+
+            self.leases = LeaseKeeper(EtcdLeases(self.settings.etcd_url),
+                                      self.settings.replica, self.settings.lease_ttl_s)
         self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
                                         shown=(self.shown, shown_files))
 
     @property
     def root(self) -> Path:
-        return self.home / "memory"
+        """The notes root: the shared one with replicas, else ``$TANDEM_HOME/memory``."""
+        return self.settings.shared_memory or self.home / "memory"
 
     def store(self, user: str) -> NoteStore:
         with self._lock:
             if user not in self._stores:
                 store = NoteStore(self.root, user)
+                if self.leases is not None:  # every write carries the user's token
+                    store.fence = functools.partial(self.leases.token, user)
                 if self.metrics is not None:
                     store.journal.on_append = self.metrics.journal_entry
                 self._stores[user] = store

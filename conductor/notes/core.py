@@ -22,6 +22,7 @@ from conductor.notes.snapshot import NoteCache, _Snapshot
 from conductor.notes.usage import UsageBook
 from conductor.search.notes_bm25 import NoteIndex
 from conductor.storage.atomic import DIR_MODE, FileLock, atomic_write, ensure_dir, remove_file
+from conductor.storage.fence import FenceRefused, check_token
 from conductor.storage.journal import Journal
 from conductor.storage.paths import Layout, StoreRootError, git_work_tree_of, valid_user
 
@@ -39,6 +40,12 @@ def _guard(op: str) -> Callable[[Callable[P, WriteResult]], Callable[P, WriteRes
         def run(*args: P.args, **kwargs: P.kwargs) -> WriteResult:
             try:
                 return method(*args, **kwargs)
+            except FenceRefused as exc:  # replicas: not this replica's write (fence.py)
+                store = args[0]
+                assert isinstance(store, StoreCore)
+                log.info("note store %s refused: %s", op, exc.reason)
+                return WriteResult(False, exc.reason, None, op, detail=str(exc),
+                                   retry_after=exc.retry_after, holder=exc.holder)
             except OSError as exc:
                 store = args[0]
                 assert isinstance(store, StoreCore)
@@ -91,6 +98,10 @@ class StoreCore:
         self._index = NoteIndex(self.layout.index_dir)
         self._cache = NoteCache(self.layout.user_dir, self._index)
         self._pinned = threading.local()  # .snapshot: the scan reads share inside one_scan()
+        # Replicas (conductor/memory/lease.py): the user's fencing token, taken (or the
+        # lease acquired) at each write; None on one machine, where no write is fenced.
+        self.fence: Callable[[], int] | None = None
+        self._token = threading.local()  # .value: the token of the write in progress
 
     @property
     def journal(self) -> Journal:
@@ -104,6 +115,14 @@ class StoreCore:
     def _writing(self) -> Iterator[_Snapshot]:
         """Hold the user's lock over a fresh snapshot with an index that matches it."""
         with self._lock:
+            if self.fence is not None and not getattr(self._token, "value", None):
+                self._token.value = self.fence()  # LeaseBusy when another replica holds it
+                try:
+                    check_token(self.layout.user_dir, self._token.value)
+                    yield self._cache.fresh()
+                finally:
+                    self._token.value = None
+                return
             yield self._cache.fresh()
 
     def _merged_content(
@@ -302,4 +321,7 @@ class StoreCore:
 
     def _journal(self, op: str, **fields: Any) -> None:
         entry = {k: v for k, v in fields.items() if v is not None}
+        token = getattr(self._token, "value", None)
+        if token:  # the write's fencing token, so the journal shows who wrote (replicas)
+            entry["fence"] = token
         self._journal_file.append(user=self.user, op=op, **entry)

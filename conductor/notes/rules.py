@@ -59,6 +59,8 @@ class Reason:
     NOT_A_RULE = "not_a_rule"
     ALREADY_RATIFIED = "already_ratified"
     IO_ERROR = "io_error"
+    LEASE_BUSY = "lease_busy"  # replicas: another replica is the user's writer now
+    STALE_LEASE = "stale_lease"  # replicas: a newer writer's token was seen
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class WriteResult:
     detail: str | None = None
     redaction_counts: dict[str, int] = field(default_factory=dict)
     count: int = 0  # notes touched by delete_all
+    retry_after: float | None = None  # lease_busy: when the lease may be free
+    holder: str | None = None  # lease_busy: the replica that holds it
 
 
 @dataclass

@@ -39,6 +39,7 @@ from conductor.search.stores import (
     collection_name,
 )
 from conductor.storage.atomic import atomic_write, remove_file
+from conductor.storage.paths import index_home
 
 MODES = ("hybrid", "dense", "sparse")
 UPSERT_BATCH = 64
@@ -99,7 +100,9 @@ class SearchIndex:
         self._api_key = qdrant_api_key
         self.embed_dir = root / "layers" / user / "embed"
         self.version = embedder.version if embedder is not None else "bm25-only"
-        self.dir = self.embed_dir / "index" / _slug(self.version)
+        # derived: this replica's own folder when replicas share the notes (paths.py)
+        self.index_dir = index_home(root) / "layers" / user / "embed" / "index"
+        self.dir = self.index_dir / _slug(self.version)
         self._store: VectorStore | None = None
         self._bm25: Any = None
         self._lock = threading.RLock()
@@ -146,7 +149,7 @@ class SearchIndex:
         return self.store()
 
     def stale_versions(self) -> list[str]:
-        folder = self.embed_dir / "index"
+        folder = self.index_dir
         if not folder.is_dir():
             return []
         return sorted(p.name for p in folder.iterdir() if p.is_dir() and p != self.dir)
@@ -187,7 +190,7 @@ class SearchIndex:
             remove_file(self.dir / SYNC_MARK, kind="sync")
             if source_id is None:  # complete under this version: older ones can go
                 for stale in self.stale_versions():
-                    shutil.rmtree(self.embed_dir / "index" / stale, ignore_errors=True)
+                    shutil.rmtree(self.index_dir / stale, ignore_errors=True)
                     report.migrated_from.append(stale)
                 if isinstance(store, ServerStore):
                     store.drop_other_versions(self.user)

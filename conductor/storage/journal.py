@@ -41,6 +41,7 @@ ALLOWED_KEYS = frozenset(
         "redactions",
         "request_id",
         "counts",
+        "fence",  # replicas: the writer's fencing token (conductor/storage/fence.py)
     }
 )
 MAX_STRING = 200

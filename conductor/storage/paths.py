@@ -41,6 +41,15 @@ def default_memory_root(home: Path | None = None) -> Path:
     return (home if home is not None else default_home()) / "memory"
 
 
+def index_home(root: Path) -> Path:
+    """Where the derived search indexes of a memory root live: ``root`` itself, or with
+    replicas sharing one notes root, ``$TANDEM_INDEX_DIR`` (each replica's own folder:
+    tantivy and embedded Qdrant lock theirs per process; the indexes are rebuilt from the
+    files)."""
+    folder = os.environ.get("TANDEM_INDEX_DIR")
+    return Path(folder) if folder else root
+
+
 def valid_user(user: str) -> bool:
     return isinstance(user, str) and USER_RE.fullmatch(user) is not None
 
@@ -123,7 +132,7 @@ class Layout:
 
     @property
     def index_dir(self) -> Path:
-        return self.root / "index" / self.user
+        return index_home(self.root) / "index" / self.user
 
     @property
     def journal_path(self) -> Path:

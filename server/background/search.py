@@ -71,6 +71,10 @@ class SearchService(IdleService):
                 self._indexes[user] = SearchIndex(
                     self.memory.root, user, self.embedder(), self.qdrant_url,
                     os.environ.get("TANDEM_QDRANT_API_KEY"), self.allowed_roots)
+                if self.memory.settings.shared_memory is not None:
+                    # replicas: another replica may have written the user's files since
+                    # this one last synced, so a user arriving here syncs first
+                    self.stale.add(user)
             return self._indexes[user]
 
     def forget(self, user: str) -> int:

@@ -34,8 +34,10 @@ def speaks_anthropic(path: str) -> bool:
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None,
-                 param: str | None = None, kind: str = "invalid_request_error") -> None:
+                 param: str | None = None, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers  # a retryable refusal's Retry-After
         self.status = status
         self.message = message
         self.code = code
@@ -56,7 +58,7 @@ def error_response(error: APIError, path: str | None = None) -> JSONResponse:
     """The error as a response; in Anthropic's shape when `path` is a Messages API route."""
     body = error.anthropic_body() if path is not None and speaks_anthropic(path) \
         else error.body()
-    return JSONResponse(body, status_code=error.status)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -1,0 +1,62 @@
+"""The fencing token's check, on the store's side (replicas: README, More than one machine).
+
+Replicas share one notes root; a lease (conductor/memory/lease.py) makes one of them the
+user's writer, and its token (etcd's revision of the lease key) rises with each new
+holder. A lease alone cannot stop a writer that paused past its lease (a GC, a stalled
+disk, a partition) and writes late, so the store itself checks: every write carries the
+writer's token, and the highest token seen for the user is kept beside their notes
+(``notes/<user>/fence.json``). A write whose token is lower is refused; a higher one is
+recorded first. The check and the write it guards run under the user's file lock, so no
+other writer's record can come between them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conductor.storage.atomic import atomic_write
+
+FENCE_FILE = "fence.json"
+
+
+class FenceRefused(Exception):
+    """A write that may not happen now. ``reason``: ``lease_busy`` (another replica
+    holds the user's lease: retry after ``retry_after`` seconds, or send the request to
+    ``holder``) or ``stale_lease`` (a newer writer's token was seen: this one's lease is
+    gone)."""
+
+    reason = "fence_refused"
+
+    def __init__(self, message: str, retry_after: float = 1.0, holder: str | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.holder = holder
+
+
+class StaleToken(FenceRefused):
+    reason = "stale_lease"
+
+
+def seen_token(user_dir: Path) -> int:
+    """The highest token a write of this user carried (0 when none has)."""
+    try:
+        data = json.loads((user_dir / FENCE_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return 0
+    token = data.get("token") if isinstance(data, dict) else None
+    return token if isinstance(token, int) and token > 0 else 0
+
+
+def check_token(user_dir: Path, token: int) -> None:
+    """Refuse ``token`` (StaleToken) when a higher one was seen; record it when it is
+    the highest. The caller holds the user's write lock."""
+    if not isinstance(token, int) or token <= 0:
+        raise StaleToken("a write without a fencing token", retry_after=1.0)
+    seen = seen_token(user_dir)
+    if token < seen:
+        # the numbers only: a token says nothing about the notes
+        raise StaleToken(f"fencing token {token} is older than {seen}: the lease moved on")
+    if token > seen:
+        atomic_write(user_dir / FENCE_FILE, json.dumps({"token": token}) + "\n",
+                     kind="fence")

@@ -1,0 +1,124 @@
+"""One writer per user across replicas: the lease keeper over the in-memory service, and
+the store's fencing check (conductor/memory/lease.py, conductor/storage/fence.py). The
+same keeper over a real etcd: tests/replicas (the replicas lane)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conductor.memory.lease import LeaseBusy, LeaseKeeper, MemoryLeases
+from conductor.notes import NoteStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _replica(root: Path, service: MemoryLeases, name: str, clock: Clock,
+             user: str = "ana") -> tuple[NoteStore, LeaseKeeper]:
+    keeper = LeaseKeeper(service, name, ttl_s=10, idle_s=60, clock=clock)
+    store = NoteStore(root, user)
+    store.fence = lambda: keeper.token(user)
+    return store, keeper
+
+
+def _add(store: NoteStore, title: str):
+    return store.add(title=title, body="a fact", kind="reference", scope="user")
+
+
+def _journal(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+
+
+def test_two_replicas_asked_to_write_one_user_one_wins_the_other_is_told_to_retry(tmp_path):
+    clock = Clock()
+    service = MemoryLeases(clock)
+    a, _ = _replica(tmp_path, service, "replica-a", clock)
+    b, _ = _replica(tmp_path, service, "replica-b", clock)
+    assert _add(a, "Ana drinks tea").ok
+    refused = _add(b, "Ana likes rain")
+    assert (refused.ok, refused.reason, refused.holder) == (False, "lease_busy", "replica-a")
+    assert 1 <= refused.retry_after <= 10
+    assert [n.title for n in a.list()] == ["Ana drinks tea"]
+    # every write carried the writer's token; the refused one wrote nothing
+    writes = [e for e in _journal(tmp_path) if e.get("op") == "add" and e.get("ok")]
+    assert [e["fence"] for e in writes] == [1]
+
+
+def test_a_dead_replicas_lease_expires_and_the_next_writer_has_a_higher_token(tmp_path):
+    clock = Clock()
+    service = MemoryLeases(clock)
+    a, keeper_a = _replica(tmp_path, service, "replica-a", clock)
+    b, _ = _replica(tmp_path, service, "replica-b", clock)
+    assert _add(a, "Ana drinks tea").ok
+    clock.now += 4
+    keeper_a.tick()  # renewed while it serves the user
+    clock.now += 8
+    assert _add(b, "Ana likes rain").reason == "lease_busy"  # 12 s after: still renewed
+    clock.now += 11  # replica-a died: no renewal for a whole ttl
+    assert _add(b, "Ana likes rain").ok
+    tokens = [e["fence"] for e in _journal(tmp_path) if e.get("op") == "add" and e.get("ok")]
+    assert tokens[0] < tokens[1]
+    assert sorted(n.title for n in b.list()) == ["Ana drinks tea", "Ana likes rain"]
+
+
+def test_a_stale_writers_late_write_is_refused_by_its_token(tmp_path):
+    """A writer that paused past its lease (it still believes it holds token 1) writes
+    after the next holder wrote with token 2: the store refuses it and writes nothing."""
+    clock = Clock()
+    service = MemoryLeases(clock)
+    stale = NoteStore(tmp_path, "ana")
+    stale.fence = lambda: 1  # what the paused writer's keeper handed out before its pause
+    assert _add(stale, "Ana drinks tea").ok
+    service.acquire("ana", "replica-a", 10)  # the paused writer's lease, token 1
+    clock.now += 11  # ... expired during the pause
+    b, _ = _replica(tmp_path, service, "replica-b", clock)
+    assert _add(b, "Ana likes rain").ok
+    late = _add(stale, "Ana moved to Lisbon")
+    assert (late.ok, late.reason) == (False, "stale_lease")
+    assert sorted(n.title for n in b.list()) == ["Ana drinks tea", "Ana likes rain"]
+    assert json.loads((tmp_path / "notes" / "ana" / "fence.json").read_text()) == {"token": 2}
+
+
+def test_a_restarted_replica_takes_its_former_processes_lease_at_once(tmp_path):
+    clock = Clock()
+    service = MemoryLeases(clock)
+    a, _ = _replica(tmp_path, service, "replica-a", clock)
+    assert _add(a, "Ana drinks tea").ok
+    again, _ = _replica(tmp_path, service, "replica-a", clock)  # the same name, a new process
+    assert _add(again, "Ana likes rain").ok  # no wait for the old lease's ttl
+    tokens = [e["fence"] for e in _journal(tmp_path) if e.get("op") == "add" and e.get("ok")]
+    assert tokens == [1, 2]
+
+
+def test_an_idle_users_lease_is_let_go_so_their_next_replica_writes_at_once(tmp_path):
+    clock = Clock()
+    service = MemoryLeases(clock)
+    a, keeper_a = _replica(tmp_path, service, "replica-a", clock)
+    b, _ = _replica(tmp_path, service, "replica-b", clock)
+    assert _add(a, "Ana drinks tea").ok
+    for _ in range(20):  # a minute and more of renewals, no write
+        clock.now += 3.4
+        keeper_a.tick()
+    assert keeper_a.held() == {}
+    assert _add(b, "Ana likes rain").ok
+
+
+def test_the_keeper_stops_using_a_lease_it_could_not_renew(tmp_path):
+    """A renewal that stalls (the service unreachable) never lets a write past the
+    lease's expiry: the keeper asks for the lease again once 2/3 of its ttl passed."""
+    clock = Clock()
+    service = MemoryLeases(clock)
+    keeper = LeaseKeeper(service, "replica-a", ttl_s=10, clock=clock)
+    assert keeper.token("ana") == 1
+    clock.now += 11  # no renewal reached the service: the lease expired there
+    service.acquire("ana", "replica-b", 10)
+    with pytest.raises(LeaseBusy):
+        keeper.token("ana")
