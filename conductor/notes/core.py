@@ -32,14 +32,26 @@ P = ParamSpec("P")
 NOTE_ID = re.compile(r"[0-9a-z_-]{1,40}")  # the shapes ids have (new ones: 10 hex digits)
 
 
+class _Refused(Exception):
+    """A write refused on the way in (its result journaled already): `_guard` returns it."""
+
+    def __init__(self, result: WriteResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
 def _guard(op: str) -> Callable[[Callable[P, WriteResult]], Callable[P, WriteResult]]:
-    """Turn an OSError inside a write into an ``io_error`` result (journaled, logged)."""
+    """Every write's frame: a refusal raised on the way in (`_Refused`, from `_live_note`)
+    becomes its result, and an OSError inside the write an ``io_error`` result
+    (journaled, logged)."""
 
     def wrap(method: Callable[P, WriteResult]) -> Callable[P, WriteResult]:
         @functools.wraps(method)
         def run(*args: P.args, **kwargs: P.kwargs) -> WriteResult:
             try:
                 return method(*args, **kwargs)
+            except _Refused as refused:
+                return refused.result
             except FenceRefused as exc:  # replicas: not this replica's write (fence.py)
                 store = args[0]
                 assert isinstance(store, StoreCore)
@@ -196,8 +208,7 @@ class StoreCore:
                        else "edit" if by == "user" else "revise", why, source),
             ],
         )
-        self._write(revised, old_path=note.path)
-        self._cache.reindex([note.id])
+        self._rewrite(note, revised)
         return self._done(
             op, revised, content=content, source=source, by=by, revised_existing=revised_existing
         )
@@ -214,9 +225,7 @@ class StoreCore:
             updated=now,
             changelog=[*note.changelog, _entry(now, by, what, why, source)],
         )
-        self._write(archived, old_path=note.path)
-        self._cache.reindex([note.id])
-        return archived
+        return self._rewrite(note, archived)
 
     def _erase(self, note: Note) -> None:
         if note.path is not None:
@@ -244,15 +253,28 @@ class StoreCore:
             remove_file(old_path, kind=kind)
         note.path = target
 
-    def _live_note(self, snap: _Snapshot, op: str, note_id: str, **who: str) -> Note | WriteResult:
-        """The live note ``note_id``, or the journaled refusal when it is missing or archived.
-        ``who`` is ``source=`` for a model operation, ``via=`` and ``by=`` for the user's."""
+    def _live_note(self, snap: _Snapshot, op: str, note_id: str, **who: str) -> Note:
+        """The live note ``note_id``; when it is missing or archived, the refusal is
+        journaled and raised as `_Refused`, which the write's `_guard` returns: the one
+        preamble of every change to a note. ``who`` is ``source=`` for a model operation,
+        ``via=`` and ``by=`` for the user's."""
         note = snap.notes.get(note_id)
         missing = _missing(note, note_id)
         if missing is not None:
-            return self._refuse(op, missing, note_id=note_id, **who)
+            raise _Refused(self._refuse(op, missing, note_id=note_id, **who))
         assert note is not None
         return note
+
+    def _rewrite(self, old: Note, new: Note) -> Note:
+        """Replace a note's file with its changed form, and the index's entry. The change
+        is stated (as nano-vllm's block manager states its own at every change): the same
+        note, its changelog one entry or more longer, its revision the same or the next."""
+        assert new.id == old.id, "a rewrite keeps the note's id"
+        assert len(new.changelog) > len(old.changelog), "every change is in the changelog"
+        assert new.revision in (old.revision, old.revision + 1), "revisions go one at a time"
+        self._write(new, old_path=old.path)
+        self._cache.reindex([old.id])
+        return new
 
     def _refuse(
         self,

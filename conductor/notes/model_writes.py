@@ -145,8 +145,6 @@ class ModelWrites(StoreCore):
         op = "update"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, source=source)
-            if isinstance(note, WriteResult):
-                return note
             content = self._merged_content(note, title, body, tags, kind, verify_by)
             if isinstance(content, Refusal):
                 return self._refuse(
@@ -201,16 +199,13 @@ class ModelWrites(StoreCore):
         why = clean_reason(reason)
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, source=source)
-            if isinstance(note, WriteResult):
-                return note
             now = self._now()
             if note.status == "ratified":
                 request = _entry(now, "model", "archive_request", why, source)
                 kept = replace(
                     note, archive_proposed=why, updated=now, changelog=[*note.changelog, request]
                 )
-                self._write(kept, old_path=note.path)
-                self._cache.reindex([note.id])
+                self._rewrite(note, kept)
                 result = self._done(op, kept, source=source, by="model")
                 result.kept_live = True
                 result.detail = "ratified note kept live until the user archives or ratifies it"

@@ -34,8 +34,6 @@ class UserWrites(StoreCore):
         op = "edit"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             content = self._merged_content(note, title, body, tags, kind, verify_by)
             if isinstance(content, Refusal):
                 return self._refuse(
@@ -56,8 +54,6 @@ class UserWrites(StoreCore):
         op = "ratify"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             if note.status == "ratified" and note.archive_proposed is None:
                 return self._done(op, note, via=via, by="user", wrote=False)
             now = self._now()
@@ -68,8 +64,7 @@ class UserWrites(StoreCore):
                 updated=now,
                 changelog=[*note.changelog, _entry(now, "user", "ratify", None, via)],
             )
-            self._write(ratified, old_path=note.path)
-            self._cache.reindex([note.id])
+            self._rewrite(note, ratified)
             return self._done(op, ratified, via=via, by="user")
 
     @_guard("split")
@@ -81,8 +76,6 @@ class UserWrites(StoreCore):
         op = "split"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             path = self.layout.revision_path(note_id, revision)
             if not 1 <= revision < note.revision or not path.exists():
                 return self._refuse(op, Refusal(Reason.NOT_FOUND, f"{note_id} has no revision "
@@ -115,8 +108,6 @@ class UserWrites(StoreCore):
         op = "reject"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             if note.status == "ratified":
                 return self._refuse(
                     op,
@@ -138,8 +129,6 @@ class UserWrites(StoreCore):
         op = "pin" if pinned else "unpin"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             if pinned and note.kind not in ("rule", "ruling"):
                 return self._refuse(
                     op,
@@ -169,8 +158,7 @@ class UserWrites(StoreCore):
                 updated=now,
                 changelog=[*note.changelog, _entry(now, "user", op, None, via)],
             )
-            self._write(changed, old_path=note.path)
-            self._cache.reindex([note.id])
+            self._rewrite(note, changed)
             return self._done(op, changed, via=via, by="user")
 
     @_guard("user_archive")
@@ -182,8 +170,6 @@ class UserWrites(StoreCore):
         op = "user_archive"
         with self._writing() as snap:
             note = self._live_note(snap, op, note_id, via=via, by="user")
-            if isinstance(note, WriteResult):
-                return note
             why = clean_reason(reason) if reason else "archived by the user"
             archived = self._move_to_archive(note, by="user", why=why, source=via)
             return self._done(op, archived, via=via, by="user")
