@@ -61,6 +61,8 @@ class MemorySettings:
                          or socket.gethostname())
     lease_ttl_s: float = field(default_factory=lambda: float(
         os.environ.get("TANDEM_LEASE_TTL_S") or 10))
+    lease_idle_s: float = field(default_factory=lambda: float(
+        os.environ.get("TANDEM_LEASE_IDLE_S") or 60))
 
 
 def _os_user() -> str:
@@ -114,7 +116,8 @@ class MemoryServices:
             from conductor.memory.etcd_leases import EtcdLeases
 
             self.leases = LeaseKeeper(EtcdLeases(self.settings.etcd_url),
-                                      self.settings.replica, self.settings.lease_ttl_s)
+                                      self.settings.replica, self.settings.lease_ttl_s,
+                                      self.settings.lease_idle_s)
         self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
                                         shown=(self.shown, shown_files))
 

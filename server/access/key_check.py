@@ -7,6 +7,8 @@ under load (seen in a profile of the server at 32 clients; vLLM's server avoids 
 
 from __future__ import annotations
 
+import os
+
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,6 +42,12 @@ class KeyCheckAndCount:
         self.auth = auth
         self.counters = counters
         self.admin = admin
+        # Replicas behind vllm-router (README: More than one machine): the header its
+        # consistent_hash policy keys on. A client sends its own user's name there; one
+        # naming another user is refused, so no client can place itself on another
+        # user's replica or hold up their lease.
+        route = os.environ.get("TANDEM_ROUTE_HEADER", "").strip().lower()
+        self.route_header = route.encode() if route else None
 
     def _needs_key(self, path: str, peer: str | None) -> bool:
         if path in OPEN_ROUTES or (path == "/metrics" and is_loopback(peer)):
@@ -48,6 +56,17 @@ class KeyCheckAndCount:
                 is_admin_path(path) and self.admin.password.is_set())):
             return False
         return True
+
+    def _route_refusal(self, scope: Scope, user: str | None) -> APIError | None:
+        if self.route_header is None or user is None:
+            return None
+        named = scope_header(scope, self.route_header)
+        if named is None or named == user:
+            return None
+        header = self.route_header.decode()
+        return APIError(400, f"the {header} header names another user than the key's: "
+                        "send your own user's name or none", code="invalid_value",
+                        param=header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,6 +88,11 @@ class KeyCheckAndCount:
             except APIError as exc:
                 self.counters.record("unauthorized", exc.status)
                 await error_response(exc, path)(scope, receive, send)
+                return
+            refusal = self._route_refusal(scope, state["key_user"])
+            if refusal is not None:
+                self.counters.record("refused", refusal.status)
+                await error_response(refusal, path)(scope, receive, send)
                 return
         status = 500  # what the client gets if the app fails before it answers
         received = 0

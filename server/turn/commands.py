@@ -11,11 +11,14 @@ is never read for commands). The command runs where memory may write (not with
 from __future__ import annotations
 
 import logging
+import math
 
 from conductor.memory.context import MemoryContext, status_line
+from conductor.memory.lease import LeaseBusy, LeaseUnavailable
 from conductor.memory.services import MemoryServices
 from conductor.memory.writing import CommandOutcome, carry_out, recognise
 from engine.profiles import Profile
+from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest
 
 log = logging.getLogger("tandem.memory")
@@ -36,11 +39,27 @@ def run_command(services: MemoryServices, profile: Profile, memory: MemoryContex
     command = recognise(text)
     if command is None:
         return None
+    if services.leases is not None:
+        _hold_lease(services, memory.user)
     outcome = carry_out(services.store(memory.user), command, session=memory.session,
                         project=memory.project)
     log.info("memory command: %s (%d note%s)", command.kind, len(outcome.note_ids),
              "" if len(outcome.note_ids) == 1 else "s")
     return outcome
+
+
+def _hold_lease(services: MemoryServices, user: str) -> None:
+    """Replicas: the command writes only where this replica holds the user's lease;
+    elsewhere the whole request is a retryable 503 before the engine sees it (the router
+    brings the user back to their writer, or the lease frees within its ttl)."""
+    try:
+        services.leases.token(user)
+    except (LeaseBusy, LeaseUnavailable) as exc:
+        raise APIError(503, "another replica writes this user's memory now; retry",
+                       code="lease_busy", kind="server_error",
+                       headers={"Retry-After": str(math.ceil(exc.retry_after)),
+                                **({"X-Tandem-Writer": exc.holder} if exc.holder else {})},
+                       ) from None
 
 
 def status_lines(profile: Profile, outcome: CommandOutcome | None) -> tuple[str, ...]:
