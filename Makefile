@@ -13,6 +13,7 @@ test:
 	@$(PY) -m pytest -q -m endpoint
 	@$(PY) -m pytest -q -m embed_endpoint
 	@$(PY) -m pytest -q -m smol
+	@$(PY) -m pytest -q -m hybrid tests/test_hybrid.py
 	@$(PY) -m pytest -q -m clients tests/clients
 	@$(PY) -m pytest -q -m replicas tests/replicas
 	@$(PY) -m tests.vllm_suite.run off

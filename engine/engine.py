@@ -71,6 +71,11 @@ def resolve_model_path(profile: Profile, home: Path, progress: Callable[[str], N
     return profile.model
 
 
+def aligned_cache(profile: Profile) -> bool:
+    """A hybrid model whose prefix cache keeps its recurrent state at block boundaries."""
+    return profile.mamba_cache_mode == "align"
+
+
 async def _alive(stream):
     """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM),
     and a request vLLM refuses before its first output (a grammar its backend cannot
@@ -160,10 +165,13 @@ class Engine:
             enable_prefix_caching=True,
             # vLLM's CPU sampler cannot rewind a seeded generator after a partial prefill
             # chunk ("CPU Generator does not use offset" kills the engine), so the CPU
-            # engine prefills each prompt whole.
-            **({"enable_chunked_prefill": False,
+            # engine prefills each prompt whole; but a hybrid model's "align" prefix cache
+            # needs chunked prefill (its recurrent state is kept where a chunk ends on a
+            # block boundary), so there seeded requests are refused (generate).
+            **({"enable_chunked_prefill": aligned_cache(profile),
                 "max_num_batched_tokens": profile.max_model_len}
                if profile.device == "cpu" else {}),
+            **({"mamba_cache_mode": "align"} if aligned_cache(profile) else {}),
             scheduling_policy="priority",
             scheduler_cls=SCHEDULER_CLS,
             async_scheduling=False,
@@ -214,6 +222,12 @@ class Engine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        if params.seed is not None and self.profile.device == "cpu" \
+                and aligned_cache(self.profile):
+            raise RequestRejected(
+                f"'seed' is not supported on profile {self.profile.name}: vLLM's CPU sampler "
+                "cannot rewind a seeded generator over the chunked prefill a hybrid model's "
+                "prefix cache needs (it would stop the engine); send the request without it")
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         extra: dict = {KIND_KEY: kind}
         if params.script_ids is not None:

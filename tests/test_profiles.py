@@ -174,3 +174,40 @@ def test_the_profile_checks_name_every_setting_the_server_reads_and_no_other():
     assert NOTES_SHOWN_KEYS["note_format"] == NOTE_FORMATS
     assert NOTES_SHOWN_KEYS["match_frame"] == tuple(MATCH_FRAMES)
     assert set(PREFETCH_KEYS) == {f.name for f in dataclasses.fields(PrefetchLimits)}
+
+
+def test_profiles_check_computes_the_block_size_vllm_sets_for_a_hybrid_model(tmp_path,
+                                                                             capsys):
+    """A hybrid model's block holds one recurrent state in its attention pages: 528 tokens
+    for Qwen3.5-4B on CUDA (vLLM's own log line on the published config), 640 for the
+    tiny hybrid on vLLM's CPU path (what its engine sets: tests/test_hybrid.py)."""
+    from server.cli.profiles_check import PUBLISHED, check_profile, shape_of
+
+    assert PUBLISHED["Qwen/Qwen3.5-4B"].block_size("cuda") == 528
+    assert PUBLISHED["Qwen/Qwen3.5-27B"].block_size("cuda") == 784
+    hybrid = load_profile("tiny-hybrid")
+    assert shape_of(hybrid, tmp_path).block_size("cpu") == hybrid.block_size == 640
+    for name in ("qwen35-4b", "qwen35-9b", "qwen35-27b", "tiny-hybrid"):
+        profile = load_profile(name)
+        assert profile.mamba_cache_mode == "align" and check_profile(profile, tmp_path) == []
+    assert main(["profiles", "check"]) == 0
+    assert "qwen35-4b: ok (hybrid: block 528" in capsys.readouterr().out
+
+    wrong = write(tmp_path, "model: Qwen/Qwen3.5-4B\ndevice: cuda\nblock_size: 16\n")
+    problems = check_profile(load_profile_file(wrong), tmp_path)
+    assert any("mamba_cache_mode: align" in p for p in problems)
+    assert any("block_size 16: vLLM sets 528" in p for p in problems)
+    dense = write(tmp_path, BASE + "mamba_cache_mode: align\n")
+    assert "not a hybrid model" in check_profile(load_profile_file(dense), tmp_path)[0]
+
+
+def test_profiles_check_fails_on_a_bad_profile_naming_it(tmp_path, monkeypatch, capsys):
+    import server.cli.profiles_check as check
+
+    (tmp_path / "good.yaml").write_text(BASE)
+    (tmp_path / "bad.yaml").write_text(BASE + "mamba_cache_mode: sometimes\n")
+    monkeypatch.setattr(check, "profile_names", lambda: ["good", "bad"])
+    monkeypatch.setattr(check, "load_profile", lambda name: load_profile(name, tmp_path))
+    assert main(["profiles", "check"]) == 1
+    out = capsys.readouterr().out
+    assert "good: ok" in out and "bad: invalid" in out and "'mamba_cache_mode'" in out

@@ -47,6 +47,12 @@ def _profiles(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_profiles(args: argparse.Namespace) -> int:
+    from server.cli.profiles_check import run_check
+
+    return run_check(args.names, tandem_home())
+
+
 def _build_model(args: argparse.Namespace) -> int:
     from engine.gguf_model import ModelBuildError
     from engine.model_builder import EMBEDDED_MODELS, ensure_model
@@ -102,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     profiles = commands.add_parser("profiles", help="list the profiles")
     profiles.set_defaults(func=_profiles)
+    checks = profiles.add_subparsers(dest="profiles_command")
+    check = checks.add_parser("check", help="load each profile strictly and check a hybrid "
+                              "model's cache settings against what vLLM sets (no GPU)")
+    check.add_argument("names", nargs="*", help="profile names (default: all)")
+    check.set_defaults(func=_check_profiles)
 
     build = commands.add_parser("build-model", help="build the embedded models (no download)")
     build.add_argument("names", nargs="*", help="tiny-qwen3 (default), qwen3-0.6b-shape, "
