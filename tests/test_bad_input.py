@@ -70,10 +70,15 @@ def test_a_prompt_over_max_model_len_is_400(client, tiny_profile):
     assert_error(response, 400, "context_length_exceeded")
 
 
-def test_max_tokens_past_the_context_is_400(client, tiny_profile):
+def test_max_tokens_past_the_context_is_cut_to_the_room_as_vllm_cuts_it(client, tiny_profile):
+    """vLLM's get_max_tokens: the answer gets what the prompt leaves (Claude Code, Qwen
+    Code and opencode ask for 32,000 tokens whatever the model's context)."""
     response = client.post("/v1/chat/completions", json={
-        "model": "tiny", "messages": USER, "max_tokens": tiny_profile.max_model_len})
-    assert_error(response, 400, "context_length_exceeded")
+        "model": "tiny", "messages": USER, "max_tokens": tiny_profile.max_model_len,
+        "script": "ok"})
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= tiny_profile.max_model_len
 
 
 def test_non_text_content_parts_are_400(client):
@@ -164,3 +169,17 @@ def test_a_request_without_a_model_is_served_by_the_served_model(client):
     response = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2})
     assert response.status_code == 200, response.text
     assert response.json()["model"] == "tiny"
+
+
+def test_a_completion_whose_max_tokens_passes_the_context_gets_the_room_left(
+        client, tiny_profile):
+    """The completions API cuts max_tokens to the room too (vLLM's get_max_tokens); only a
+    prompt that leaves no room at all is refused, naming the prompt."""
+    prompt = [100] * (tiny_profile.max_model_len - 5)
+    response = client.post("/v1/completions", json={
+        "model": "tiny", "prompt": prompt, "max_tokens": 100})
+    assert response.status_code == 200, response.text
+    assert 1 <= response.json()["usage"]["completion_tokens"] <= 5
+    full = client.post("/v1/completions", json={
+        "model": "tiny", "prompt": [100] * tiny_profile.max_model_len, "max_tokens": 1})
+    assert assert_error(full, 400, "context_length_exceeded")["param"] == "prompt"

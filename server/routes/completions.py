@@ -196,12 +196,11 @@ def completions_router(state) -> APIRouter:
             raise APIError(400, "min_tokens: must not exceed max_tokens",
                            code="invalid_value", param="min_tokens")
         ids = [_prompt_ids(engine, request, p) for p in prompts]
-        for one in ids:
-            if len(one) + (request.max_tokens or 0) > profile.max_model_len:
-                raise APIError(400, f"the prompt's {len(one)} tokens plus max_tokens "
-                               f"{request.max_tokens} exceed this model's context of "
-                               f"{profile.max_model_len} tokens",
-                               code="context_length_exceeded", param="max_tokens")
+        for one in ids:  # a max_tokens past the room is cut to it (`_within`), as vLLM's
+            if len(one) >= profile.max_model_len:
+                raise APIError(400, f"the prompt's {len(one)} tokens leave no room in this "
+                               f"model's context of {profile.max_model_len} tokens",
+                               code="context_length_exceeded", param="prompt")
         return engine, request, ids
 
     @router.post("/v1/completions")
@@ -223,7 +222,8 @@ def completions_router(state) -> APIRouter:
                             getattr(http.state, "key_user", None))
         params = dataclasses.replace(params, cache_salt=state.memory.cache_salt(user))
         # (index, prompt ids, params): vLLM numbers choice j of prompt i as i * n + j
-        runs = [(i * request.n + j, one, request.choice_params(params, j))
+        runs = [(i * request.n + j, one, _within(request.choice_params(params, j), one,
+                                                 engine.profile.max_model_len))
                 for i, one in enumerate(ids) for j in range(request.n)]
         if request.stream:
             options = request.stream_options
@@ -234,7 +234,8 @@ def completions_router(state) -> APIRouter:
                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         if request.use_beam_search:
             done = [out for i, one in enumerate(ids) for out in await _beams(
-                engine, f"{completion_id}-{i}", one, params, request)]
+                engine, f"{completion_id}-{i}", one,
+                _within(params, one, engine.profile.max_model_len), request)]
         else:
             done = await asyncio.gather(*(
                 _complete(engine, f"{completion_id}-{index}", one, run_params)
@@ -250,6 +251,15 @@ def completions_router(state) -> APIRouter:
             "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": None}})
 
     return router
+
+
+def _within(params: GenerationParams, prompt: list[int], max_model_len: int
+            ) -> GenerationParams:
+    """`params` with max_tokens cut to the room `prompt` leaves (vLLM's get_max_tokens)."""
+    room = max_model_len - len(prompt)
+    if params.max_tokens <= room:
+        return params
+    return dataclasses.replace(params, max_tokens=room)
 
 
 def _full_choice(engine: EngineBackend, request: CompletionRequest, index: int, ids: list[int],

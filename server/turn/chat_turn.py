@@ -68,15 +68,21 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     # memory's parts leave the answer room even when the client names none
     memory_need = need if max_tokens is not None else max(
         need, answer_reserve(profile.max_model_len))
+    # A max_tokens that not even the client's own prompt leaves room for is cut to the
+    # room, as vLLM cuts it (get_max_tokens): then memory keeps what leaves the answer
+    # its usual reserve, rather than giving way for tokens the answer cannot have anyway.
+    reserve = max(answer_room, answer_reserve(profile.max_model_len))
     layout = fitting(layouts(engine, profile, services, memory, request, thinking,
                              leading_tails, hidden_gives_way, data),
                      lambda laid: profile.max_model_len - laid.tokens >= (
-                         memory_need if laid.holds_memory else need))
+                         memory_need if laid.holds_memory else need),
+                     then=lambda laid: profile.max_model_len - laid.tokens >= (
+                         reserve if laid.holds_memory else answer_room))
     # vLLM's kv_transfer_params: ids handed over from a prefill server stand for the render
     forwarded = request.forwarded_ids()
     check_token_ids(engine, "kv_transfer_params", forwarded or [])
     prompt_ids = forwarded or layout.built.ids
-    room = check_room(len(prompt_ids), profile.max_model_len, answer_room, max_tokens)
+    room = check_room(len(prompt_ids), profile.max_model_len, answer_room)
     if not counting:
         _count_hidden(services, memory, layout, engine)
     # "remember that ...": carried out now, in the user's words (the request is valid)

@@ -126,15 +126,12 @@ def check_logprobs(engine: EngineBackend, profile: Profile, param: str,
                        code="invalid_value", param=param)
 
 
-def check_room(prompt_tokens: int, max_model_len: int, answer_room: int,
-               max_tokens: int | None) -> int:
-    """The room the prompt leaves for the answer; ContextOverflow when too little."""
+def check_room(prompt_tokens: int, max_model_len: int, answer_room: int) -> int:
+    """The room the prompt leaves for the answer; ContextOverflow when too little. A
+    max_tokens past the room is not refused: the answer gets the room (vLLM's
+    get_max_tokens), as agents that ask for 32,000 tokens on any model expect."""
     room = max_model_len - prompt_tokens
     if room < answer_room:
         raise ContextOverflow(f"the prompt is {prompt_tokens} tokens; this model's context is "
                               f"{max_model_len} tokens", "messages", prompt_tokens)
-    if max_tokens is not None and max_tokens > room:
-        raise ContextOverflow(f"max_tokens {max_tokens} plus the prompt's {prompt_tokens} "
-                              f"tokens exceed this model's context of {max_model_len}"
-                              " tokens", "max_tokens", prompt_tokens)
     return room

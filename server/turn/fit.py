@@ -191,16 +191,27 @@ def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
         return any(store.get(note_id) is None for note_id in note_ids)
 
 
-def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool]) -> Layout:
-    """The first layout `fits` accepts (the later ones are never built), else the last:
-    the least memory puts in, the client's own request, whose length a refusal names."""
-    first: Layout | None = None
+def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool],
+            then: Callable[[Layout], bool] | None = None) -> Layout:
+    """The first layout `fits` accepts (the later ones are never built), else the first
+    `then` accepts (when none fits as asked: a max_tokens no layout can leave, which is cut
+    to the room left), else the last: the least memory puts in, the client's own request,
+    whose length a refusal names."""
+    built: list[Layout] = []
     for layout in candidates:
-        first = first or layout
+        built.append(layout)
         if fits(layout):
-            if layout is not first:
-                log.info("memory's hidden context gave way to fit the model's context "
-                         "(%d tokens laid out, %d sent)", first.tokens, layout.tokens)
-            return layout
-    assert first is not None, "layouts() yields the whole layout first"
+            return _chosen(built[0], layout)
+    assert built, "layouts() yields the whole layout first"
+    if then is not None:
+        for layout in built:
+            if then(layout):
+                return _chosen(built[0], layout)
+    return built[-1]
+
+
+def _chosen(first: Layout, layout: Layout) -> Layout:
+    if layout is not first:
+        log.info("memory's hidden context gave way to fit the model's context "
+                 "(%d tokens laid out, %d sent)", first.tokens, layout.tokens)
     return layout

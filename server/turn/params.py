@@ -34,7 +34,8 @@ def generation_params(request: ChatCompletionRequest, profile: Profile, room: in
     max_tokens = request.requested_max_tokens()
     structured = constraints.structured
     return GenerationParams(
-        max_tokens=max_tokens or min(room, profile.default_max_tokens or room),
+        max_tokens=min(max_tokens, room) if max_tokens
+        else min(room, profile.default_max_tokens or room),
         temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
         top_p=1.0 if request.top_p is None else request.top_p,
         top_k=-1 if request.top_k is None else request.top_k,
