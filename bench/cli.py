@@ -65,6 +65,12 @@ def run(args: argparse.Namespace, resolve_profile: ResolveProfile) -> int:
             else MAX_TOKENS
         results = run_ledger_bench(args.out, args.quick, bound)
         return 0 if results["misses"] == 0 else 1
+    if args.overhead:
+        from bench.overhead.run import run_overhead_bench
+
+        results = run_overhead_bench(resolve_profile(args.profile or "bench-0.6b"), args.out,
+                                     args.quick)
+        return 0 if results["met"] else 1
     if args.screen:
         from bench.screen.run import run_screen_bench
 
@@ -126,6 +132,9 @@ def register(commands: argparse._SubParsersAction, resolve_profile: ResolveProfi
     bench.add_argument("--ledger", action="store_true", help="the session ledger at agent "
                        "scale: 64 interleaved sessions of 30k ids, record misses and memory "
                        "(no engine; the bound is --profile's memory.ledger_max_tokens)")
+    bench.add_argument("--overhead", action="store_true", help="the server's own work under "
+                       "load: 1,000 users x 100 ledger records, 32 clients, an engine that "
+                       "answers at once; the server's share of TTFT and the loop's stalls")
     bench.add_argument("--screen", action="store_true", help="the Memory screen's requests on "
                        "a store of 10,000 notes (no engine)")
     bench.add_argument("--proxy", action="store_true", help="proxy mode against plain "

@@ -41,6 +41,14 @@ class NoteReads(StoreCore):
         note = self._read_snapshot().notes.get(note_id)
         return _copy(note) if note is not None else None
 
+    def missing(self, note_ids: Iterable[str]) -> set[str]:
+        """The ids among `note_ids` that no note has, live or archived (deleted): one
+        look at the snapshot and no copies. A replayed record's shared context names
+        every note of the index, and copying each of them to learn it exists was a tenth
+        of a request's own time under load (bench/overhead)."""
+        notes = self._read_snapshot().notes
+        return {note_id for note_id in note_ids if note_id not in notes}
+
     def list(
         self,
         *,

@@ -186,9 +186,7 @@ def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
     note_ids = {i for span in spans for i in span.note_ids}
     if not note_ids:
         return False
-    store = services.store(user)
-    with store.one_scan():  # one look at the files, not one a note
-        return any(store.get(note_id) is None for note_id in note_ids)
+    return bool(services.store(user).missing(note_ids))
 
 
 def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool],

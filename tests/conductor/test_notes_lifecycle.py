@@ -222,3 +222,15 @@ def test_update_keeps_fields_that_are_not_given(store: NoteStore) -> None:
     result = store.update(note.id, title="t2")
     assert result.note is not None
     assert (result.note.body, result.note.tags, result.note.kind) == ("b", ["x", "y"], "gotcha")
+
+
+def test_missing_names_the_deleted_notes_only(store: NoteStore) -> None:
+    """A replayed record is rendered afresh when it holds a deleted note (server/turn/
+    fit.py): `missing` names those, and an archived note, whose text may still be
+    replayed, is not one of them."""
+    kept, archived, deleted = (_ratified(store, title=t, body=f"{t}, always.")
+                               for t in ("Answer in French", "Use tabs", "Call me Sam"))
+    assert store.archive(archived.id, "outdated").ok
+    assert store.delete(deleted.id).ok
+    assert store.missing([kept.id, archived.id, deleted.id, "0123456789"]) == {
+        deleted.id, "0123456789"}
