@@ -12,7 +12,7 @@ hits spread little and the mode whose top stands out leads, query by query.
 Chosen by issue 59 (`python -m bench.search.external`) among the rules known to carry
 across data (equal RRF at k=60, min-max and z-score combinations, Qdrant's DBSF, two
 per-query choices), on the dev half of our own conversational set alone, and then read
-on sets nobody here wrote (LoCoMo, REALTALK), where it stays within 0.01 of the better
+on a public set nobody here wrote (LoCoMo), where it stays within 0.01 of the better
 single mode at 5 hits (bench/README.md, "Fusion on conversational memory nobody here
 wrote"). The rule before it, RRF k=5 with dense weighted 4:1, had been fitted to our
 own set, where dense is strong, and followed dense down on LoCoMo (recall@5 0.420
