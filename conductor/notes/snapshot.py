@@ -6,6 +6,7 @@ import hashlib
 import logging
 import os
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,14 @@ log = logging.getLogger(__name__)
 
 # The folders a user's notes live in, in scan order, and whether they hold archived notes.
 _TREES = (("user", False), ("projects", False), ("sessions", False), ("archive", True))
+
+# A scan stands while no folder of the tree has changed (a note written, renamed or removed
+# changes its folder: every write here is a rename into place), for at most this long:
+# an edit made in place by hand changes no folder, so it is seen within a second.
+SCAN_STANDS_S = 1.0
+# Folder times are coarse (a kernel tick): a folder changed this close to a scan may change
+# again within the same tick unseen, so such a scan is not kept.
+COARSE_MTIME_S = 0.05
 
 
 @dataclass
@@ -38,17 +47,23 @@ class NoteCache:
         self._user_dir = os.fspath(user_dir)
         self._index = index
         self._parsed: dict[str, tuple[tuple[int, int, int], Note]] = {}
+        # The last scan while it stands: (snapshot, each folder's mtime, when it was made)
+        self._kept: tuple[_Snapshot, dict[str, int], float] | None = None
 
     def forget(self) -> None:
         """Drop every parsed note (the tree was deleted)."""
         self._parsed.clear()
+        self._kept = None
 
     def fresh(self) -> _Snapshot:
-        """A snapshot with no stale copies left and an index that matches it."""
+        """A snapshot with no stale copies left and an index that matches it: always a
+        scan (a write must start from what the files say this moment)."""
+        self._kept = None
         snap = self.load()
         if snap.stale_copies:
             for path in snap.stale_copies:
                 remove_file(path)
+            self._kept = None
             snap = self.load()
         if not self._index.is_fresh(snap.fingerprint):
             try:
@@ -59,6 +74,7 @@ class NoteCache:
 
     def reindex(self, ids: Iterable[str]) -> None:
         """Bring the index up to date with a write that touched ``ids``."""
+        self._kept = None  # this process's own write: seen at once, whatever the clock says
         snap = self.load()
         upserts = [snap.notes[i] for i in ids if i in snap.notes]
         removed = [i for i in ids if i not in snap.notes]
@@ -70,18 +86,34 @@ class NoteCache:
             self._index.wipe()
 
     def load(self) -> _Snapshot:
-        """Scan the tree; parse only files changed since the last scan.
+        """The notes as the files say now: the last scan while no folder of the tree has
+        changed (for at most SCAN_STANDS_S), else a scan of the tree that parses only the
+        files changed since the last one.
 
-        Runs on every read (the files are the truth), so it works on path strings:
-        pathlib objects made it several times slower on a 50-note store.
+        Runs on every read (the files are the truth): a scan stats every file (90 ms on
+        10,000 notes), the check that the last one stands stats the folders only. It works
+        on path strings: pathlib objects made it several times slower on a 50-note store.
         """
+        kept = self._kept
+        if kept is not None and time.monotonic() - kept[2] < SCAN_STANDS_S \
+                and _folder_times(kept[1]) == kept[1]:
+            return kept[0]
+        started, wall = time.monotonic(), time.time()
+        folders: dict[str, int] = {}
+        snap = self._scan_tree(folders)
+        newest = max(folders.values(), default=0) / 1e9
+        self._kept = (snap, folders, started) if wall - newest > COARSE_MTIME_S else None
+        return snap
+
+    def _scan_tree(self, folders: dict[str, int]) -> _Snapshot:
+        """Scan every note file, recording each folder's mtime in `folders`."""
         user_dir = self._user_dir
         skip = len(user_dir) + 1  # path[skip:] is the path relative to the user folder
         stamps: list[str] = []  # hashed once at the end: one update a file cost 10% here
         best: dict[str, Note] = {}
         losers: list[Path] = []
         seen: set[str] = set()
-        for path, archived, st in self._scan(user_dir):
+        for path, archived, st in self._scan(user_dir, folders):
             signature = (st.st_ino, st.st_mtime_ns, st.st_size)
             stamps.append(f"{path[skip:]}\0{signature}\n")
             seen.add(path)
@@ -108,10 +140,14 @@ class NoteCache:
         return _Snapshot(best, losers, digest)
 
     @staticmethod
-    def _scan(user_dir: str) -> Iterator[tuple[str, bool, os.stat_result]]:
-        """Every note file under the user folder: (path, archived, stat), in a fixed order."""
+    def _scan(user_dir: str, folders: dict[str, int]
+              ) -> Iterator[tuple[str, bool, os.stat_result]]:
+        """Every note file under the user folder: (path, archived, stat), in a fixed order;
+        each folder's mtime goes in `folders` (the user folder's too: a tree made later
+        changes it)."""
+        folders.update(_folder_times({user_dir: 0}))
         for top, archived in _TREES:
-            for path, st in _walk(os.path.join(user_dir, top)):
+            for path, st in _walk(os.path.join(user_dir, top), folders):
                 yield path, archived, st
 
     def _parse_cached(self, path: str, signature: tuple[int, int, int]) -> Note | None:
@@ -130,15 +166,29 @@ class NoteCache:
         return note
 
 
-def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:
-    """The note files under `folder` with their stats, sorted by name at each level.
+def _folder_times(folders: dict[str, int]) -> dict[str, int]:
+    """Each folder's mtime now (-1: gone)."""
+    now: dict[str, int] = {}
+    for folder in folders:
+        try:
+            now[folder] = os.stat(folder).st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError):
+            now[folder] = -1
+    return now
+
+
+def _walk(folder: str, folders: dict[str, int]) -> Iterator[tuple[str, os.stat_result]]:
+    """The note files under `folder` with their stats, sorted by name at each level; each
+    folder walked goes in `folders` with its mtime taken before it is listed.
 
     Names, not os.scandir's entries: a large folder's entries, all alive while it is
     walked, were promoted by the garbage collector and set off a full collection every
     few scans of a 10,000-note store (a pause of 150 ms)."""
     try:
+        folders[folder] = os.stat(folder).st_mtime_ns
         names = sorted(os.listdir(folder))
     except (FileNotFoundError, NotADirectoryError):
+        folders[folder] = -1  # made later: its parent's mtime changes then too
         return
     for name in names:
         if name.startswith("."):
@@ -150,7 +200,7 @@ def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:
             continue
         if stat.S_ISDIR(st.st_mode):
             if not os.path.islink(path):  # as os.walk: a linked folder is not walked
-                yield from _walk(path)
+                yield from _walk(path, folders)
         elif name.endswith(".md"):
             yield path, st
 
