@@ -222,12 +222,14 @@ class Engine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        if params.seed is not None and self.profile.device == "cpu" \
-                and aligned_cache(self.profile):
+        # A seed with a temperature above vLLM's greedy threshold makes a seeded generator
+        # (a greedy request makes none, and is served).
+        if params.seed is not None and params.temperature >= 1e-5 \
+                and self.profile.device == "cpu" and aligned_cache(self.profile):
             raise RequestRejected(
-                f"'seed' is not supported on profile {self.profile.name}: vLLM's CPU sampler "
-                "cannot rewind a seeded generator over the chunked prefill a hybrid model's "
-                "prefix cache needs (it would stop the engine); send the request without it")
+                f"'seed' is not supported on profile {self.profile.name} unless temperature "
+                "is 0: vLLM's CPU sampler cannot rewind a seeded generator over the chunked "
+                "prefill a hybrid model's prefix cache needs (it would stop the engine)")
         request_id = request_id or f"{kind}-{uuid.uuid4().hex}"
         extra: dict = {KIND_KEY: kind}
         if params.script_ids is not None:

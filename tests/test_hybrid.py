@@ -119,9 +119,10 @@ def test_a_seed_is_a_400_naming_it_and_the_engine_lives_on(hybrid):
     """vLLM's CPU sampler cannot rewind a seeded generator over a chunked prefill (the
     engine core dies: 'CPU Generator does not use offset'), and this profile's prefix cache
     needs chunked prefill: the server refuses the seed instead of losing the engine."""
-    refused = chat(hybrid, long_text("epsilon"), seed=7)
+    refused = chat(hybrid, long_text("epsilon"), seed=7, temperature=0.8)
     assert refused.status_code == 400, refused.text
     assert "'seed'" in refused.json()["error"]["message"]
     assert "Traceback" not in refused.text
-    assert cached(chat(hybrid, "still here?"))[0] > 0
+    assert cached(chat(hybrid, long_text("epsilon"), seed=7))[0] > BLOCK  # greedy: no generator
+    assert cached(chat(hybrid, "still here?", temperature=0.8))[0] > 0
     assert httpx.get(f"{hybrid.base_url}/readyz", timeout=10).status_code == 200
