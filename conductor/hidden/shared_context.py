@@ -60,11 +60,14 @@ NOTE_FILE_ID = re.compile(r"--([0-9a-f]{10})\.md$")
 def visible_note_ids(store: NoteStore, project: str | None, session: str | None) -> set[str]:
     """The notes a request may read, by any path (the memory routes, memory_search,
     memory_read): the rule the hidden context follows. The user's live notes, the current
-    project's, the session's own; never another project's or session's, never archived."""
-    notes = shared_notes(store, project)
+    project's, the session's own; never another project's or session's, never archived.
+    The same filters as `shared_notes` and `session_notes`, on ids alone."""
+    ids = set(store.ids(scope="user", include_stale=False))
+    if project:
+        ids |= store.ids(scope="project", project=project, include_stale=False)
     if session:
-        notes += session_notes(store, session)
-    return {n.id for n in notes}
+        ids |= store.ids(scope="session", session=session, include_stale=False)
+    return ids
 
 
 def hits_to_ask_for(limit: int) -> int:

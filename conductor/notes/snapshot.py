@@ -8,7 +8,7 @@ import os
 import stat
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -37,6 +37,9 @@ class _Snapshot:
     notes: dict[str, Note]  # id -> newest copy
     stale_copies: list[Path]  # older copies left by a crash between write and unlink
     fingerprint: str
+    # Id sets already filtered out of these notes (NoteReads.ids), by their filters: a
+    # snapshot never changes, and stands a second at most
+    id_sets: dict[tuple, frozenset[str]] = field(default_factory=dict)
 
 
 class NoteCache:
