@@ -344,3 +344,42 @@ def test_a_system_message_after_the_user_s_is_rendered_where_it_stands(server):
     assert text.index("Where am I?") < text.index(
         "<|im_start|>system\nPrimary working directory: /srv/app<|im_end|>")
     assert "billing-header" not in text
+
+
+def test_a_tool_search_s_tool_references_load_the_tools_they_name(server):
+    """Claude Code defers an MCP server's tools and loads them with its ToolSearch, whose
+    result is `tool_reference` blocks (a 400 before: "not a block this server takes", and
+    Claude Code dropped tool search for the session); each is a line naming the tool, which
+    the request's `tools` carries whole. A reference without a name is a 400 naming it."""
+    remember = {"name": "mcp__tandem__memory_remember", "description": "Remember a fact.",
+                "input_schema": {"type": "object", "properties": {
+                    "title": {"type": "string"}}, "required": ["title"]}}
+    search = {"name": "ToolSearch", "description": "Loads deferred tools.",
+              "input_schema": {"type": "object", "properties": {
+                  "query": {"type": "string"}}, "required": ["query"]}}
+
+    def body(reference: dict) -> dict:
+        return {"model": "tiny", "max_tokens": 8, "script": "Loaded.",
+                "tools": [search, remember], "messages": [
+                    {"role": "user", "content": "Keep the staging host."},
+                    {"role": "assistant", "content": [
+                        {"type": "tool_use", "id": "toolu_1", "name": "ToolSearch",
+                         "input": {"query": "select:mcp__tandem__memory_remember"}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1",
+                         "content": [reference]}]}]}
+
+    response = httpx.post(
+        f"{server.base_url}/v1/messages?beta=true", timeout=60, json=body(
+            {"type": "tool_reference", "tool_name": "mcp__tandem__memory_remember"}),
+        headers={"x-api-key": KEY, "X-Tandem-Session": "tool-reference"})
+    assert response.status_code == 200, response.text
+    assert response.json()["content"] == [{"type": "text", "text": "Loaded."}]
+    record = server.app.state.tandem.memory.ledger.latest(USER, "tool-reference")
+    text = server.app.state.tandem.engine.tokenizer.decode(list(record.ids))
+    assert "Tool loaded: mcp__tandem__memory_remember" in text
+    nameless = httpx.post(f"{server.base_url}/v1/messages", headers={"x-api-key": KEY},
+                          json=body({"type": "tool_reference"}), timeout=60)
+    assert nameless.status_code == 400, nameless.text
+    assert "messages[2].content[0].content[0].tool_name" in nameless.json()["error"][
+        "message"]

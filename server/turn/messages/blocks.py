@@ -143,8 +143,10 @@ def _tool_result(block: dict, param: str) -> dict[str, Any]:
                 parts.append(_text(part, at))
             elif kind in ("image", "document"):
                 parts.append(IMAGE_PLACEHOLDER)
+            elif kind == "tool_reference":
+                parts.append(_tool_reference(part, at))
             else:
-                raise _unsupported(kind, at, "text, image")
+                raise _unsupported(kind, at, "text, image, tool_reference")
         text = "\n".join(parts)
     else:
         raise bad(f"{param}.content", "a string or a list of text blocks")
@@ -154,6 +156,17 @@ def _tool_result(block: dict, param: str) -> dict[str, Any]:
     # A chat tool message has no error flag: the model reads it in the result's words.
     return {"role": "tool", "tool_call_id": call_id,
             "content": f"Error: {text}" if is_error else text}
+
+
+def _tool_reference(block: dict, param: str) -> str:
+    """A tool search's result (Claude Code's ToolSearch answers with these): it loads a
+    deferred tool. The client sends each tool it loaded in `tools`, which this server
+    renders whole in every prompt, so the reference is a line that names it; a 400 here
+    would stop every Claude Code session with an MCP server (its tools are deferred)."""
+    name = block.get("tool_name")
+    if not isinstance(name, str) or not name.strip():
+        raise bad(f"{param}.tool_name", "the referenced tool's name is required")
+    return f"Tool loaded: {name} (call it as any other tool)"
 
 
 def _assistant_message(blocks: list[Any], param: str) -> dict[str, Any]:
