@@ -42,6 +42,7 @@ class AgentServer:
     base_url: str
     rules: Path  # $TANDEM_SCRIPT_FILE: read at each request
     log: Path  # the server's output: its access log among it
+    home: Path  # its $TANDEM_HOME: `tandem mcp` finds the server through server.json there
 
     def log_lines(self) -> list[str]:
         return self.log.read_text(errors="replace").splitlines()
@@ -79,7 +80,7 @@ def agent_server(tmp_path_factory) -> AgentServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"tandem serve not ready in {START_TIMEOUT_S} s")
             time.sleep(1)
-        yield AgentServer(base, rules, log)
+        yield AgentServer(base, rules, log, home)
     finally:
         server.terminate()
         try:
