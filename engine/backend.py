@@ -49,6 +49,10 @@ class EngineBackend(Protocol):
     fingerprint: str  # the model, tokenizer and template: ledger records are kept per one
     stats: EngineStats
     count_tokens: Callable[[str], int]  # tokens in a text as a prompt holds it
+    # Where a prefix is reusable from the cache, on a hybrid model in align mode: its
+    # recurrent state is kept at block boundaries only, so the shared context is padded to
+    # end on one (server/turn/prompt.py). None: any whole KV block is (a dense model).
+    reuse_block: int | None
 
     def generate(self, prompt_token_ids: list[int], params: GenerationParams,
                  kind: RequestKind = "client",

@@ -76,6 +76,16 @@ def aligned_cache(profile: Profile) -> bool:
     return profile.mamba_cache_mode == "align"
 
 
+def reuse_block(profile: Profile, llm) -> int | None:
+    """The block size a hybrid model in align mode reuses prefixes by, as vLLM set it
+    (raised from the profile's so that a block's pages hold one recurrent state); None for
+    a dense model, whose every whole KV block is reusable."""
+    if not aligned_cache(profile):
+        return None
+    config = getattr(llm, "vllm_config", None)
+    return config.cache_config.block_size if config is not None else profile.block_size
+
+
 async def _alive(stream):
     """vLLM's stream, with its EngineDeadError as ours (the server's callers know no vLLM),
     and a request vLLM refuses before its first output (a grammar its backend cannot
@@ -107,6 +117,7 @@ class Engine:
         self.tokens: SpecialTokens = special_tokens(self.tokenizer, profile.tool_call_format)
         self.fingerprint = served_fingerprint(profile.model, self.tokenizer)
         self.stats = EngineStats()
+        self.reuse_block = reuse_block(profile, llm)
         self._running: dict[str, _Running] = {}
         # Memoised: tail notes price the same note texts against their budgets every turn.
         self.count_tokens: Callable[[str], int] = functools.lru_cache(maxsize=4096)(

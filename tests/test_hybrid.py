@@ -126,3 +126,37 @@ def test_a_seed_is_a_400_naming_it_and_the_engine_lives_on(hybrid):
     assert cached(chat(hybrid, long_text("epsilon"), seed=7))[0] > BLOCK  # greedy: no generator
     assert cached(chat(hybrid, "still here?", temperature=0.8))[0] > 0
     assert httpx.get(f"{hybrid.base_url}/readyz", timeout=10).status_code == 200
+
+
+def new_session(server, session: str, question: str) -> tuple[int, int]:
+    """A new session's first turn (memory on: the engine's tools, the card) as
+    (prompt tokens, cached)."""
+    return cached(httpx.post(f"{server.base_url}/v1/chat/completions", headers={
+        "X-Tandem-Session": session}, json={
+        "model": "tiny-hybrid", "max_tokens": 4, "temperature": 0,
+        "messages": [{"role": "system", "content": "You help with the service."},
+                     {"role": "user", "content": question}]}, timeout=120))
+
+
+def test_a_new_session_finds_the_shared_context_cached_to_its_block_boundary(hybrid):
+    """The boundary-aware layout: the head and the shared context end on a block boundary
+    (padded inside the hidden message), and the prewarm after a fresh layout ends one token
+    past it, so vLLM keeps the recurrent state there and the user's second new session
+    reads all of it from the cache (the first session's prompt runs past the next boundary,
+    where vLLM kept that prompt's own state). Plain vLLM's layout gives that session
+    nothing (one state per prompt, in its own tokens), the third the head's block floor."""
+    tandem = hybrid.app.state.tandem
+    assert tandem.engine.reuse_block == BLOCK  # read from vLLM's raised block size
+    user = tandem.memory.settings.user_name
+    # a first message past the next boundary: that prompt's own state is kept there
+    first_tokens, first = new_session(hybrid, "aligned-a", long_text("zeta", 300))
+    record = tandem.memory.ledger.latest(user, "aligned-a")
+    (shared,) = [s for s in record.spans if s.kind == "shared"]
+    assert shared.end % BLOCK == 0 and first == 0  # laid out to the boundary
+    assert first_tokens > shared.end + BLOCK
+    hybrid.run(tandem.prewarm.tick())  # idle time (the loop may have run it already)
+    _, second = new_session(hybrid, "aligned-b", "And the database?")
+    assert second == shared.end, (shared.end, second)
+    _, third = new_session(hybrid, "aligned-c", "Anything else listening?")
+    assert third == shared.end
+

@@ -133,3 +133,8 @@ def test_without_max_tokens_memory_leaves_the_answer_its_reserve(template_app, t
         assert ("shared" in kinds) is card, (max_tokens, usage)
         if not card:
             assert context - usage["prompt_tokens"] >= reserve
+
+
+def test_a_dense_engine_reuses_any_whole_block(engine):
+    """No reuse block: the dense profiles' layouts stay as they were (no padding)."""
+    assert engine.reuse_block is None

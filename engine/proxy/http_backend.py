@@ -61,6 +61,8 @@ class _Running:
 class HttpEngine:
     """`EngineBackend` over an OpenAI-compatible server that takes token-id prompts."""
 
+    reuse_block: int | None = None  # the backend's cache layout is its own: laid out as dense
+
     def __init__(self, profile: Profile, tokenizer, base_url: str, model: str,
                  api_key: str | None = None, scripted_kernels: bool = False,
                  timeout_s: float = 600.0, kind: str = "vllm", wire: str = "completions",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from conductor.memory.hiding import Stale
 from engine.generation import GenerationParams
 from server.background.idle import IdleService
-from server.turn.prompt import shared_context_ids
+from server.turn.prompt import filler_id, shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")
 PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
@@ -52,7 +52,12 @@ class PrewarmService(IdleService):
         return self.kept(runs)
 
     async def _prefill(self, stale: Stale, text: str) -> PrewarmRun:
-        ids = [*stale.head_ids, *shared_context_ids(self.engine.tokenizer, text)]
+        tokenizer, block = self.engine.tokenizer, self.engine.reuse_block
+        ids = [*stale.head_ids, *shared_context_ids(tokenizer, text, len(stale.head_ids), block)]
+        if block:
+            # A hybrid model keeps one recurrent state per prompt, at its last block
+            # boundary before the last token: one token past the context's end puts it there.
+            ids.append(filler_id(tokenizer))
         cached, outcome = 0, "preempted"
         # Under the user's own salt: the blocks it fills are theirs to find.
         params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(stale.group.user))

@@ -178,7 +178,7 @@ def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: M
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)
     head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None
-    built = assemble(engine.tokenizer, rendered, None, head, [])
+    built = assemble(engine.tokenizer, rendered, None, head, [], engine.reuse_block)
     history = rendered.history
     new_message = history[history.rfind("<|im_start|>user"):] + (rendered.generation_prompt or "")
     cut = len(engine.tokenizer.encode(new_message, add_special_tokens=False))

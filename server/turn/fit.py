@@ -91,7 +91,7 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
     """The whole layout first, then (with `gives_way`) each one with less of memory's
     parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
     first that fits."""
-    tokenizer = engine.tokenizer
+    tokenizer, block = engine.tokenizer, engine.reuse_block
     offered, engine_tools = with_engine_tools(request, memory,
                                               profile.tool_call_format == "qwen")
     visible = visible_messages(offered)
@@ -119,7 +119,7 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
                            engine.count_tokens, tokenizer.decode)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
-                            [*leading_tails, *hidden.tails]),
+                            [*leading_tails, *hidden.tails], block),
                    partial=replay is not None and replay.partial)
     yield whole
     if not gives_way:
@@ -128,14 +128,14 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
         without_tails = replace(hidden, tails=[])
         yield replace(whole, hidden=without_tails,
                       built=assemble(tokenizer, rendered, replay, hidden.head,
-                                     list(leading_tails)))
+                                     list(leading_tails), block))
     if replay is not None:  # the record's earlier turns go; the shared context stays
         fresh = fresh or _rendered_whole(tokenizer, services, memory, rendered, offered,
                                          engine, engine_tools, visible, leading_tails)
         if fresh is not None and fresh.hidden.head is not None:
             yield replace(fresh, hidden=replace(fresh.hidden, tails=[]),
                           built=assemble(tokenizer, rendered, None, fresh.hidden.head,
-                                         list(leading_tails)))
+                                         list(leading_tails), block))
     bare = HiddenContext(token=hidden.token)
     if hidden.head is not None or replayed is not None:
         yield replace(whole, replayed=None, hidden=bare, partial=False,
@@ -157,7 +157,7 @@ def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
     hidden = choose_hidden(services, memory, None, turn_facts(offered), engine.count_tokens)
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(tokenizer, rendered, None, hidden.head,
-                           [*leading_tails, *hidden.tails]))
+                           [*leading_tails, *hidden.tails], engine.reuse_block))
 
 
 def turn_facts(request: ChatCompletionRequest) -> TurnFacts:

@@ -40,6 +40,9 @@ class PreparedChat:
     json_answer: bool = False  # response_format holds the answer to JSON: no blocks, no calls
     replayed_tokens: int = 0  # prompt ids taken from the ledger as they were
     hidden: HiddenContext = field(default_factory=HiddenContext)  # what this turn added
+    # False: a fresh layout on a hybrid model, which keeps the recurrent state at the
+    # prompt's last block boundary only, not at the shared context's end: prewarm it.
+    head_checkpointed: bool = True
     created: int = field(default_factory=lambda: int(time.time()))
     # Called once the turn is recorded, on the event loop: the continuous conversation
     # numbers it in its history at once and writes the file in a worker thread.

@@ -201,13 +201,39 @@ def head_end(history: str) -> int:
     return len(history)
 
 
-def shared_context_ids(tokenizer, text: str) -> list[int]:
+def shared_context_ids(tokenizer, text: str, start: int = 0,
+                       block: int | None = None) -> list[int]:
     """The shared context as a hidden message, ending where its text ends. The prefix
     cache holds whole KV blocks only, so a new session prefills the context's last,
     partial block with its own first message (at most block_size - 1 tokens): padding it
     to a whole block with newline tokens, a run the tokenizer never produces, changed 28
-    of 40 greedy replies on the quality bench (bench/README.md)."""
-    return list(_shared_context_ids(tokenizer, text))
+    of 40 greedy replies on the quality bench (bench/README.md).
+
+    `block` (the engine's `reuse_block`: a hybrid model in align mode) is the exception:
+    there a prefix is reusable only up to a block boundary where vLLM kept the recurrent
+    state, and a block is hundreds of tokens (640 on tiny-hybrid, 528 on Qwen3.5), so a
+    context ending inside one loses that whole block every session. The message is padded
+    inside, before its end, so that the prompt up to its end (`start` tokens before it)
+    is a whole number of blocks: the checkpoint lands where the next session's prompt
+    stops sharing it. What the padding costs: bench/hybrid/summary.md."""
+    ids = _shared_context_ids(tokenizer, text)
+    if not block:
+        return list(ids)
+    pad = -(start + len(ids)) % block
+    end = len(_end_ids(tokenizer))
+    return [*ids[:-end], *[filler_id(tokenizer)] * pad, *ids[-end:]]
+
+
+@functools.lru_cache(maxsize=8)
+def _end_ids(tokenizer) -> tuple[int, ...]:
+    return tuple(tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False))
+
+
+@functools.lru_cache(maxsize=8)
+def filler_id(tokenizer) -> int:
+    """The padding token of a block-aligned shared context: one space, which says nothing
+    (its effect on a real model's answers is not measured yet: the tiny models are random)."""
+    return tokenizer.encode(" ", add_special_tokens=False)[0]
 
 
 @functools.lru_cache(maxsize=32)
@@ -227,10 +253,10 @@ def _head_ids(tokenizer, head: str) -> tuple[int, ...]:
 
 
 def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
-             tails: list[Tail]) -> BuiltPrompt:
+             tails: list[Tail], block: int | None = None) -> BuiltPrompt:
     """The prompt ids: the record's exact ids (`replay`, a server.turn.replay.Replay) or
-    the head with the shared context after it, then the new messages, the tails and the
-    generation prompt."""
+    the head with the shared context after it (ending on a `block` boundary, when given:
+    shared_context_ids), then the new messages, the tails and the generation prompt."""
 
     def encode(text: str) -> list[int]:
         if rendered.data:
@@ -251,7 +277,7 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
         ids = encode(head_text) if rendered.data else list(_head_ids(tokenizer, head_text))
         if head is not None:
             start = len(ids)
-            ids += shared_context_ids(tokenizer, head.text)
+            ids += shared_context_ids(tokenizer, head.text, start, block)
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if replay is not None else 0
     ids += encode(new_text)

@@ -296,7 +296,9 @@ class Answer:
         shared = next((s for s in chat.spans if s.kind == SHARED_KIND), None)
         if shared is not None:
             head = tuple(chat.prompt_ids[: shared.start])
-            self.services.prewarm.seen(group, head, chat.hidden.version)
+            # not checkpointed: no version is cached, so the prewarm runs in idle time
+            version = chat.hidden.version if chat.head_checkpointed else ""
+            self.services.prewarm.seen(group, head, version)
 
     def gave_up(self) -> None:
         """The client left mid-answer: the writer should look at what it had said."""
