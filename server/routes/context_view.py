@@ -108,7 +108,10 @@ def context_router(state) -> APIRouter:
         if record is None:
             raise APIError(404, f"no recorded turn of session {session!r} for {name}: the "
                            "next prompt is rendered afresh", code="not_found")
-        return describe(record, engine.tokenizer, state.profile.block_size)
+        # a hybrid model's effective block (vLLM raised it): its state is kept at the
+        # last boundary of it, so that is what is cached
+        return describe(record, engine.tokenizer,
+                        engine.reuse_block or state.profile.block_size)
 
     return router
 
