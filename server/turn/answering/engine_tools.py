@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +22,10 @@ from conductor.memory.context import MemoryContext, status_line
 from conductor.memory.hiding import RefError, read_ref, visible_hits, visible_note_ids
 from conductor.memory.search import COLLECTIONS, SourceError
 from conductor.memory.services import MemoryServices
-from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ToolDefinition
 from server.turn.answering.output_parser import ToolCall
+
+log = logging.getLogger("tandem.chat")
 
 SEARCH, READ = "memory_search", "memory_read"
 NAMES = frozenset((SEARCH, READ))
@@ -67,7 +69,9 @@ class ToolLimits:
 def with_engine_tools(request: ChatCompletionRequest, memory: MemoryContext,
                       model_calls_tools: bool = True) -> tuple[ChatCompletionRequest, bool]:
     """(the request with the engine tools first in its catalog, whether they were
-    offered); a client tool named like an engine tool is a 400 when they are. A forcing
+    offered). A client that offers a tool named like an engine tool gets none of the
+    engine's: its own is what it means (an agent given Tandem's memory tools over MCP, as
+    Codex CLI sends them, under their bare names), and a 400 would stop it. A forcing
     tool_choice keeps them in the catalog (so the prompt's head does not change from turn
     to turn); its grammar only lets the answer call the client's tools. A model without a
     tool-call format (`tool_call_format: none`) is offered none."""
@@ -75,9 +79,9 @@ def with_engine_tools(request: ChatCompletionRequest, memory: MemoryContext,
         return request, False
     clash = sorted({t.function.name for t in request.tools or ()} & NAMES)
     if clash:
-        raise APIError(400, f"tool name {clash[0]!r} is the engine's own memory tool; rename "
-                       "the client tool, or send X-Tandem-Memory: off to use it",
-                       code="invalid_value", param="tools")
+        log.info("the client offers its own %s: the engine's memory tools are left out",
+                 ", ".join(clash))
+        return request, False
     # tool_choice "none" keeps the client's tools out of the prompt; the engine's stay.
     client_tools = [] if request.tool_choice == "none" else list(request.tools or ())
     tools = [ToolDefinition.model_validate(d) for d in DEFINITIONS] + client_tools
