@@ -148,13 +148,14 @@ def ceiling_lines(results: dict[str, Any]) -> list[str]:
               "all-MiniLM-L6-v2 (served), all-mpnet-base-v2 (768 dimensions, the "
               "registry's larger sentence model). Goal: recall@10 >= "
               f"{goal}.", "",
-              "| variant | turns | sparse @5/@10 | dense @5/@10 | hybrid @5/@10 | "
+              "| variant | questions | turns | sparse @5/@10 | dense @5/@10 | hybrid @5/@10 | "
               "union50 @10 | in union50 | s |", "| --- | ---: | ---: | ---: | ---: | ---: "
-              "| ---: | ---: |"]
+              "| ---: | ---: | ---: |"]
     for name, v in results["variants"].items():
         f = v["figures"]
         turns = results["sets"]["locomo"]["turns"] if v["turns"] is None else v["turns"]
-        lines.append(f"| {name} | {turns} | {f['sparse@5']:.3f} / {f['sparse@10']:.3f} | "
+        lines.append(f"| {name} | {v['questions']} | {turns} | "
+                     f"{f['sparse@5']:.3f} / {f['sparse@10']:.3f} | "
                      f"{f['dense@5']:.3f} / {f['dense@10']:.3f} | **{f['hybrid@5']:.3f} / "
                      f"{f['hybrid@10']:.3f}** | {f['union50_at10']:.3f} | "
                      f"{f['union50_recall']:.3f} | {v['seconds']:.0f} |")
@@ -177,7 +178,7 @@ def plot_ceiling(results: dict[str, Any], folder: Path) -> None:
                [results["variants"][v]["figures"][key] for v in names], width, label=label)
     ax.axhline(results["recall10_goal"], color="black", linestyle="--", linewidth=1,
                label=f"goal {results['recall10_goal']}")
-    ax.set_xticks([i + 1.5 * width for i in range(len(names))], names)
+    ax.set_xticks([i + 1.5 * width for i in range(len(names))], names, fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_title("LoCoMo recall@10: each variant and what any fusion of its rankings could reach")
     ax.legend(loc="lower left", fontsize=7)

@@ -150,12 +150,12 @@ def lay_out(root: Path, user: str, convo: dict[str, Any], sub: str = "",
     return where
 
 
-def public(name: str, root: Path,
-           layout: str = "pairs") -> list[tuple[str, dict[str, Any], dict]]:
-    """The set's conversations laid out under `root`, one user each: (user, conversation,
-    where each message went)."""
+def public(name: str, root: Path, layout: str = "pairs",
+           limit: int | None = None) -> list[tuple[str, dict[str, Any], dict]]:
+    """The set's conversations (the first `limit`, or all) laid out under `root`, one user
+    each: (user, conversation, where each message went)."""
     return [(f"{name}-{c['id']}", c, lay_out(root, f"{name}-{c['id']}", c, layout=layout))
-            for c in load(name)["conversations"]]
+            for c in load(name)["conversations"][:limit]]
 
 
 def rank_public(name: str, root: Path, laid: list, embedder,
