@@ -151,8 +151,12 @@ def test_a_killed_replicas_users_fail_over_and_lose_no_acknowledged_note(cluster
     for user in moved:
         fact = f"{user} moved the spare key to the red tin"
         answer, _ = _remember(cluster, user, fact)
+        assert "remembered" in answer.headers.get("X-Tandem-Memory-Command", ""), answer.text
         acknowledged[user].append(fact)
-        assert _holder(cluster, user) == cluster.nodes[1].name
+        # the write needed a lease, and only the living replica can hold one now (it may
+        # have let it go already: a user idle past TANDEM_LEASE_IDLE_S on a slow machine);
+        # that it was a new lease shows in the token below, higher than the dead one's
+        assert _holder(cluster, user) in (cluster.nodes[1].name, None)
     print(f"[replicas] failover: {len(moved)} users served again {failover_s:.1f} s "
           "after the kill")
     for user, facts in acknowledged.items():
