@@ -163,8 +163,10 @@ def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
 def turn_facts(request: ChatCompletionRequest) -> TurnFacts:
     """What memory's hiding decision reads of the request: its last message, and whether
     the client offered tools of its own (the engine's own do not count)."""
-    client_tools = any(t["function"]["name"] not in ENGINE_TOOLS
-                       for t in tools_for_template(request) or ())
+    # on the request's own objects: tools_for_template dumps each tool, which an agent's
+    # forty tools make a cost on every request, memory on or off
+    client_tools = request.tool_choice != "none" and any(
+        t.function.name not in ENGINE_TOOLS for t in request.tools or ())
     try:
         last = request.messages[-1].text()
     except ValueError:  # non-text parts: the render has refused them already
