@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -13,7 +15,22 @@ from fastapi import FastAPI
 from bench.load.app_thread import ServedApp, wait_ready
 from bench.load.plain_vllm import free_port
 
-__all__ = ["AppOnLoop", "ServedApp"]
+__all__ = ["AppOnLoop", "ServedApp", "serving"]
+
+
+@contextmanager
+def serving(profile: str, home: Path) -> Iterator[ServedApp]:
+    """A profile's real app served from `home` for a lane of its own (its own engine),
+    stopped after."""
+    from engine.profiles import load_profile
+    from server.app import create_app
+
+    server = ServedApp(create_app(load_profile(profile), home))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class AppOnLoop:

@@ -32,14 +32,10 @@ def hybrid_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def hybrid(hybrid_home: Path):
-    from engine.profiles import load_profile
-    from server.app import create_app
-    from tests.served import ServedApp
+    from tests.served import serving
 
-    server = ServedApp(create_app(load_profile("tiny-hybrid"), hybrid_home))
-    server.start()
-    yield server
-    server.stop()
+    with serving("tiny-hybrid", hybrid_home) as server:
+        yield server
 
 
 def test_the_tiny_hybrid_model_has_the_published_layout(hybrid_home):

@@ -29,14 +29,10 @@ def smol_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def smol(smol_home: Path):
-    from engine.profiles import load_profile
-    from server.app import create_app
-    from tests.served import ServedApp
+    from tests.served import serving
 
-    server = ServedApp(create_app(load_profile("smol"), smol_home))
-    server.start()
-    yield server
-    server.stop()
+    with serving("smol", smol_home) as server:
+        yield server
 
 
 def test_the_build_is_plain_float32_with_the_models_own_tokenizer(smol_home):

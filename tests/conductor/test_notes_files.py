@@ -316,7 +316,7 @@ def test_a_scan_stands_until_a_folder_changes_or_a_second_passes(
 
 
 def test_the_visible_ids_are_the_listed_notes_ids_and_follow_each_write(
-        root: Path, store: NoteStore) -> None:
+        root: Path, store: NoteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """visible_note_ids filters ids alone (no copy of each note: 43 ms a search on 10,000
     notes) and keeps them with the snapshot; it must name exactly the notes `shared_notes`
     and `session_notes` list, and a write must show in the next call."""
@@ -333,6 +333,10 @@ def test_the_visible_ids_are_the_listed_notes_ids_and_follow_each_write(
                              scope="session", session="s1").note,
     }
     assert all(made.values())
+    import time
+
+    monkeypatch.setattr(snapshot, "SCAN_STANDS_S", 60.0)  # one scan, and its id sets, stand
+    time.sleep(2 * snapshot.COARSE_MTIME_S)
     for project, session in (("/work/p1", "s1"), (None, None), ("/work/p2", "s2")):
         listed = {n.id for n in shared_notes(store, project)}
         if session:
