@@ -9,12 +9,14 @@ only looks like one. Each rule is a kind of message a reader can name:
   is 4417", "remember I take it black");
 * **the work at hand**: a requirement on the code or text being worked on ("the handler
   must be async", "the CSV has a header row when you write the parser below", "these
-  numbers are rough estimates"): true for this answer, not a thing to keep;
+  numbers are rough estimates"), or a piece of code named by "the" alone ("the list is
+  sorted", "the file is config.toml"): true for this answer, not a thing to keep;
 * **the conversation itself**: "you said earlier ...", "I meant the second test": about
   what was said in the chat, which the ledger already keeps;
 * **a status report** (after a bare "update:" or "correction:" only): the state of the work
-  ("CI is green", "the build is red"), what the user is doing ("heading out for lunch"), or
-  news pinned to a day ("the meeting is tomorrow"): news, not a fact that lasts.
+  ("CI is green", "the build is red"), what the user is doing ("heading out for lunch"),
+  news pinned to a day ("the meeting is tomorrow"), or a problem solved ("never mind, I
+  figured it out"): news, not a fact that lasts.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ _POSSESSIVE_SUBJECT = re.compile(r"^(?:my|our)\b", re.I)
 STATEMENT = re.compile(
     r"\b(?:is|are|was|were|am|has|have|had|will|won't|can't|don't|doesn't|isn't|aren't|"
     r"uses?|prefers?|likes?|loves?|hates?|lives?|works?|needs?|wants?|runs?|starts?|ends?|"
-    r"leads?|keeps?|owns?|means?|goes|takes?|should|must|never|always|"
+    r"leads?|keeps?|owns?|means?|goes|takes?|should|must|never|always|plays?|speaks?|"
+    r"drives?|studies|study|teaches|teach|attends?|eats?|drinks?|wears?|rides?|knows?|"
+    r"comes?|gets?|does|sleeps?|reads?|writes?|sings?|walks?|visits?|"
     r"\w+(?:'s|'re|'m|'ve))\b", re.I)
 FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|we're|our|us)\b", re.I)
 
@@ -50,7 +54,20 @@ _CODE_REQUIREMENT = re.compile(
     r"needs? to|can't|cannot|mustn't|shouldn't)\b", re.I)
 _THE_CHAT = re.compile(
     r"\b(?:you (?:said|told|mentioned|suggested|wrote|promised|asked|gave|showed|claimed)|"
-    r"i (?:meant|said|asked|wrote|mentioned|typed)|i'm (?:asking|talking|referring))\b", re.I)
+    r"i (?:just |only |already )?(?:meant|said|asked|wrote|mentioned|typed)|i (?:never|"
+    r"didn't|did not) (?:meant?|said|say|asked?|wrote|write|mentioned|mention)|"
+    r"i'm (?:asking|talking|referring))\b", re.I)
+# A piece of code named by "the" alone ("the list is sorted", "the loop index starts at 1",
+# "the file is config.toml"): the one in front of us. A named one is the user's world ("the
+# build server is ...", "the config file lives in ...", "the tests in this repo are ...").
+_UNNAMED_CODE = re.compile(
+    r"^the (?:(?:loop|list|array|string|function|method|class|file|query|regex|test|dict|"
+    r"map|column|row|field|variable|input|output|return) )?(?:function|method|handler|class|"
+    r"parser|loop|index|counter|query|regex|variable|list|array|string|column|row|field|"
+    r"argument|parameter|callback|file|script|output|input|return value|dict|map|test|"
+    r"snippet)s? (?:is|are|was|were|has|have|needs?|starts?|ends?|"
+    r"returns?|takes?|contains?|holds?|uses?|should|must|will|can|can't|isn't|aren't|"
+    r"doesn't|don't)\b", re.I)
 # "this" standing for the thing in the chat ("I haven't tested this on Windows", "we need
 # it for this"), not for a thing of the user's ("this repo", "this fall")
 _THIS_IN_THE_CHAT = re.compile(
@@ -66,6 +83,10 @@ _WORK_STATUS = re.compile(
 # "heading out", "moving on", "running late": what the user is doing now
 _DOING = re.compile(r"^[a-z]+ing\s+(?:out|off|on|to|for|home|back|in|up|down|over|late|away|"
                     r"now)\b", re.I)
+# "never mind, I figured it out": the user's problem solved, nothing to keep
+_RESOLVED = re.compile(
+    r"\b(?:never ?mind|nvm|figured (?:it|that|this) out|got it (?:working|to work)|"
+    r"(?:it|that|this) works now|(?:solved|sorted|fixed) it)\b", re.I)
 _RELATIVE_DAY = re.compile(
     r"\b(?:today|tomorrow|tonight|yesterday|this (?:morning|afternoon|evening)|right now)\b",
     re.I)
@@ -90,10 +111,10 @@ def is_about_the_work_or_chat(text: str) -> bool:
     if FIRST_PERSON.search(text):  # the user about themselves keeps to lasting things
         return False
     return bool(_DEICTIC_SUBJECT.match(text) or _POINTS_INTO_THE_CHAT.search(text)
-                or _CODE_REQUIREMENT.search(text))
+                or _CODE_REQUIREMENT.search(text) or _UNNAMED_CODE.match(text))
 
 
 def is_a_status_report(text: str) -> bool:
     """After a bare "update:": the work's state, the user's doing, or a day's news."""
     return bool(_WORK_STATUS.search(text) or _DOING.match(text)
-                or _RELATIVE_DAY.search(text))
+                or _RELATIVE_DAY.search(text) or _RESOLVED.search(text))

@@ -36,11 +36,13 @@ class Command:
     text: str  # the fact (remember, update) or what it is about (forget, recall)
 
 
-# What may come before a command: a sentence of thanks, an apology or a greeting
-# ("Thanks for the help earlier. Please remember that ..."), then fillers and politeness.
+# What may come before a command: a sentence (or a clause ending in ", but") of thanks, an
+# apology or a greeting ("Thanks for the help earlier. Please remember that ...", "Sorry to
+# bother you, but please remember ..."), then fillers and politeness.
 _COURTESY = (r"(?:(?:thanks|thank you|thx|sorry|good (?:morning|afternoon|evening))\b"
-             r"[^.!?\n]{0,80}[.!]+\s+)?")
-_OPENER = (_COURTESY + r"(?:(?:hey|hi|hello|yo|ok|okay|alright|so|also|oh|and|btw|"
+             r"[^.!?\n]{0,80}?(?:[.!]+\s+|,\s*but\s+))?")
+_OPENER = (_COURTESY + r"(?:(?:hey|hi|hello|yo|ok|okay|alright|so|also|oh|and|btw|yeah|"
+           r"yes|yep|well|look|listen|anyway|anyways|um|uh|"
            r"by the way|fyi|one more thing|quick note|actually|please|pls|plz|kindly|just|"
            r"tandem|good (?:morning|afternoon|evening)|(?:hi|hey|hello) there)\b[\s,.!:;-]*)*")
 _PLEASE = r"(?:(?:can|could|would|will) you\s+(?:please\s+)?|please\s+|i want you to\s+|" \
@@ -52,7 +54,8 @@ _NOT_A_FACT = (r"(?:to|when|how|what|who|whom|where|why|which|if|whether|the tim
                r"the night|the first|back|me|us|him|her|them|it|this one|that one|"
                r"anything|something|nothing|correctly|right|wrong|that (?:time|day|night|"
                r"one|place|song|movie|trip|guy|girl)|those)\b")
-_THAT = r"(?:that\s+|this\s*:\s*|the following\s*:\s*|:\s*|,\s*|\s-\s*)?"
+_LATER = r"(?: for (?:later|the future|future reference|next time))?"
+_THAT = (r"(?:that\s+|(?:this|the following)" + _LATER + r"\s*:\s*|:\s*|,\s*|\s-\s*)?")
 _FLAGS = re.I | re.S
 
 # Each pattern with a `that` group: when it is empty (no "that", no colon), the words
@@ -64,15 +67,22 @@ _REMEMBER = [
                r"(?!" + _NOT_A_FACT + r")(?P<that>" + _THAT + r")(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + _PLEASE + r"(?:keep|bear) in mind\s*(?P<that>that\s+|:\s*|,\s*)?"
                r"(?P<fact>.+)", _FLAGS),
-    re.compile(_OPENER + _PLEASE + r"(?:make|take) a note\s*(?:that\s+|of this\s*:\s*|:\s*|"
+    re.compile(_OPENER + _PLEASE + r"(?:make|take) (?:a )?note\s*(?:that\s+|of this\s*:\s*|:\s*|"
                r"-\s*)(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + _PLEASE + r"(?:note|write) down\s+(?:that\s+|:\s*)(?P<fact>.+)",
                _FLAGS),
     re.compile(_OPENER + _PLEASE + r"(?:save|store|add|put|keep) (?:this|that|the following)?"
                r"\s*(?:in|to|into) (?:your |the )?memory\s*(?:that\s+|:\s*|,\s*|-\s*)"
                r"(?P<fact>.+)", _FLAGS),
-    re.compile(_OPENER + r"for (?:future reference|the record|later)\s*[:,-]\s*(?P<fact>.+)",
-               _FLAGS),
+    re.compile(_OPENER + r"(?:for (?:future reference|the record|later)|(?:(?:a|one) )?(?:quick )?"
+               r"(?:note )?for (?:your|the) (?:memory|records?|notes|files?))\s*[:,-]\s*"
+               r"(?P<fact>.+)", _FLAGS),
+    # "store this: ...", "save the following: ..." (also said of files and data: the
+    # user's own only) and "just so you remember, ..." (a statement of the user's)
+    re.compile(_OPENER + _PLEASE + r"(?:save|store|keep|file) (?:this|the following)" + _LATER
+               + r"\s*:\s*(?P<mine>)(?P<fact>.+)", _FLAGS),
+    re.compile(_OPENER + r"(?:just )?so (?:that )?you (?:remember|don't forget|won't forget)"
+               r"(?: it)?\s*[,:-]\s*(?P<that>)(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + r"note to (?:self|memory)\s*[:,-]\s*(?P<fact>.+)", _FLAGS),
     # Chinese, Spanish, French, German: the models the profiles serve speak them
     # ("remembering how to spell it is hard", a question: not a fact to keep)
@@ -112,11 +122,16 @@ _FORGET = [
     re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop) from (?:your )?memory\s*"
                r"[:,-]?\s*(?:the (?:thing|note|bit|part) (?:about|on)\s+)?(?P<what>.+)",
                _FLAGS),
+    # "erase my old address from your memory": the user's own, from *your* memory ("remove
+    # the arrays from memory" frees a program's)
+    re.compile(_OPENER + _PLEASE + r"(?:delete|remove|erase|drop|clear|wipe)\s+(?P<what>(?:my|"
+               r"our|the (?:note|fact|bit|part|thing)s?|what i (?:told|said))\b.+?)\s+from "
+               r"your (?:memory|memories|notes|records|files)\b[\s.!]*$", _FLAGS),
     re.compile(r"^(?:请|請)?(?:忘记|忘記|忘掉)[，,:：\s]*(?P<what>.+)", re.S),
     # Spanish, German, French: a forget of something of the user's, or of a fact ("que")
     re.compile(_OPENER + r"(?:por favor,?\s*)?olvida\s+(?P<what>(?:mis?|nuestr[oa]s?|que)\b"
                r".+)", _FLAGS),
-    re.compile(_OPENER + r"(?:bitte\s+)?vergiss\s+(?:bitte\s+)?,?\s*(?P<what>(?:meine?[nms]?|"
+    re.compile(_OPENER + r"(?:bitte\s+)?vergiss\b\s*(?:bitte\b\s*)?,?\s*(?P<what>(?:meine?[nms]?|"
                r"unsere?[nms]?|dass)\b.+)", _FLAGS),
     re.compile(_OPENER + r"(?:s'il te plaît,?\s*)?oublie\s+(?P<what>(?:mon|ma|mes|notre|nos|"
                r"que|qu')\b.+)", _FLAGS),
@@ -131,9 +146,15 @@ _RECALL = [
                _FLAGS),
     re.compile(_OPENER + r"what(?:'s| is) in your memory (?:about|on|regarding)\s+"
                r"(?P<what>.+)", _FLAGS),
-    re.compile(_OPENER + _PLEASE + r"tell me what you (?:remember|know) about\s+"
+    re.compile(_OPENER + _PLEASE + r"(?:tell me|list|show(?: me)?|share|summari[sz]e|give me)"
+               r"(?: everything| all)? (?:of )?what you (?:remember|know|have (?:saved|stored|"
+               r"noted)) about\s+"
                r"(?P<what>(?:me|my|our|us)\b.*)", _FLAGS),
     re.compile(_OPENER + r"what (?:do|did) you remember\s*(?P<what>)\??\s*$", re.I),
+    # "do you have anything saved about my allergies?": a store named, not "do you know"
+    re.compile(_OPENER + r"(?:do|did) you have (?:anything|something|any notes?|a note|notes|"
+               r"info(?:rmation)?) (?:saved|stored|noted|kept|on file|in (?:your )?memory) "
+               r"(?:about|on|regarding|for)\s+(?P<what>.+)", _FLAGS),
     # Spanish, German, French, Chinese: what is known about the user
     re.compile(r"^¿?\s*qué (?:recuerdas|sabes) (?:sobre|de) (?P<what>(?:mí|mi|mis|nuestr)\b[^?]*)",
                _FLAGS),
@@ -153,6 +174,10 @@ _UPDATE = [
     re.compile(_OPENER + _PLEASE + r"update (?:your memory|the note|what you (?:remember|"
                r"know|have(?: stored| saved)?)|your note)\s*(?:(?:about|on) (?P<about>[^:,]+))?\s*"
                r"[:,-]\s*(?P<fact>.+)", _FLAGS),
+    # "correction to what you have on file: ..."
+    re.compile(_OPENER + _UPDATE_WORD + r"\s+(?:to|for|of|on)\s+(?:what you (?:have|know|"
+               r"remember|stored|saved)(?: (?:on file|stored|saved|in memory|about me))?|your "
+               r"(?:memory|notes?|records?|file))\s*[:,-]\s*(?P<fact>.+)", _FLAGS),
     re.compile(_OPENER + r"(?:actualiza tu memoria|aktualisiere dein gedächtnis|mets à jour "
                r"ta mémoire)\s*[:,-]\s*(?P<fact>.+)", _FLAGS),
 ]

@@ -1,7 +1,8 @@
 """The explicit-command recogniser (issue 60) on the bench's labelled messages: recall at
 least 0.95 and precision at least 0.99 over the commands that write on the sets it was tuned
-on (dev, and test since the second round), and each rule's pattern, each way. The third set
-(messages-holdout.tsv) is measured by the bench, not asserted here: it stays a measurement."""
+on (dev; test since the second round; the third, messages-holdout.tsv, since the fourth),
+and each rule's pattern, each way. A set not yet tuned on (messages-fourth.tsv) is measured
+by the bench, not asserted here: it stays a measurement."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from bench.quality.facts import FACTS, Note, load_facts
 from conductor.writing.commands import Command, recognise
 
 
-@pytest.mark.parametrize("name", ["messages-dev.tsv", "messages-test.tsv"])
+@pytest.mark.parametrize("name", ["messages-dev.tsv", "messages-test.tsv",
+                                  "messages-holdout.tsv"])
 def test_the_labelled_messages_meet_the_goals(name):
     score = score_messages(rows(name), WRITES)
     assert score["labelled"] >= 60
@@ -86,6 +88,37 @@ def test_what_only_looks_like_a_command_is_not_one(message):
      Command("update", "my job: I'm at Stripe now")),
     ("Please update the note about the wifi: it's now Tandem-Staff.",
      Command("update", "the wifi: it's now Tandem-Staff.")),
+    # round four (the holdout set's misses): a courtesy clause ending ", but", fillers
+    ("Sorry to bother you, but please remember that I'm on night shifts this year.",
+     Command("remember", "I'm on night shifts this year.")),
+    ("yeah, remember that I'm lactose intolerant",
+     Command("remember", "I'm lactose intolerant")),
+    # "this for later:", "take note:", "for your records:", "store this:", "so you remember,"
+    ("Remember this for later: my gym locker is 112.",
+     Command("remember", "my gym locker is 112.")),
+    ("take note: my flat is on the 4th floor", Command("remember", "my flat is on the 4th floor")),
+    ("For your records: my employee ID is 88213.",
+     Command("remember", "my employee ID is 88213.")),
+    ("Store this: my bike's frame number is WTU-1123.",
+     Command("remember", "my bike's frame number is WTU-1123.")),
+    ("Just so you remember, my son is allergic to eggs.",
+     Command("remember", "my son is allergic to eggs.")),
+    # a first-person statement by more verbs than "is" and "has"
+    ("remember my sister speaks Portuguese", Command("remember", "my sister speaks Portuguese")),
+    # a named piece of the user's world is not the code at hand; "for the record" about them
+    ("Remember that the config file lives in ~/.tandem.",
+     Command("remember", "the config file lives in ~/.tandem.")),
+    ("For the record, I'm vegan.", Command("remember", "I'm vegan.")),
+    # a forget "from your memory", a German forget with its comma
+    ("Please remove my old phone number from your memory.",
+     Command("forget", "my old phone number")),
+    ("Vergiss, dass ich Tee mag.", Command("forget", "dass ich Tee mag.")),
+    # an update "to what you have on file" / "to your notes"
+    ("Correction to your notes: my landlord is now Mr. Berg.",
+     Command("update", "my landlord is now Mr. Berg.")),
+    # a recall naming the store ("anything saved about"), or asked as "list what you ..."
+    ("Do you have anything stored about my car?", Command("recall", "my car")),
+    ("Could you list what you remember about me?", Command("recall", "me")),
 ])
 def test_each_rules_phrasing_is_a_command(message, command):
     assert recognise(message) == command
@@ -117,6 +150,26 @@ def test_each_rules_phrasing_is_a_command(message, command):
     "What do you remember about the French Revolution? I have an exam on Friday.",
     "What do you remember about how transformers work?",
     "What do you know about my options if my flight gets cancelled in the EU?",
+    # round four's look-alikes, each beside the rule above it stands for
+    "Sorry, but remember to call me tomorrow.", "yeah remember when we went to Porto?",
+    "Remember this for later: the loop index starts at 1.",
+    "Take note of the error message above.",
+    "For the records table, add an index on user_id.",
+    "Store this: a JSON list of the user ids in Redis.",
+    "Just so you remember, the function must be pure.",
+    "don't forget my cello lessons",
+    "Remove the large arrays from memory before the next batch.",
+    "Vergissmeinnicht ist eine Blume.",
+    "Correction to the docs: the flag is --verbose.",
+    "Do you have anything saved about how to bake bread?",
+    "Can you list what you know about sorting algorithms?",
+    # round four's false positives, by rule: a piece of code named by "the" alone, the
+    # conversation ("I never said"), a problem solved after a bare "update:"
+    "Remember that the array is sorted, so binary search works.",
+    "Don't forget that the counter starts at 0 in this language.",
+    "Correction: the function is parse_row, not read_row. Can you rename it?",
+    "For the record, I didn't say that.",
+    "Update: nvm, got it working.",
 ])
 def test_each_rules_look_alike_is_not_a_command(message):
     assert recognise(message) is None
