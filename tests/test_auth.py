@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import openai
 import pytest
 
 from server.access.auth import Auth, exposure_problem
-from server.access.keys import KeysError, KeyStore
+from server.access.keys import HAS_KEYS_STAT_S, KeysError, KeyStore
 from server.cli.main import main
 from tests.inprocess import InProcessApp
 
@@ -127,6 +129,47 @@ def test_keys_are_stored_as_hashes_only(keys, tmp_path):
     assert "carol" in stored and oct((tmp_path / "keys.json").stat().st_mode)[-3:] == "600"
     assert keys.label_for(key) == "carol"
     assert keys.label_for(key[:-1] + ("A" if key[-1] != "A" else "B")) is None
+
+
+def test_has_keys_stats_the_key_file_at_most_once_a_second(keys, monkeypatch):
+    """has_keys runs on the event loop for every request (issue 58): one stat a second."""
+    now = [1000.0]
+    keys.clock = lambda: now[0]
+    statted = []
+    real_stat = Path.stat
+
+    def counted(self, *args, **kwargs):
+        if self == keys.path:
+            statted.append(now[0])
+        return real_stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", counted)
+    keys.add("frank")
+    for _ in range(100):
+        assert keys.has_keys()
+        now[0] += 0.005  # 100 requests in half a second
+    assert len(statted) == 1, statted
+    now[0] += HAS_KEYS_STAT_S
+    assert keys.has_keys() and len(statted) == 2
+
+
+def test_a_key_file_changed_by_another_process_is_seen_within_a_second(keys, tmp_path):
+    now = [1000.0]
+    keys.clock = lambda: now[0]
+    assert not keys.has_keys()
+    other = KeyStore(tmp_path)  # what `tandem keys add` does, elsewhere
+    key = other.add("gina")
+    assert not keys.has_keys()  # the loop's answer stands for a second...
+    now[0] += HAS_KEYS_STAT_S
+    assert keys.has_keys()  # ...then the file's change is seen
+    assert keys.label_for(key) == "gina"
+    other.revoke("gina")
+    assert keys.label_for(key) is None  # a key's check stats the file: revoked at once
+    keys.add("hana")  # this object's own write: seen at once, whatever the clock
+    assert keys.has_keys()
+    other.revoke("hana")
+    now[0] += HAS_KEYS_STAT_S
+    assert not keys.has_keys()
 
 
 def test_keys_refuse_a_bad_label_a_duplicate_and_an_unknown_revoke(keys):

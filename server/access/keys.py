@@ -40,6 +40,10 @@ MAX_FAILURES = 5
 FAILURE_WINDOW_S = 60.0
 MAX_TRACKED = 4096  # (key id, address) pairs with recent failures kept at most
 SHARED_CHECK_WAIT_S = 30.0  # a request waiting for the same key's check in flight
+# `has_keys` runs on the event loop for every request of a server with no --api-key: the
+# file is statted at most this often there (a stat a request held the loop under load).
+# A key's check (`label_for`, in a worker thread) stats it every time.
+HAS_KEYS_STAT_S = 1.0
 
 
 class KeysError(ValueError):
@@ -64,6 +68,7 @@ class KeyStore:
         self.path = Path(home) / KEYS_FILE
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
+        self._statted_at = float("-inf")  # self.clock() at the last stat of the file
         self._entries: dict[str, KeyEntry] = {}  # key id -> entry
         self._verified: dict[bytes, str] = {}  # sha256(key) -> label, this file version
         self.clock = time.monotonic  # for the failure window (tests move it)
@@ -108,8 +113,13 @@ class KeyStore:
 
     # -- the server's side --------------------------------------------------------------
     def has_keys(self) -> bool:
+        """Whether any named key exists. On the event loop, every request: a key added by
+        another process (`tandem keys add`) is seen within HAS_KEYS_STAT_S; one added or
+        revoked by this object at once; a revoked key fails its next check regardless
+        (`label_for` stats the file every time)."""
         with self._lock:
-            self._refresh()
+            if self.clock() - self._statted_at >= HAS_KEYS_STAT_S:
+                self._refresh()
             return bool(self._entries)
 
     def label_for(self, key: str, peer: str | None = None) -> str | None:
@@ -161,6 +171,7 @@ class KeyStore:
             return entry.label if still is not None and still.hash == entry.hash else None
 
     def _refresh(self) -> None:
+        self._statted_at = self.clock()
         try:
             stat = self.path.stat()
             stamp = (stat.st_mtime_ns, stat.st_ino)
@@ -184,3 +195,5 @@ class KeyStore:
     def _write(self, entries: dict[str, KeyEntry]) -> None:
         payload = {"keys": [asdict(e) for e in sorted(entries.values(), key=lambda e: e.label)]}
         atomic_write(self.path, json.dumps(payload, indent=2) + "\n", mode=0o600)
+        with self._lock:
+            self._statted_at = float("-inf")  # this object's own change: seen at once
