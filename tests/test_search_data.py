@@ -58,8 +58,8 @@ def test_an_identifier_query_has_look_alikes_in_the_corpus():
 
 
 def test_the_public_set_loads_whole_with_every_question_s_evidence_a_message_it_holds():
-    """The derived LoCoMo (bench/search/data/external/README.md): the counts its README
-    states, and no question points at a message the set lacks."""
+    """The derived LoCoMo and MADial-Bench (bench/search/data/external/README.md): the
+    counts its README states, and no question points at a message the set lacks."""
     from bench.search.external_sets import NAMES, load
 
     counts = {}
@@ -69,12 +69,13 @@ def test_the_public_set_loads_whole_with_every_question_s_evidence_a_message_it_
         for convo in data["conversations"]:
             ids = {t[0] for s in convo["sessions"] for t in s["turns"]}
             messages += len(ids)
-            assert all(t[1] in (0, 1) and t[2] for s in convo["sessions"] for t in s["turns"])
+            assert all(t[1] in range(len(convo["speakers"])) and t[2]
+                       for s in convo["sessions"] for t in s["turns"])
             for q in convo["questions"]:
                 assert q["evidence"] and set(q["evidence"]) <= ids, q["q"]
             questions += len(convo["questions"])
         counts[name] = (len(data["conversations"]), messages, questions)
-    assert counts == {"locomo": (10, 5882, 1536)}
+    assert counts == {"locomo": (10, 5882, 1536), "madial": (2, 160, 160)}
 
 
 # licences under which a set may be committed here and passed on (with attribution)
@@ -108,6 +109,24 @@ def test_hand_written_evidence_is_read_as_the_message_ids_it_names():
     assert _ids(["D5:12;D5:16", "D5:12"], known) == ["D5:12", "D5:16"]
     assert _ids(["D13:45:D20:19"], known) == ["D13:45", "D20:19"]
     assert _ids(["D99:1", "D13:4. D14:4"], known) == ["D13:4"]  # no such message: dropped
+
+
+def test_a_madial_question_is_the_dialogue_before_its_test_turn_and_an_event_has_no_speaker():
+    """MADial-Bench (data/external/README.md): a question is the lines before the reply
+    that should recall the events, as `Name: text`; the markers are not lines; an
+    archived event is indexed as written, with no `Name:` before it."""
+    from bench.search.external_sets import _line, _said, load
+
+    assert _line('<Bart>: "Hey, did you know?"\n') == "Bart: Hey, did you know?"
+    assert _line("<BOD>\n") is None and _line("<EOD>\n") is None
+    bart = next(c for c in load("madial")["conversations"] if c["id"] == "bart")
+    first = bart["questions"][0]
+    assert first["q"].startswith("Bart: Hey, did you know? I'm going to perform a magic")
+    assert first["q"].endswith("I want to make it very special!")  # the line before the reply
+    assert "Do you remember dancing" not in first["q"]  # the test turn itself is not in it
+    assert first["evidence"] == ["M1", "M78", "M105", "M113", "M108"]
+    event = next(t for s in bart["sessions"] for t in s["turns"] if t[0] == "M1")
+    assert _said(bart, event) == "Bart danced at the Christmas party and felt very happy."
 
 
 def test_the_union_ceiling_bounds_every_fusion_rule_and_an_oracle_order_reaches_it():

@@ -1,21 +1,28 @@
-"""The public conversational memory set written elsewhere, in the compact form committed
-under `data/external/` (source, licence and derivation in its README), and its layout as
-a user's history turns:
+"""The public conversational memory sets written elsewhere, in the compact form committed
+under `data/external/` (source, licence and derivation in its README), and their layout
+as a user's history turns:
 
 * **LoCoMo** (snap-research/locomo, `data/locomo10.zip`, CC BY-NC 4.0): 10 long
   two-person conversations written by LLM agents, 5,882 messages in 272 sessions, and
   1,536 questions of categories 1-4 (single-hop, temporal, open-domain, multi-hop) whose
   evidence names the messages (`D3:12`); the 446 adversarial ones (category 5, no
   answer) are left out.
+* **MADial-Bench** (hejunqing/MADial-Bench, `data/en/`, MIT): a memory archive of 160
+  dated events of two users' past (76 and 84), and 160 dialogues whose next reply should
+  recall some of them. A question is the dialogue before that reply; its evidence, the
+  archive entries the annotators marked relevant. The archive entries are the messages
+  (one a turn, each in the session of its date), so the evidence is a message as in
+  LoCoMo, but an archived event, not a line someone said.
 
 Only sets whose licence lets us redistribute them are committed: REALTALK, read in an
 earlier round, states no licence and was taken out (README beside the data).
 
 A set is `{"name", "conversations": [{"id", "speakers", "sessions": [{"time", "turns":
 [[dia_id, speaker index, text, time or null]]}], "questions": [{"q", "evidence",
-"category"}]}]}`. A photo a message carries is its caption in brackets (what the
-set's own baselines read). `python -m bench.search.external_sets LOCOMO_ZIP_DIR`
-derives the file again from the upstream folder.
+"category"}]}]}`; a speaker named "" (MADial's archive) prefixes nothing. A photo a
+LoCoMo message carries is its caption in brackets (what the set's own baselines read).
+`python -m bench.search.external_sets NAME DIR` derives a set's file again from its
+upstream folder (`locomo`: the unzipped `locomo10_v2/`; `madial`: `data/en/`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from conductor.search.index import SearchIndex, chunk_text
 from conductor.storage.atomic import atomic_write
 
 FOLDER = Path(__file__).resolve().parent / "data" / "external"
-NAMES = ("locomo",)
+NAMES = ("locomo", "madial")
 # how a conversation becomes history turns: as the served history holds a chat ("pairs":
 # two messages a turn, the first as the user's side), or the bench's variants of it
 LAYOUTS = {
@@ -45,7 +52,12 @@ LAYOUTS = {
     "neighbour": "two messages a turn, with the message before the pair and the one "
                  "after it",
 }
+# the layout a set is read in by default: an archive entry is a turn of its own (two
+# unrelated events in one turn would read as one exchange)
+DEFAULT_LAYOUT = {"madial": "single"}
 _ID = re.compile(r"D(\d+):(\d+)(?:\s*-\s*(?:D\d+:)?(\d+))?")
+# a MADial dialogue line: `<Bart>: "Hey, did you know? ..."`
+_LINE = re.compile(r'^<([^>]+)>:\s*(.*)$', re.S)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -108,8 +120,59 @@ def locomo(folder: Path) -> dict[str, Any]:
             "conversations": conversations}
 
 
+def _line(raw: str) -> str | None:
+    """A MADial dialogue line as `Name: text` (its quotes dropped); None for the
+    `<BOD>`/`<EOD>` markers."""
+    found = _LINE.match(raw.strip())
+    if not found:
+        return None
+    return f"{found[1]}: {' '.join(found[2].strip().strip(chr(34)).split())}"
+
+
+def madial(folder: Path) -> dict[str, Any]:
+    """From MADial-Bench's `data/en/` (`MADial-Bench-en-memory.json` and
+    `-dialogue.json`, a JSON object a line). Each user's archive is the events that name
+    them (every event names Bart or Lisa, and only the dialogues of that user cite it);
+    a question is the dialogue's lines before its first test turn, as the set's own
+    memory-recall scripts embed it."""
+    memory = {}
+    for line in (folder / "MADial-Bench-en-memory.json").read_text().splitlines():
+        if line.strip():
+            key, entry = next(iter(json.loads(line).items()))
+            memory[int(key)] = entry
+    dialogues = [json.loads(line) for line in
+                 (folder / "MADial-Bench-en-dialogue.json").read_text().splitlines()
+                 if line.strip()]
+    names = {1: "Bart", 2: "Lisa"}
+    conversations = []
+    for user, name in names.items():
+        own = sorted((entry["time"], n) for n, entry in memory.items()
+                     if name in entry["event"])
+        sessions: list[dict[str, Any]] = []
+        for day, n in own:
+            if not sessions or sessions[-1]["time"] != f"{day}T00:00":
+                sessions.append({"time": f"{day}T00:00", "turns": []})
+            sessions[-1]["turns"].append(
+                [f"M{n}", 0, " ".join(memory[n]["event"].split()), None])
+        known = {t[0] for s in sessions for t in s["turns"]}
+        questions = []
+        for d in (d for d in dialogues if d["user-id"] == user):
+            said = [_line(raw) for raw in d["dialogue"][:d["test-turn"][0]]]
+            evidence = [f"M{n}" for n in d["relevant-id"] if f"M{n}" in known]
+            questions.append({"q": "\n".join(x for x in said if x), "evidence": evidence,
+                              "category": "recall"})
+        conversations.append({"id": name.lower(), "speakers": [""], "sessions": sessions,
+                              "questions": questions})
+    dropped = sum(not q["evidence"] for c in conversations for q in c["questions"])
+    for convo in conversations:
+        convo["questions"] = [q for q in convo["questions"] if q["evidence"]]
+    return {"name": "madial", "questions_dropped_no_evidence": dropped,
+            "conversations": conversations}
+
+
 def _said(convo: dict[str, Any], message: list) -> str:
-    return f"{convo['speakers'][message[1]]}: {message[2]}"
+    name = convo["speakers"][message[1]]
+    return f"{name}: {message[2]}" if name else message[2]
 
 
 def lay_out(root: Path, user: str, convo: dict[str, Any], sub: str = "",
@@ -150,10 +213,12 @@ def lay_out(root: Path, user: str, convo: dict[str, Any], sub: str = "",
     return where
 
 
-def public(name: str, root: Path, layout: str = "pairs",
+def public(name: str, root: Path, layout: str | None = None,
            limit: int | None = None) -> list[tuple[str, dict[str, Any], dict]]:
     """The set's conversations (the first `limit`, or all) laid out under `root`, one user
-    each: (user, conversation, where each message went)."""
+    each, in `layout` (the set's `DEFAULT_LAYOUT`, else pairs as served): (user,
+    conversation, where each message went)."""
+    layout = layout or DEFAULT_LAYOUT.get(name, "pairs")
     return [(f"{name}-{c['id']}", c, lay_out(root, f"{name}-{c['id']}", c, layout=layout))
             for c in load(name)["conversations"][:limit]]
 
@@ -199,11 +264,14 @@ def write(data: dict[str, Any]) -> Path:
     return path
 
 
+DERIVE = {"locomo": locomo, "madial": madial}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) != 2 or argv[0] not in DERIVE:
         print(__doc__)
         return 2
-    for data in (locomo(Path(argv[0])),):
+    for data in (DERIVE[argv[0]](Path(argv[1])),):
         path = write(data)
         convs = data["conversations"]
         print(f"{path}: {len(convs)} conversations, "
