@@ -2,7 +2,7 @@
 set: `python -m bench.search.external [--out DIR]` (default
 `bench/results/search-external/`).
 
-Three sets, each indexed and searched as the server does (history turns, a section a
+Four sets, each indexed and searched as the server does (history turns, a section a
 speaker, `SearchIndex`), the dense and BM25 rankings taken 50 deep once and every rule of
 `fusion.transferable()` and `fusion.earlier()` scored over them:
 
@@ -10,11 +10,15 @@ speaker, `SearchIndex`), the dense and BM25 rankings taken 50 deep once and ever
   split by topic; **the rule is chosen here, on the dev half alone**;
 * **locomo** (`external_sets.py`, `data/external/`): a public set written elsewhere,
   every question read once, after the choice;
+* **madial** (the same): MADial-Bench, a second public set, a memory archive of dated
+  events searched with the dialogue before a reply that should recall them (each entry
+  a turn of its own), read likewise;
 * **first**: the Markdown set's test half (not conversational; reported, not a goal).
 
-A public conversation is two people: its messages go in pairs into history turns, the
+A LoCoMo conversation is two people: its messages go in pairs into history turns, the
 first of a pair as the user's side and the second as the assistant's, each prefixed
-with its speaker's name; a question's evidence is the side that holds its message.
+with its speaker's name; a question's evidence is the side that holds its message
+(MADial's events: one a turn, `external_sets.DEFAULT_LAYOUT`).
 Recall, the choice and its goals: `choose` and `goals` below. Also the cost: a served
 hybrid query's p50/p95 (embedding included) over one index holding all ten LoCoMo
 conversations, and what a cross-encoder of MiniLM-L6's size would add over 20 hits.

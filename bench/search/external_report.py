@@ -13,6 +13,7 @@ from bench.search.external_sets import LAYOUTS
 
 TITLES = {"own/dev": "own set, dev half (chosen here)", "own/test": "own set, test half",
           "locomo/all": "LoCoMo (public, all 1,536)",
+          "madial/all": "MADial-Bench (public, all 160)",
           "first/test": "first (Markdown) set, test half"}
 
 
@@ -41,7 +42,10 @@ def summary(results: dict[str, Any]) -> str:
              f"Embedder {results['embedder']}; rankings 50 deep. Sets: own "
              f"{sets['own']['questions']} questions over {sets['own']['turns']} turns; "
              f"LoCoMo {sets['locomo']['questions']} over {sets['locomo']['turns']} turns "
-             "(a turn: two messages, a section each).", "",
+             "(a turn: two messages, a section each)"
+             + (f"; MADial-Bench {sets['madial']['questions']} dialogues over "
+                f"{sets['madial']['turns']} archived events (an event a turn)"
+                if "madial" in sets else "") + ".", "",
              f"**Chosen on {results['chosen_on']} alone: {chosen}** (of the transferable "
              f"rules, {len(results['held_on_choice_set'])} held there within "
              f"{results['tolerance']} of the better single mode at 5 and 10: "
@@ -55,7 +59,7 @@ def summary(results: dict[str, Any]) -> str:
                      f"{'yes' if g['at5_holds'] else 'no'} | {g['at10']:.3f} | "
                      f"{'yes' if g['at10_holds'] else 'no'} |")
     lines += ["", "### Each set", ""]
-    for cell in TITLES:
+    for cell in (c for c in TITLES if c in results["ceiling"]):
         lines += set_table(results, cell)
     lines += ["### Recall@10 by the public sets' question categories", ""]
     for name, rows in results["recall10_by_category"].items():
@@ -105,7 +109,8 @@ def plot(results: dict[str, Any], folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = ("own/test", "locomo/all")
+    cells = tuple(c for c in ("own/test", "locomo/all", "madial/all")
+                  if f"{c}@5" in results["figures"]["dense"])
     shown = ["sparse", "dense", results["rules"][-2], results["chosen"]]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
     for ax, cut in zip(axes, (5, 10), strict=True):
@@ -136,7 +141,7 @@ def ceiling_lines(results: dict[str, Any]) -> list[str]:
              "knowing the answer; `in union50` is the evidence in the 50-deep union at all.",
              "", "| set | hybrid @10 | either @10 | union10 @10 | union50 @10 | in union50 |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for cell, title in TITLES.items():
+    for cell, title in ((c, t) for c, t in TITLES.items() if c in results["ceiling"]):
         c = results["ceiling"][cell]
         lines.append(f"| {title} | {results['figures']['hybrid'][f'{cell}@10']:.3f} | "
                      f"{c['either_at10']:.3f} | {c['union10_at10']:.3f} | "
