@@ -99,9 +99,14 @@ class NoteIndex:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._meta_path = os.path.join(directory, "meta.json")  # a string: stat'ed per search
         self.schema = _schema()
         self._index: tantivy.Index | None = None
         self._loaded_meta: tuple[int, int, int] | None = None  # meta.json when last reloaded
+        # The fingerprint last found fresh, with meta.json's stamp then: every commit, this
+        # process's or another's, replaces meta.json, so while it stands the index is the
+        # one that fingerprint.json matched, and the file need not be read again.
+        self._fresh: tuple[str, tuple[int, int, int]] | None = None
 
     # -- freshness ---------------------------------------------------------------
 
@@ -116,16 +121,25 @@ class NoteIndex:
         return value if isinstance(value, str) else None
 
     def is_fresh(self, fingerprint: str) -> bool:
-        return self.stored_fingerprint() == fingerprint and self._exists()
-
-    def _exists(self) -> bool:
-        return (self.directory / "meta.json").exists()
+        """Whether the index was built from the files ``fingerprint`` names. Asked before
+        every search: fingerprint.json is read only when the fingerprint or meta.json
+        changed since it last matched (a stat, not a read and a parse, per search)."""
+        stamp = _meta_stamp(self._meta_path)
+        if stamp is None:
+            return False
+        if self._fresh == (fingerprint, stamp):
+            return True
+        if self.stored_fingerprint() != fingerprint:
+            return False
+        self._fresh = (fingerprint, stamp)
+        return True
 
     def _save_fingerprint(self, fingerprint: str) -> None:
         payload = json.dumps({"schema": SCHEMA_VERSION, "fingerprint": fingerprint})
         atomic_write(self.directory / FINGERPRINT_FILE, payload + "\n", kind="note_index")
 
     def _forget_fingerprint(self) -> None:
+        self._fresh = None
         try:
             os.unlink(self.directory / FINGERPRINT_FILE)
         except FileNotFoundError:
@@ -149,6 +163,7 @@ class NoteIndex:
         """Delete the index folder (it is rebuilt from the files when next needed)."""
         self._index = None
         self._loaded_meta = None
+        self._fresh = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def rebuild(self, notes: Iterable[IndexedNote], fingerprint: str) -> None:
@@ -192,7 +207,7 @@ class NoteIndex:
         index = self._open()
         # See commits made by other store objects and processes: tantivy rewrites
         # meta.json on every commit, so a reload is needed only when it changed.
-        stamp = _meta_stamp(self.directory)
+        stamp = _meta_stamp(self._meta_path)
         if stamp is None or stamp != self._loaded_meta:
             index.reload()
             self._loaded_meta = stamp
@@ -242,10 +257,10 @@ class NoteIndex:
         return hits[0][1] if hits else 0.0
 
 
-def _meta_stamp(directory: Path) -> tuple[int, int, int] | None:
+def _meta_stamp(meta_path: str) -> tuple[int, int, int] | None:
     """meta.json's inode, size and mtime (ns): a commit replaces it (None: unreadable)."""
     try:
-        meta = os.stat(directory / "meta.json")
+        meta = os.stat(meta_path)
     except OSError:
         return None
     return meta.st_ino, meta.st_size, meta.st_mtime_ns

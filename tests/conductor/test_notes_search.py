@@ -165,3 +165,32 @@ def test_stale_notes_can_be_left_out(store: NoteStore, filled: dict[str, str], c
     assert store.list(scope="session", include_stale=False) == []
     assert store.search("bisecting", include_stale=False) == []
     assert [n.id for n, _ in store.search("bisecting")] == [filled["session"]]
+
+
+def test_the_index_fingerprint_is_read_once_while_the_index_stands(
+    store: NoteStore, filled: dict[str, str], root, clock, monkeypatch
+) -> None:
+    """Issue 58: fingerprint.json was read and parsed before every search. It is read again
+    only when the index changed (meta.json replaced by a commit, this process's or
+    another's), and a write through another store object is still found at once."""
+    index_type = type(store._index)
+    reads = []
+    real = index_type.stored_fingerprint
+
+    def counted(self):
+        reads.append(self)
+        return real(self)
+
+    monkeypatch.setattr(index_type, "stored_fingerprint", counted)
+    store.search("tea")
+    reads.clear()
+    for _ in range(20):
+        assert [n.id for n, _ in store.search("green tea")] == [filled["tea"]]
+    assert reads == []  # red before: one read a search
+    other = NoteStore(root, "alice", clock=clock)  # another process on the same folder
+    added = other.add(title="User drinks oolong tea on Fridays", body="Loose leaf.",
+                      kind="reference", scope="user")
+    assert added.ok and added.note is not None
+    found = [n.id for n, _ in store.search("oolong tea")]
+    assert found and found[0] == added.note.id
+    assert reads  # the index changed under it: the fingerprint was read again
