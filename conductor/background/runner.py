@@ -25,6 +25,7 @@ from conductor.layers.state import ConversationState
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import parse_working_memory
 from conductor.storage.atomic import atomic_write
+from conductor.storage.fence import FenceRefused
 
 FAILED_RETRY_S = 600.0  # a failed job waits this long before its state trigger fires again
 Clock = Callable[[], datetime]
@@ -143,9 +144,14 @@ def _settle(spec: JobSpec, inputs: JobInputs, run: JobRun, answer, schema, caps:
         return
     output = spec.apply(inputs, data, caps)
     try:
-        run.files_changed = write_artifacts(inputs.layers.files, spec.artifacts, output.files)
+        with inputs.layers.writing():  # replicas: only the user's writer (fence.py)
+            run.files_changed = write_artifacts(inputs.layers.files, spec.artifacts,
+                                                output.files)
     except ArtifactRefused as exc:
         run.outcome, run.reason = "refused", str(exc)
+        return
+    except FenceRefused as exc:  # another replica writes this user's memory now
+        run.outcome, run.reason = "refused", exc.reason
         return
     state = inputs.state
     if output.review_seq is not None:

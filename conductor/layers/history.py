@@ -8,7 +8,9 @@ turn is cached by its sequence number.
 An append is two steps, so the server never waits on a disk on the request path: `reserve`
 numbers the turn and makes it readable at once (the user's next message may come before
 the file is down), `write` puts the file down in a worker thread. One server writes a
-user's history; other processes (the CLI) only read it.
+user's history; other processes (the CLI) only read it. With replicas, that server is the
+one holding the user's lease: each file goes down under its fencing token, and a stale
+writer's late turn is refused (`fence`, conductor/storage/fence.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from conductor.layers.paths import LayerFiles
 from conductor.layers.turn_format import NewerSchemaError, Turn, TurnFormatError, parse_turn
 from conductor.storage.atomic import FileLock, atomic_write, ensure_dir, fsync_dir
+from conductor.storage.fence import fenced_by
 
 log = logging.getLogger("tandem.layers")
 
@@ -45,6 +48,9 @@ class HistoryStore:
         self._paths: dict[int, Path] | None = None  # seq -> file, from one scan
         self._cache: dict[int, Turn] = {}
         self._pending: dict[int, Turn] = {}  # reserved, file not written yet
+        # Replicas (conductor/memory/lease.py): the user's fencing token, taken at each
+        # write; None on one machine, where no write is fenced.
+        self.fence: Callable[[], int] | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def _index(self) -> dict[int, Path]:
@@ -157,8 +163,10 @@ class HistoryStore:
             with self._mutex:
                 if self._cache.get(turn.seq, turn) is not turn:
                     return
-            atomic_write(path, json.dumps(turn.to_json(), ensure_ascii=False, indent=1) + "\n",
-                         kind="history")
+            # FenceRefused (LeaseBusy, StaleToken) when this replica is not the writer
+            with fenced_by(self.files.root, self.files.user, self.fence):
+                atomic_write(path, json.dumps(turn.to_json(), ensure_ascii=False,
+                                              indent=1) + "\n", kind="history")
         with self._mutex:
             self._index()[turn.seq] = path
             self._pending.pop(turn.seq, None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from conductor.layers.conversation import CountTokens, WindowBounds, replay_window
@@ -13,6 +15,7 @@ from conductor.layers.semantic import ensure_semantic
 from conductor.layers.state import ConversationState, read_state, write_state
 from conductor.layers.turn_format import Turn
 from conductor.layers.working import ensure_working_memory, read_working_memory
+from conductor.storage.fence import FenceRefused, fenced_by
 
 
 class UserLayers:
@@ -26,6 +29,23 @@ class UserLayers:
     @property
     def user(self) -> str:
         return self.files.user
+
+    @property
+    def fence(self) -> Callable[[], int] | None:
+        """Replicas: the user's fencing token for every write of theirs here (history
+        turns, the conversation's state, the jobs' files); None on one machine."""
+        return self.history.fence
+
+    @fence.setter
+    def fence(self, value: Callable[[], int] | None) -> None:
+        self.history.fence = value
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around a write of the user's layer files: refused (FenceRefused) where this
+        replica is not the user's writer."""
+        with fenced_by(self.files.root, self.files.user, self.fence):
+            yield
 
     def ensure(self) -> None:
         """Create the layers from their templates on first use (core only when its folder
@@ -48,7 +68,8 @@ class UserLayers:
         return read_state(self.files)
 
     def save_state(self, state: ConversationState) -> None:
-        write_state(self.files, state)
+        with self.writing():
+            write_state(self.files, state)
 
     def replay(self, bounds: WindowBounds, count: CountTokens) -> list[Turn]:
         """The turns the conversation's prompt replays now; moves (and saves) the window's
@@ -57,7 +78,12 @@ class UserLayers:
         turns = self.history.turns_after(state.window_start - 1)
         window, moved = replay_window(turns, state, bounds, count)
         if moved != state:
-            self.save_state(moved)
+            try:
+                self.save_state(moved)
+            except FenceRefused:
+                # replicas: another replica writes this user's layers now; the window is
+                # computed the same way from the files whoever saves it
+                pass
         return window
 
     def last_turn(self) -> Turn | None:

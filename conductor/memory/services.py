@@ -141,7 +141,10 @@ class MemoryServices:
         """The user's memory layers (core, working, semantic, history)."""
         with self._lock:
             if user not in self._layers:
-                self._layers[user] = UserLayers(self.root, user, self._quarantine_report(user))
+                layers = UserLayers(self.root, user, self._quarantine_report(user))
+                if self.leases is not None:  # history turns and layer files: fenced too
+                    layers.fence = functools.partial(self.leases.token, user)
+                self._layers[user] = layers
             return self._layers[user]
 
     def recover(self) -> Recovery:

@@ -6,6 +6,7 @@ Part of memory's front door (`conductor.memory`): what the server may use of
 from __future__ import annotations
 
 from conductor.storage.atomic import append_line, atomic_write, remove_file
+from conductor.storage.fence import FenceRefused
 from conductor.storage.paths import (
     default_home,
     default_memory_root,
@@ -15,6 +16,7 @@ from conductor.storage.paths import (
 )
 
 __all__ = [
+    "FenceRefused",
     "append_line",
     "atomic_write",
     "default_home",

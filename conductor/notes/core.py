@@ -22,7 +22,7 @@ from conductor.notes.snapshot import NoteCache, _Snapshot
 from conductor.notes.usage import UsageBook
 from conductor.search.notes_bm25 import NoteIndex
 from conductor.storage.atomic import DIR_MODE, FileLock, atomic_write, ensure_dir, remove_file
-from conductor.storage.fence import FenceRefused, check_token
+from conductor.storage.fence import FenceRefused, fenced
 from conductor.storage.journal import Journal
 from conductor.storage.paths import Layout, StoreRootError, git_work_tree_of, valid_user
 
@@ -130,8 +130,9 @@ class StoreCore:
             if self.fence is not None and not getattr(self._token, "value", None):
                 self._token.value = self.fence()  # LeaseBusy when another replica holds it
                 try:
-                    check_token(self.layout.user_dir, self._token.value)
-                    yield self._cache.fresh()
+                    # the record the user's layers and history share (fence.py)
+                    with fenced(self.root, self.user, self._token.value):
+                        yield self._cache.fresh()
                 finally:
                     self._token.value = None
                 return

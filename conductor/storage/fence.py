@@ -6,18 +6,29 @@ holder. A lease alone cannot stop a writer that paused past its lease (a GC, a s
 disk, a partition) and writes late, so the store itself checks: every write carries the
 writer's token, and the highest token seen for the user is kept beside their notes
 (``notes/<user>/fence.json``). A write whose token is lower is refused; a higher one is
-recorded first. The check and the write it guards run under the user's file lock, so no
+recorded first. The user's notes, layer files and continuous history share that one
+record (`fenced`): a token a note write carried fences a late history turn too, and the
+other way round. The check and the write it guards run under the user's fence lock
+(``locks/<user>.fence.lock``, taken inside each part's own lock, never around it), so no
 other writer's record can come between them.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from conductor.storage.atomic import atomic_write
+from conductor.storage.atomic import FileLock, atomic_write
+from conductor.storage.paths import Layout
 
 FENCE_FILE = "fence.json"
+# One lock object a lock file in this process: FileLock is re-entrant within one object,
+# while two objects on one file would exclude each other even in one thread.
+_LOCKS: dict[Path, FileLock] = {}
+_LOCKS_GUARD = threading.Lock()
 
 
 class FenceRefused(Exception):
@@ -60,3 +71,33 @@ def check_token(user_dir: Path, token: int) -> None:
     if token > seen:
         atomic_write(user_dir / FENCE_FILE, json.dumps({"token": token}) + "\n",
                      kind="fence")
+
+
+def _fence_lock(root: Path, user: str) -> FileLock:
+    path = root / "locks" / f"{user}.fence.lock"
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(path)
+        if lock is None:
+            lock = _LOCKS[path] = FileLock(path)
+        return lock
+
+
+@contextmanager
+def fenced(root: Path, user: str, token: int) -> Iterator[None]:
+    """Hold the user's fence lock over the write in the ``with`` block, after refusing
+    ``token`` (StaleToken) when a higher one was seen by any part of the user's memory."""
+    with _fence_lock(root, user):
+        check_token(Layout(root, user).user_dir, token)
+        yield
+
+
+@contextmanager
+def fenced_by(root: Path, user: str, fence: Callable[[], int] | None) -> Iterator[None]:
+    """`fenced` with the token `fence` hands out (the lease taken first when this replica
+    has none: LeaseBusy when another holds it); no check at all when `fence` is None (one
+    machine)."""
+    if fence is None:
+        yield
+        return
+    with fenced(root, user, fence()):
+        yield

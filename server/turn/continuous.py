@@ -31,6 +31,7 @@ from conductor.memory.layers import (
     turn_tokens,
 )
 from conductor.memory.services import MemoryServices
+from conductor.memory.storage import FenceRefused
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError
@@ -219,6 +220,8 @@ def _write_turn(layers: UserLayers, turn: Turn, written: Callable[[], None]) -> 
         written()
     except OSError as exc:  # reported, never a crash of the answer that already went out
         log.error("history turn %d not written: %s", turn.seq, type(exc).__name__)
+    except FenceRefused as exc:  # replicas: another replica is the user's writer now
+        log.warning("history turn %d not written: %s", turn.seq, exc.reason)
 
 
 def history_json(turn: Turn) -> dict[str, Any]:

@@ -5,12 +5,18 @@ same keeper over a real etcd: tests/replicas (the replicas lane)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from conductor.layers.state import ConversationState
+from conductor.layers.turn_format import Part, Turn, TurnMessage
+from conductor.layers.user_layers import UserLayers
 from conductor.memory.lease import LeaseBusy, LeaseKeeper, MemoryLeases
+from conductor.memory.services import MemoryServices, MemorySettings
 from conductor.notes import NoteStore
+from conductor.storage.fence import StaleToken
 
 
 class Clock:
@@ -85,6 +91,75 @@ def test_a_stale_writers_late_write_is_refused_by_its_token(tmp_path):
     assert (late.ok, late.reason) == (False, "stale_lease")
     assert sorted(n.title for n in b.list()) == ["Ana drinks tea", "Ana likes rain"]
     assert json.loads((tmp_path / "notes" / "ana" / "fence.json").read_text()) == {"token": 2}
+
+
+def _turn(text: str):
+    def make(seq: int) -> Turn:
+        return Turn(seq, datetime(2026, 12, 4, tzinfo=UTC), 0,
+                    (TurnMessage("user", (Part("text", text),)),
+                     TurnMessage("assistant", (Part("text", "ok"),))))
+    return make
+
+
+def _turn_files(root: Path, user: str = "ana") -> list[Path]:
+    return sorted((root / "layers" / user / "history" / "turns").rglob("*.json"))
+
+
+def test_a_stale_writers_late_history_turn_and_layer_write_are_refused_by_its_token(tmp_path):
+    """The layers and the continuous history share the notes' fence record: a writer
+    that paused past its lease (token 1) writes a history turn and the conversation's
+    state after the next holder wrote a note with token 2; both are refused, nothing of
+    them is on disk."""
+    clock = Clock()
+    service = MemoryLeases(clock)
+    stale = UserLayers(tmp_path, "ana")
+    stale.fence = lambda: 1  # what the paused writer's keeper handed out before its pause
+    stale.history.append(_turn("before the pause"))
+    service.acquire("ana", "replica-a", 10)  # the paused writer's lease, token 1
+    clock.now += 11  # ... expired during the pause
+    b, _ = _replica(tmp_path, service, "replica-b", clock)
+    assert _add(b, "Ana likes rain").ok  # token 2, recorded beside her notes
+    with pytest.raises(StaleToken):
+        stale.history.append(_turn("a late turn"))
+    with pytest.raises(StaleToken):
+        stale.save_state(ConversationState(checkpoint_seq=1))
+    assert len(_turn_files(tmp_path)) == 1
+    assert not (tmp_path / "layers" / "ana" / "state").exists()
+    assert json.loads((tmp_path / "notes" / "ana" / "fence.json").read_text()) == {"token": 2}
+
+
+def test_a_history_turns_token_fences_a_late_note_write(tmp_path):
+    """The other way round: the new writer's first write is a history turn (token 2); the
+    stale writer's late note (token 1) is refused."""
+    stale = NoteStore(tmp_path, "ana")
+    stale.fence = lambda: 1
+    assert _add(stale, "Ana drinks tea").ok
+    writer = UserLayers(tmp_path, "ana")
+    writer.fence = lambda: 2
+    writer.history.append(_turn("the new writer's turn"))
+    late = _add(stale, "Ana moved to Lisbon")
+    assert (late.ok, late.reason) == (False, "stale_lease")
+    assert [n.title for n in stale.list()] == ["Ana drinks tea"]
+
+
+def test_a_replica_writes_a_users_history_only_while_it_holds_their_lease(tmp_path):
+    """MemoryServices hands each user's layers the lease's token: the first history turn
+    takes the lease; another replica's turn for the user is refused lease_busy."""
+    clock = Clock()
+    service = MemoryLeases(clock)
+    shared = tmp_path / "shared"
+    replicas = []
+    for name in ("replica-a", "replica-b"):
+        services = MemoryServices(tmp_path / name, settings=MemorySettings(
+            shared_memory=shared, replica=name))
+        services.leases = LeaseKeeper(service, name, ttl_s=10, idle_s=60, clock=clock)
+        replicas.append(services)
+    a, b = replicas
+    a.layers("ana").history.append(_turn("hello"))
+    with pytest.raises(LeaseBusy):
+        b.layers("ana").history.append(_turn("hello from elsewhere"))
+    assert len(_turn_files(shared)) == 1
+    assert a.leases.held() == {"ana": 1}
 
 
 def test_a_restarted_replica_takes_its_former_processes_lease_at_once(tmp_path):
