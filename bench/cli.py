@@ -88,6 +88,14 @@ def run(args: argparse.Namespace, resolve_profile: ResolveProfile) -> int:
         plan = SoakPlan(clients=clients, duration_s=20 if args.quick else args.duration)
         results = run_soak_bench(resolve_profile(args.profile or "tiny"), plan, args.out)
         return 0 if results["passed"] else 1
+    if args.replicas:
+        from bench.replicas.drive import SoakPlan as ReplicasPlan
+        from bench.replicas.soak import run_replicas_soak
+
+        concurrency = 24 if args.clients == DEFAULT_LOAD_CLIENTS else int(args.clients)
+        plan = ReplicasPlan(users=60 if args.quick else args.users, concurrency=concurrency)
+        results = run_replicas_soak(plan, args.out)
+        return 0 if results["notes"]["lost"] == 0 else 1
     if args.against_vllm or args.clients != DEFAULT_LOAD_CLIENTS:
         raise ProfileError("--clients and --against-vllm go with --load")
     if args.quality:
@@ -143,11 +151,18 @@ def register(commands: argparse._SubParsersAction, resolve_profile: ResolveProfi
     bench.add_argument("--soak", action="store_true", help="clients for a fixed time with "
                        "memory, the writer and the jobs on, then every acknowledged note "
                        "checked on disk and the engine idle (default profile: tiny)")
+    bench.add_argument("--replicas", action="store_true", help="etcd, 3 tiny replicas and "
+                       "vllm-router on loopback, --users users of 2-3 turns through the "
+                       "router: TTFT and cached fraction per user, the router's overhead "
+                       "against the replica direct (bench/replicas)")
+    bench.add_argument("--users", type=int, default=1000, help="--replicas: simulated users "
+                       "(default 1000)")
     bench.add_argument("--duration", type=float, default=120.0, help="--soak: seconds of "
                        "load (default 120)")
     bench.add_argument("--clients", default=DEFAULT_LOAD_CLIENTS,
                        help="--load: client counts, comma-separated (default: 32,128); "
-                       "--soak: one count (default 32)")
+                       "--soak: one count (default 32); --replicas: users at once "
+                       "(default 24)")
     bench.add_argument("--against-vllm", action="store_true", help="--load: the same load "
                        "against plain vLLM's own server with the profile's engine settings")
     bench.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="--load: measured "

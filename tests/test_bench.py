@@ -302,3 +302,36 @@ def test_the_ttft_fit_recovers_a_known_cost_and_the_floor_is_off_s_prefill_on_a_
         cost(50 + t, 300 + 50 * t) for t in later)
     assert prefetch_floor(turns, fit) == pytest.approx(want)
     assert fit_ttft(turns[:4]) is None and prefetch_floor(turns, None) is None
+
+
+def test_the_replicas_soak_reports_each_users_figures_and_writes_its_files(tmp_path):
+    """The soak over replicas' figures from its users' records (the cluster's run:
+    `python -m bench.replicas.soak`, bench/results/replicas/): each user's worst later
+    turn, the share at the goal, the router's paired overhead, the notes looked for."""
+    from types import SimpleNamespace
+
+    from bench.replicas.drive import SoakPlan, Turn, UserRun
+    from bench.replicas.soak import figures, markdown, plot
+
+    runs = []
+    for i, cached in enumerate([1.0, 0.97, 0.5]):
+        run = UserRun(f"user{i:04d}", replica="replica-a", routed_s=0.105, direct_s=0.1,
+                      quiet_routed_s=0.052, quiet_direct_s=0.05)
+        run.turns = [Turn(200, 0.3, prompt_tokens=100, remembered=True),
+                     Turn(200, 0.1, prompt_tokens=130, cached_tokens=round(100 * cached))]
+        runs.append(run)
+    folder = tmp_path / "notes" / "user0000"
+    folder.mkdir(parents=True)
+    (folder / "n.md").write_text("user0000 keeps the spare key in jar number 0")
+    results = figures(runs, SoakPlan(users=4), SimpleNamespace(shared=tmp_path), 12.0)
+    cached = results["later_turn_cached_fraction"]
+    assert (cached["p50"], cached["min"], cached["users_at_or_above_goal"]) == (0.97, 0.5,
+                                                                                 2 / 3)
+    assert results["users_not_started"] == 1
+    assert results["router_overhead_quiet"]["paired_extra_ms_p50"] == pytest.approx(2.0)
+    assert results["notes"] == {"acknowledged": 3, "lost": 2}
+    results["environment"] = {"started": "now", "cpus": 2, "router": "vllm-router",
+                              "loadavg_start": 1.0, "loadavg_end": 1.0, "run_wall_s": 60}
+    assert "| users whose every later turn is >= 0.95 cached | 0.667 |" in markdown(results)
+    plot(results, tmp_path / "replicas.png")
+    assert (tmp_path / "replicas.png").stat().st_size > 0

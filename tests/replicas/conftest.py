@@ -1,11 +1,12 @@
 """The replicas lane (`-m replicas`, make test): one cluster for the lane, etcd, two tiny
-replicas and vllm-router, started here and stopped after (tests/replicas/cluster.py)."""
+replicas and vllm-router, started here and stopped after (bench/replicas/cluster.py,
+which the bench's soak over replicas starts too)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.replicas.cluster import Cluster, SetupError
+from bench.replicas.cluster import Cluster, SetupError
 
 USERS = [f"user{i:02d}" for i in range(50)]
 

@@ -4,7 +4,6 @@ run in file order: affinity, contention, failover, then the killed replica's res
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
@@ -12,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.replicas.cluster import ROUTE_HEADER, Cluster
+from bench.replicas.cluster import ROUTE_HEADER, Cluster
 from tests.replicas.conftest import USERS
 
 pytestmark = pytest.mark.replicas
@@ -28,12 +27,6 @@ def _chat(cluster: Cluster, user: str, messages: list[dict], url: str | None = N
                       headers=_headers(cluster, user), timeout=timeout,
                       json={"model": "tiny", "messages": messages, "max_tokens": 8,
                             "temperature": 0})
-
-
-def _holder(cluster: Cluster, user: str) -> str | None:
-    key = base64.b64encode(f"tandem/lease/{user}".encode()).decode()
-    kvs = httpx.post(f"{cluster.etcd_url}/v3/kv/range", json={"key": key}).json().get("kvs")
-    return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
 
 
 def _remember(cluster: Cluster, user: str, fact: str, url: str | None = None,
@@ -118,7 +111,7 @@ def test_two_replicas_asked_to_write_one_user_at_once_one_wins(cluster):
     assert busy.json()["error"]["code"] == "lease_busy"
     assert int(busy.headers["Retry-After"]) >= 1
     winner = next(name for name, r in answers.items() if r.status_code == 200)
-    assert busy.headers["X-Tandem-Writer"] == winner == _holder(cluster, "user49")
+    assert busy.headers["X-Tandem-Writer"] == winner == cluster.holder("user49")
 
 
 def test_a_killed_replicas_users_fail_over_and_lose_no_acknowledged_note(cluster):
@@ -130,7 +123,7 @@ def test_a_killed_replicas_users_fail_over_and_lose_no_acknowledged_note(cluster
         assert "remembered" in answer.headers.get("X-Tandem-Memory-Command", ""), answer.text
         acknowledged[user].append(fact)
     victim = cluster.nodes[0]
-    moved = [u for u in users if _holder(cluster, u) == victim.name]
+    moved = [u for u in users if cluster.holder(u) == victim.name]
     assert moved, "no user of the first replica among the twelve"
     cluster.kill_replica(victim)  # kill -9: its leases stay until their ttl
     killed = time.monotonic()
@@ -156,7 +149,7 @@ def test_a_killed_replicas_users_fail_over_and_lose_no_acknowledged_note(cluster
         # the write needed a lease, and only the living replica can hold one now (it may
         # have let it go already: a user idle past TANDEM_LEASE_IDLE_S on a slow machine);
         # that it was a new lease shows in the token below, higher than the dead one's
-        assert _holder(cluster, user) in (cluster.nodes[1].name, None)
+        assert cluster.holder(user) in (cluster.nodes[1].name, None)
     print(f"[replicas] failover: {len(moved)} users served again {failover_s:.1f} s "
           "after the kill")
     for user, facts in acknowledged.items():
@@ -185,7 +178,7 @@ def test_a_restarted_replica_rejoins_and_writes_for_its_users_again(cluster):
     while back is None and time.monotonic() < deadline:
         for user in USERS[12:40]:
             _remember(cluster, user, f"{user} waters the fern on Fridays")
-            if _holder(cluster, user) == victim.name:
+            if cluster.holder(user) == victim.name:
                 back = user
                 break
     assert back is not None, "no user came back to the restarted replica"

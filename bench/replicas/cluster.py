@@ -2,10 +2,12 @@
 profile sharing one notes root, and vllm-router (consistent_hash) in front. The lane's
 own set-up installs what it needs: Debian's etcd-server (apt, as root) and vllm-router
 0.1.17 from PyPI into the git-ignored `.venv/router` (its own venv: its pins are not
-vLLM's). Used by tests/replicas/conftest.py and bench/replicas."""
+vLLM's). Used by the lane (tests/replicas/conftest.py) and the bench's soak over replicas
+(bench/replicas/soak.py)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -66,6 +68,33 @@ def ensure_router() -> Path:
     return command
 
 
+def _one_secret_keys(home: Path, users: list[str]) -> dict[str, str]:
+    """keys.json in KeyStore's format with one scrypt hash for every user's key."""
+    import hashlib
+    import json
+    import secrets
+    from dataclasses import asdict
+    from datetime import UTC, datetime
+
+    from conductor.memory.storage import atomic_write
+    from server.access.keys import KEYS_FILE, PREFIX, SCRYPT, KeyEntry
+
+    secret, salt = secrets.token_urlsafe(24), os.urandom(16)
+    digest = hashlib.scrypt(secret.encode(), salt=salt, **SCRYPT).hex()
+    made = datetime.now(UTC).isoformat(timespec="seconds")
+    entries, keys, ids = [], {}, set()
+    for user in users:
+        key_id = secrets.token_hex(4)
+        while key_id in ids:
+            key_id = secrets.token_hex(4)
+        ids.add(key_id)
+        entries.append(KeyEntry(user, key_id, salt.hex(), digest, made))
+        keys[user] = f"{PREFIX}-{key_id}-{secret}"
+    atomic_write(home / KEYS_FILE, json.dumps({"keys": [asdict(e) for e in entries]},
+                                              indent=2) + "\n", mode=0o600)
+    return keys
+
+
 def free_port() -> int:
     from bench.load.plain_vllm import free_port as free
 
@@ -114,6 +143,7 @@ class Cluster:
     router_url: str = ""
     shared: Path = field(init=False)
     nodes: list[Replica] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)  # user: API key (add_keys)
     _etcd: subprocess.Popen | None = None
     _router: subprocess.Popen | None = None
 
@@ -138,15 +168,24 @@ class Cluster:
         _wait(f"{self.etcd_url}/health", self._etcd, log, 60)
 
     # -- replicas --------------------------------------------------------------------
-    def add_keys(self, users: list[str]) -> dict[str, str]:
+    def add_keys(self, users: list[str], one_secret: bool = False) -> dict[str, str]:
         """A key per user, in the first replica's home; every replica gets the same
-        keys file (README: copy keys.json to each replica's home)."""
+        keys file (README: copy keys.json to each replica's home). `one_secret`: every
+        key shares one secret and salt behind its own key id, so the file takes one
+        scrypt instead of one a user (the soak's 1,000 keys: minutes here); each replica
+        still checks each key with scrypt on its first request, as with any keys file."""
         from server.access.keys import KeyStore
 
-        store = KeyStore(self.nodes[0].home)
-        keys = {user: store.add(user) for user in users}
+        home = self.nodes[0].home
+        if one_secret:
+            keys = _one_secret_keys(home, users)
+        else:
+            store = KeyStore(home)
+            keys = {user: store.add(user) for user in users}
+        first = users[0]
+        assert KeyStore(home).label_for(keys[first]) == first, "keys.json not readable"
         for node in self.nodes[1:]:
-            shutil.copy2(self.nodes[0].home / "keys.json", node.home / "keys.json")
+            shutil.copy2(home / "keys.json", node.home / "keys.json")
         return keys
 
     def make_replicas(self) -> None:
@@ -179,6 +218,16 @@ class Cluster:
     def wait_replica(self, node: Replica) -> None:
         assert node.process is not None
         _wait(f"{node.url}/readyz", node.process, node.log, START_TIMEOUT_S)
+
+    def holder(self, user: str) -> str | None:
+        """The replica that holds the user's lease in etcd now (None: no one)."""
+        key = base64.b64encode(f"tandem/lease/{user}".encode()).decode()
+        kvs = httpx.post(f"{self.etcd_url}/v3/kv/range", json={"key": key},
+                         timeout=10).json().get("kvs")
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+    def node(self, name: str) -> Replica:
+        return next(n for n in self.nodes if n.name == name)
 
     def kill_replica(self, node: Replica) -> None:
         """kill -9: no lease given back, no file closed."""
@@ -213,15 +262,27 @@ class Cluster:
         self.start_router()
 
     def stop(self) -> None:
+        """Stop every process `start` started, each replica's whole process group (its
+        engine core too); safe to call twice and after a start that failed halfway."""
         for node in self.nodes:
             if node.process is not None and node.process.poll() is None:
-                os.killpg(node.process.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGTERM)
         for process in [self._router, self._etcd]:
             if process is not None and process.poll() is None:
                 process.terminate()
-        for process in [self._router, *[n.process for n in self.nodes], self._etcd]:
+        for node in self.nodes:
+            if node.process is not None:
+                try:
+                    node.process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(node.process.pid, signal.SIGKILL)
+                    node.process.wait(timeout=30)
+        for process in [self._router, self._etcd]:
             if process is not None:
                 try:
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     process.kill()
+                    process.wait(timeout=30)
