@@ -8,10 +8,18 @@ unit tests: `MemoryLeases`). A lease carries a token that rises with every new h
 refuses one older than the newest it has seen (conductor/storage/fence.py). The keeper
 renews the leases of the users this replica serves and lets a user's lease go once they
 have been quiet for `idle_s`, so their next replica takes it at once.
+
+The service is called over the network (etcd's gateway: milliseconds, its timeout when it
+is slow or gone), so never on the server's event loop: a write that runs on the loop (a
+model's memory block as the answer streams) finds the lease taken ahead in a worker
+thread (`ahead`), and a refusal is kept for a moment (`REFUSAL_KEPT_S`) so that the write
+after it is refused without a call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -22,6 +30,10 @@ from typing import Protocol
 from conductor.storage.fence import FenceRefused
 
 log = logging.getLogger("tandem.lease")
+# A refusal (another holder, the service down) is answered again without a call for at
+# most this long: long enough for `ahead`'s answer to serve the write right after it,
+# short enough that a lease let go is taken soon after.
+REFUSAL_KEPT_S = 1.0
 
 
 class LeaseBusy(FenceRefused):
@@ -137,6 +149,7 @@ class LeaseKeeper:
         self.idle_s = idle_s
         self.clock = clock
         self._kept: dict[str, _Kept] = {}
+        self._refused: dict[str, tuple[float, FenceRefused]] = {}  # user: (until, refusal)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -154,6 +167,18 @@ class LeaseKeeper:
                 return kept.lease.token
             if kept is not None:
                 del self._kept[user]
+            refused = self._refused.get(user)
+            if refused is not None and refused[0] > now:
+                exc = refused[1]  # the same answer, a fresh exception (no old traceback)
+                raise type(exc)(str(exc), retry_after=exc.retry_after, holder=exc.holder)
+        try:
+            return self._acquire(user, now)
+        except FenceRefused as exc:
+            with self._lock:
+                self._refused[user] = (now + min(REFUSAL_KEPT_S, exc.retry_after), exc)
+            raise
+
+    def _acquire(self, user: str, now: float) -> int:
         try:
             got = self.service.acquire(user, self.holder, self.ttl_s)
             if isinstance(got, Held) and got.holder == self.holder:
@@ -171,8 +196,24 @@ class LeaseKeeper:
                             retry_after=max(1.0, got.ttl_left_s), holder=got.holder)
         with self._lock:
             self._kept[user] = _Kept(got, now, now)
+            self._refused.pop(user, None)
         log.info("lease taken, token %d", got.token)
         return got.token
+
+    def fresh(self, user: str) -> bool:
+        """Whether `token` would answer from the kept lease, without a call."""
+        with self._lock:
+            kept = self._kept.get(user)
+            return kept is not None and self.clock() - kept.renewed < self.ttl_s * 2 / 3
+
+    async def ahead(self, user: str) -> None:
+        """Take (or take again) the user's lease in a worker thread, off the event loop,
+        so that a write on the loop right after finds it kept; a refusal is not raised
+        here but kept for the write to meet (`token`), without a second call."""
+        if self.fresh(user):
+            return
+        with contextlib.suppress(FenceRefused):
+            await asyncio.to_thread(self.token, user)
 
     def held(self) -> dict[str, int]:
         """The users whose lease this replica holds, and each token."""
@@ -184,6 +225,7 @@ class LeaseKeeper:
         now = self.clock()
         with self._lock:
             kept = list(self._kept.items())
+            self._refused = {u: r for u, r in self._refused.items() if r[0] > now}
         for user, entry in kept:
             if now - entry.used >= self.idle_s:
                 self._drop(user, entry)

@@ -197,3 +197,44 @@ def test_the_keeper_stops_using_a_lease_it_could_not_renew(tmp_path):
     service.acquire("ana", "replica-b", 10)
     with pytest.raises(LeaseBusy):
         keeper.token("ana")
+
+
+class CountedLeases(MemoryLeases):
+    """The in-memory service, its acquire calls counted."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.acquires = 0
+
+    def acquire(self, user: str, holder: str, ttl_s: float):
+        self.acquires += 1
+        return super().acquire(user, holder, ttl_s)
+
+
+def test_a_refusal_is_answered_again_without_a_call_for_a_moment(tmp_path):
+    """`ahead` takes the lease in a worker thread before a write that runs on the event
+    loop; when it was refused, the write right after meets the same refusal without a
+    second call to the service (which would hold the loop), and a second later asks
+    again."""
+    import asyncio
+
+    from conductor.memory.lease import REFUSAL_KEPT_S
+
+    clock = Clock()
+    service = CountedLeases(clock)
+    service.acquire("ana", "replica-a", 10)
+    keeper = LeaseKeeper(service, "replica-b", ttl_s=10, clock=clock)
+    asyncio.run(keeper.ahead("ana"))  # refused: replica-a holds it; not raised here
+    calls = service.acquires
+    with pytest.raises(LeaseBusy):
+        keeper.token("ana")
+    assert service.acquires == calls  # the write met the kept refusal, no call
+    clock.now += REFUSAL_KEPT_S
+    with pytest.raises(LeaseBusy):
+        keeper.token("ana")
+    assert service.acquires == calls + 1
+    mine = LeaseKeeper(service, "replica-c", ttl_s=10, clock=clock)
+    assert mine.token("bo") > 0
+    calls = service.acquires
+    asyncio.run(mine.ahead("bo"))  # kept and fresh: no call at all
+    assert service.acquires == calls

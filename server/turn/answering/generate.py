@@ -30,6 +30,12 @@ async def answer_deltas(engine: EngineBackend, answer: Answer,
     chat = answer.chat
     params, n = chat.params, 0
     first = True
+    store, leases = answer.memory_filter.store, answer.services.leases
+    if store is not None and leases is not None:
+        # replicas: a block's write runs on this loop as the answer streams, and the
+        # user's lease may need a call to the coordination service: taken here in a
+        # worker thread, so the write finds it kept (or its refusal) without a call
+        await leases.ahead(store.user)
     while True:
         request_id = chat.request_id if n == 0 else f"{chat.request_id}-{n}"
         prompt = [*chat.prompt_ids, *answer.output_ids]
