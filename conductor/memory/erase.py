@@ -15,6 +15,12 @@ the layouts it points to):
     ledger/responses/<hash of user>/     stored responses (the Responses API)
     journal.jsonl                        entries naming the user
 
+With replicas (README: More than one machine) the notes root is shared and each replica
+keeps its search indexes in its own ``$TANDEM_INDEX_DIR`` (``index/<user>/``,
+``layers/<user>/embed/``): the delete removes the asking replica's, and every other
+replica drops its own once it finds the user's files gone from the shared root, when
+the user arrives there or when it starts (`drop_indexes_of_gone_users`).
+
 The journal keeps one entry of the delete in their place: the user's name, where it was
 asked from and what went, in counts (the journal never holds a title or a body). What a
 server holds besides (session tokens, API keys, caches, a Qdrant server's collections) it
@@ -26,9 +32,10 @@ layers', the ledger's), as storage below them may import none of them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from conductor.layers.paths import LayerFiles
@@ -36,8 +43,9 @@ from conductor.ledger.files import LedgerFiles, ShownAnswerFiles
 from conductor.ledger.stored_responses import ResponseStore
 from conductor.storage.atomic import FileLock, remove_file
 from conductor.storage.journal import Journal
-from conductor.storage.paths import Layout, valid_user
+from conductor.storage.paths import Layout, index_home, valid_user
 
+log = logging.getLogger("tandem.memory")
 LIBRARY_DIR = "library"
 
 
@@ -68,6 +76,11 @@ def erase_user(root: Path, user: str, *, via: str, responses: ResponseStore | No
         counts["layer_files"] = (_files(layers.user_dir, "*") - counts["history_turns"]
                                  - _files(embed, "*"))
         _remove_tree(layers.user_dir)
+        # replicas: this replica's own search index of the user (its $TANDEM_INDEX_DIR)
+        replica_layers = _replica_index_dirs(root, user)[1:]
+        counts["search_index"] += sum(folder.exists() for folder in replica_layers)
+        for folder in replica_layers:
+            _remove_tree(folder)
         remove_file(layers.lock_path)
     counts["library_files"] = _files(root / LIBRARY_DIR / user, "*")
     _remove_tree(root / LIBRARY_DIR / user)
@@ -78,6 +91,41 @@ def erase_user(root: Path, user: str, *, via: str, responses: ResponseStore | No
     counts["journal_entries"] = Journal(layout.journal_path).erase_user(
         user, ok=True, via=via, by="user", counts=audit)
     return {**audit, "journal_entries": counts["journal_entries"]}
+
+
+def _replica_index_dirs(root: Path, user: str) -> list[Path]:
+    """This replica's own index folders of `user` (the notes' index, then the search
+    index) when its indexes sit apart from the notes root (``$TANDEM_INDEX_DIR``); none
+    when they sit under it (one machine: the delete's own folders cover them)."""
+    home = index_home(root)
+    if home.resolve() == root.resolve():
+        return []
+    return [home / "index" / user, LayerFiles(home, user).user_dir]
+
+
+def drop_indexes_of_gone_users(root: Path, users: Iterable[str] | None = None) -> int:
+    """Replicas: drop this replica's index folders of each of `users` (default: every
+    user it keeps an index of) whose files are gone from the shared notes root, neither
+    notes nor layers (deleted on another replica): an index is derived from those files,
+    and none of a deleted user's words may stay. Returns how many users' indexes went."""
+    home = index_home(root)
+    if home.resolve() == root.resolve():
+        return 0
+    if users is None:
+        users = {p.name for part in ("index", "layers") if (home / part).is_dir()
+                 for p in (home / part).iterdir() if valid_user(p.name)}
+    dropped = 0
+    for user in sorted(users):
+        if not valid_user(user) or Layout(root, user).user_dir.exists() \
+                or LayerFiles(root, user).user_dir.exists():
+            continue
+        folders = [f for f in _replica_index_dirs(root, user) if f.exists() or f.is_symlink()]
+        for folder in folders:
+            _remove_tree(folder)
+        dropped += bool(folders)
+    if dropped:  # a count only: a user's name is theirs
+        log.info("dropped this replica's indexes of %d deleted user(s)", dropped)
+    return dropped
 
 
 def _files(folder: Path, pattern: str) -> int:

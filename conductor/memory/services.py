@@ -29,7 +29,7 @@ from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
 from conductor.ledger.records import Ledger
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
-from conductor.memory.erase import erase_user
+from conductor.memory.erase import drop_indexes_of_gone_users, erase_user
 from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
 from conductor.notes import NoteStore
@@ -129,6 +129,7 @@ class MemoryServices:
     def store(self, user: str) -> NoteStore:
         with self._lock:
             if user not in self._stores:
+                self._arrives(user)
                 store = NoteStore(self.root, user)
                 if self.leases is not None:  # every write carries the user's token
                     store.fence = functools.partial(self.leases.token, user)
@@ -141,14 +142,25 @@ class MemoryServices:
         """The user's memory layers (core, working, semantic, history)."""
         with self._lock:
             if user not in self._layers:
+                self._arrives(user)
                 layers = UserLayers(self.root, user, self._quarantine_report(user))
                 if self.leases is not None:  # history turns and layer files: fenced too
                     layers.fence = functools.partial(self.leases.token, user)
                 self._layers[user] = layers
             return self._layers[user]
 
+    def _arrives(self, user: str) -> None:
+        """Replicas: a user this process meets for the first time, whose files another
+        replica deleted, leaves no index of theirs here (before their files are made
+        again)."""
+        if self.settings.shared_memory is not None:
+            drop_indexes_of_gone_users(self.root, [user])
+
     def recover(self) -> Recovery:
-        """What a start does after a crash (conductor/storage/recovery.py); file work."""
+        """What a start does after a crash (conductor/storage/recovery.py), and with
+        replicas the indexes of users deleted meanwhile dropped; file work."""
+        if self.settings.shared_memory is not None:
+            drop_indexes_of_gone_users(self.root)
         return recover(self.root)
 
     @property

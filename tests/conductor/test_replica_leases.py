@@ -142,9 +142,12 @@ def test_a_history_turns_token_fences_a_late_note_write(tmp_path):
     assert [n.title for n in stale.list()] == ["Ana drinks tea"]
 
 
-def test_a_replica_writes_a_users_history_only_while_it_holds_their_lease(tmp_path):
+def test_a_replica_writes_a_users_history_only_while_it_holds_their_lease(tmp_path,
+                                                                         monkeypatch):
     """MemoryServices hands each user's layers the lease's token: the first history turn
     takes the lease; another replica's turn for the user is refused lease_busy."""
+    # a shared root sets TANDEM_INDEX_DIR when unset: set here, so it goes after the test
+    monkeypatch.setenv("TANDEM_INDEX_DIR", str(tmp_path / "replica-index"))
     clock = Clock()
     service = MemoryLeases(clock)
     shared = tmp_path / "shared"
