@@ -242,6 +242,6 @@ def record_injections(services: MemoryServices, memory: MemoryContext, hidden: l
         if tail.kind == "notes":
             store.record_injection(tail.note_ids, request_id)
         elif tail.kind in (SHARED_KIND, SESSION_KIND) and tail.note_ids:
-            store.journal.append(op="inject_index", ok=True, ids=list(tail.note_ids),
+            store.journal.append_later(op="inject_index", ok=True, ids=list(tail.note_ids),
                                  user=store.user, request_id=request_id,
                                  session=memory.session)

@@ -17,6 +17,7 @@ from conductor.notes.usage import UsageBook
 from conductor.storage.atomic import atomic_write, clean_temp_files
 from conductor.storage.clock import format_time
 from conductor.storage.export import export_tree
+from conductor.storage.write_behind import AFTER_ANSWER
 
 TEMP_FILE_AGE = timedelta(hours=1)
 
@@ -70,6 +71,7 @@ class Maintenance(StoreCore):
 
     def regenerate_index(self, now: datetime | None = None) -> Path:
         """Write ``INDEX.md``: one line per live note."""
+        AFTER_ANSWER.drain(self._usage)  # uses the write-behind keeps: counted (not locked)
         with self._lock:
             notes = [n for n in self._cache.load().notes.values() if not n.archived]
             usage = self._usage.load()

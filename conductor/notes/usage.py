@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from conductor.storage.atomic import atomic_write
 from conductor.storage.clock import format_time, parse_time
 
 KEEP_DAYS = 30
+MAX_KEPT = 100_000  # uses kept in memory for the write-behind at most (a disk that fails)
 
 
 class UsageBook:
@@ -25,6 +27,26 @@ class UsageBook:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Uses counted but not yet written: (note ids, when), oldest first. The store
+        # writes them a batch at a time on the write-behind thread (usage_counts.py).
+        self._kept: list[tuple[list[str], datetime]] = []
+        self._kept_lock = threading.Lock()
+        self.flushing = threading.Lock()  # one batch written at a time
+
+    def keep(self, note_ids: list[str], when: datetime) -> None:
+        with self._kept_lock:
+            self._kept.append((note_ids, when))
+            del self._kept[:-MAX_KEPT]
+
+    def take(self) -> list[tuple[list[str], datetime]]:
+        with self._kept_lock:
+            kept, self._kept = self._kept, []
+        return kept
+
+    def put_back(self, kept: list[tuple[list[str], datetime]]) -> None:
+        """A batch whose write failed, ahead of what was kept meanwhile."""
+        with self._kept_lock:
+            self._kept = [*kept, *self._kept][-MAX_KEPT:]
 
     def load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -39,15 +61,22 @@ class UsageBook:
                      kind="usage")
 
     def record(self, note_ids: Iterable[str], when: datetime) -> None:
+        self.record_many([(list(note_ids), when)])
+
+    def record_many(self, uses: list[tuple[list[str], datetime]]) -> None:
+        """Count each of `uses` (note ids, when): one read and one rewrite of the file."""
         notes = self.load()
-        horizon = when - timedelta(days=KEEP_DAYS)
-        stamp = format_time(when)
-        for note_id in dict.fromkeys(note_ids):
-            entry = notes.setdefault(note_id, {"total": 0, "last": None, "recent": []})
-            entry["total"] = int(entry.get("total", 0)) + 1
-            entry["last"] = stamp
-            recent = [t for t in entry.get("recent", []) if parse_time(t) >= horizon]
-            entry["recent"] = [*recent, stamp]
+        for note_ids, when in uses:
+            stamp = format_time(when)
+            for note_id in dict.fromkeys(note_ids):
+                entry = notes.setdefault(note_id, {"total": 0, "last": None, "recent": []})
+                entry["total"] = int(entry.get("total", 0)) + 1
+                entry["last"] = stamp
+                entry["recent"] = [*entry.get("recent", []), stamp]
+        if uses:
+            horizon = max(when for _, when in uses) - timedelta(days=KEEP_DAYS)
+            for note_id in {i for ids, _ in uses for i in ids}:
+                _drop_before(notes[note_id]["recent"], horizon)
         self.save(notes)
 
     def forget(self, note_ids: Iterable[str]) -> None:
@@ -65,3 +94,13 @@ class UsageBook:
             return 0
         start = now - timedelta(days=days)
         return sum(1 for t in entry.get("recent", []) if start <= parse_time(t) <= now)
+
+
+def _drop_before(recent: list[str], horizon: datetime) -> None:
+    """Drop the times before `horizon` from the front of `recent` (oldest first, as
+    written): a use parses the few it drops, not a month of them (it parsed every one,
+    on every use, which grew with the note's uses)."""
+    gone = 0
+    while gone < len(recent) and parse_time(recent[gone]) < horizon:
+        gone += 1
+    del recent[:gone]

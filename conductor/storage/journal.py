@@ -10,6 +10,7 @@ a user's delete takes theirs out and leaves one entry of the delete (`erase_user
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +19,7 @@ from typing import Any
 
 from conductor.storage.atomic import append_line, rewrite_log
 from conductor.storage.clock import format_time, utc_now
+from conductor.storage.write_behind import AFTER_ANSWER
 
 ALLOWED_KEYS = frozenset(
     {
@@ -45,6 +47,13 @@ ALLOWED_KEYS = frozenset(
     }
 )
 MAX_STRING = 200
+# Entries `append_later` keeps until the write-behind thread writes them, per journal
+# file (every store's Journal object of one root shares them): one write and one fsync a
+# batch. A user's delete takes theirs out of here too.
+Told = Callable[[dict[str, Any]], None] | None  # a Journal's on_append when it was made
+_LATER: dict[Path, list[tuple[dict[str, Any], Told]]] = {}
+_LATER_LOCK = threading.Lock()
+_WRITING = threading.Lock()
 
 
 class Journal:
@@ -58,14 +67,45 @@ class Journal:
         self.on_append: Callable[[dict[str, Any]], None] | None = None
 
     def append(self, **entry: Any) -> dict[str, Any]:
-        """Write one entry; ValueError for a key or value the journal does not take."""
+        """Write one entry; ValueError for a key or value the journal does not take.
+        Entries `append_later` keeps for this file go first, in the same write: the file
+        stays in the order entries were made."""
         record = self._record(entry)
-        # O_APPEND and an flock keep lines whole across threads and processes; a torn
-        # last line a crash left is ended first, so it is skipped alone (counted by `read`).
-        append_line(self.path, _line(record), kind="journal", fsync=True)
-        if self.on_append is not None:
-            self.on_append(record)
+        self._write([(record, self.on_append)])
         return record
+
+    def append_later(self, **entry: Any) -> dict[str, Any]:
+        """`append`'s entry (checked and stamped now: ValueError now), written by the
+        write-behind thread with the others kept meanwhile, in one write and one fsync,
+        or by the next `append` to this file, whichever comes first: for the bookkeeping
+        after an answer, which nothing waits for (issue 58)."""
+        record = self._record(entry)
+        with _LATER_LOCK:
+            _LATER.setdefault(self.path, []).append((record, self.on_append))
+        AFTER_ANSWER.later(("journal", self.path), self._write)
+        return record
+
+    def _write(self, records: list[tuple[dict[str, Any], Told]] | None = None) -> None:
+        """The kept entries of this file, then `records`, in one write (each told after)."""
+        with _WRITING:  # kept entries are taken and written in one step: never reordered
+            with _LATER_LOCK:
+                kept = _LATER.pop(self.path, [])
+            batch = [*kept, *(records or [])]
+            if not batch:
+                return
+            try:
+                # O_APPEND and an flock keep lines whole across threads and processes; a
+                # torn last line a crash left is ended first, so it is skipped alone
+                # (counted by `read`).
+                append_line(self.path, "".join(_line(r) + "\n" for r, _ in batch),
+                            kind="journal", fsync=True)
+            except BaseException:
+                with _LATER_LOCK:  # kept for the next write, ahead of what came meanwhile
+                    _LATER[self.path] = [*kept, *_LATER.get(self.path, [])]
+                raise
+        for record, told in batch:
+            if told is not None:
+                told(record)
 
     def erase_user(self, user: str, op: str = "delete_user", **audit: Any) -> int:
         """The user's delete: every entry naming `user` goes but the records of earlier
@@ -76,6 +116,10 @@ class Journal:
         record = self._record({"user": user, "op": op, **audit})
         needle = json.dumps({"user": user})[1:-1].encode()  # `"user": "<name>"`, as written
         gone = 0
+        with _LATER_LOCK:  # not yet written: they go before they are
+            kept_later = [(r, t) for r, t in _LATER.get(self.path, []) if r.get("user") != user]
+            gone += len(_LATER.get(self.path, [])) - len(kept_later)
+            _LATER[self.path] = kept_later
 
         def without_user(data: bytes) -> bytes:
             nonlocal gone
@@ -107,14 +151,21 @@ class Journal:
         _check_value(record)
         return record
 
+    def flush_later(self) -> None:
+        """Write the entries `append_later` keeps for this file now (a reader that must
+        see them; it takes no lock but the file's own)."""
+        AFTER_ANSWER.drain(("journal", self.path))
+
     def entries(self) -> Iterator[dict[str, Any]]:
         """Every entry, oldest first (a line a crash tore is skipped)."""
+        self.flush_later()
         return (entry for entry in self._parsed() if entry is not None)
 
     def newest_first(self, block: int = 1 << 16) -> Iterator[dict[str, Any]]:
         """Every entry, newest first, read from the file's end a `block` at a time: a
         caller that wants the latest few reads that much of a journal years long (a
         line a crash tore is skipped)."""
+        self.flush_later()
         for line in _lines_backwards(self.path, block):
             try:
                 entry = json.loads(line.decode("utf-8", errors="replace"))
@@ -125,6 +176,7 @@ class Journal:
 
     def read(self) -> JournalRead:
         """Every entry, and how many torn lines were skipped."""
+        self.flush_later()
         read = JournalRead()
         for entry in self._parsed():
             if entry is None:

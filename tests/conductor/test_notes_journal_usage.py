@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from notes_helpers import FakeClock
 from conductor.background.nightly import run_nightly
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
+from conductor.storage.write_behind import AFTER_ANSWER
 
 CANARY_TITLE = "Canarytitle Qz7xw"
 CANARY_BODY = "canarybody Vb3kp lives in this body"
@@ -144,6 +147,68 @@ def test_usage_counts_and_uses_in_7_days(store: NoteStore, clock: FakeClock) -> 
     data = json.loads(store.layout.usage_json.read_text())
     assert data["notes"][a.id]["total"] == 3
     assert "missing" not in data["notes"]
+
+
+@pytest.fixture
+def gate():
+    """The write-behind thread held until the test sets the gate (set at teardown too)."""
+    event = threading.Event()
+    AFTER_ANSWER.later(("test-gate", id(event)), event.wait)
+    yield event
+    event.set()
+    AFTER_ANSWER.drain()
+
+
+def test_an_answers_usage_and_journal_writes_are_batched_behind_the_caller(
+        store: NoteStore, monkeypatch, gate: threading.Event) -> None:
+    """Issue 58: record_injection ran after every answer in a thread the next turn's work
+    waited for, two fsync'd writes each (usage.json rewritten whole, a journal line).
+    The caller now does no disk write; the write-behind thread writes a batch of answers
+    in one rewrite and one journal write; nothing is lost, and the journal keeps its
+    order."""
+    notes = [store.add(title=f"n{i}", kind="gotcha", scope="user").note for i in range(3)]
+    ids = [n.id for n in notes if n is not None]
+    synced, usage_writes = [], []
+    real_fsync, real_record_many = os.fsync, type(store._usage).record_many
+
+    def fsync(fd):
+        synced.append(threading.current_thread().name)
+        return real_fsync(fd)
+
+    def record_many(book, uses):
+        usage_writes.append(len(uses))
+        return real_record_many(book, uses)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(type(store._usage), "record_many", record_many)
+    answers = 50  # while the write-behind thread waits at the gate
+    for n in range(answers):
+        assert store.record_injection([ids[n % 3], "unknown"], f"req-{n}") == 1
+    assert synced == [], "the caller wrote to the disk"  # red before: 2 fsyncs an answer
+    gate.set()
+    usage = [store.usage(i)["total"] for i in ids]  # a reader sees every use: written first
+    assert usage == [17, 17, 16] and sum(usage_writes) == answers
+    assert len(usage_writes) <= 2, usage_writes  # one rewrite for the batch (red: 50)
+    injected = [e for e in store.journal.entries() if e["op"] == "inject"]
+    assert [e["request_id"] for e in injected] == [f"req-{n}" for n in range(answers)]
+    assert synced.count(threading.current_thread().name) <= 4  # the reads' flushes, not 100
+    store.add(title="after", kind="gotcha", scope="user")  # a direct append after later ones
+    store.record_injection([ids[0]], "req-last")
+    store.add(title="after again", kind="gotcha", scope="user")
+    ops = [(e["op"], e.get("request_id")) for e in store.journal.entries()][-3:]
+    assert ops == [("add", None), ("inject", "req-last"), ("add", None)]  # in order
+
+
+def test_a_deleted_users_kept_journal_entries_are_never_written(
+        store: NoteStore, gate: threading.Event) -> None:
+    note = store.add(title="n", kind="gotcha", scope="user").note
+    assert note is not None
+    store.record_injection([note.id], "req-1")
+    store.journal.erase_user("alice", op="delete_user", ok=True)
+    gate.set()
+    AFTER_ANSWER.drain()
+    assert [e["op"] for e in store.journal.entries() if e["user"] == "alice"] == [
+        "delete_user"]
 
 
 def test_uses_in_7_days_at_a_given_moment(store: NoteStore, clock: FakeClock) -> None:
