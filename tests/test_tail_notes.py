@@ -115,6 +115,26 @@ def test_by_default_the_card_goes_alone_and_one_note_matches_as_a_statement(serv
     assert listed.id not in text and "say the answer comes from your notes" in text
 
 
+def test_a_users_question_finds_the_note_its_one_topic_word_names(served, tmp_path):
+    """Issue 60: "What is my dog's name?" against the notes the quality bench writes: the
+    question shares one stem with the note ("dog's" is "dog"), which names it (its title),
+    and the note is the best hit for a question about the user's own things, so it goes in
+    after the question; "a birthday party" (no first person) and "a good name for a boat"
+    ("name" says what kind of question it is) bring none."""
+    lean = InProcessApp(served, tmp_path)  # the default: one plain match
+    dog = add(lean, "user's dog", "The user has a dog called Biscuit, a beagle.")
+    add(lean, "user's birthday", "The user's birthday is on 14 March.")
+    add(lean, "laptop name", "The user's laptop is named otter.")
+    lean.chat(user("What is my dog's name?"), "Biscuit.", headers={"X-Tandem-Session": "dog"})
+    (notes,), record = spans(lean, "dog", "notes")
+    assert notes.note_ids == (dog.id,)
+    assert "The user has a dog called Biscuit" in span_text(lean, record, notes)
+    for n, message in enumerate(["Give me three ideas for a birthday party.",
+                                 "What's a good name for a boat?"]):
+        lean.chat(user(message), "Sure.", headers={"X-Tandem-Session": f"none-{n}"})
+        assert spans(lean, f"none-{n}", "notes")[0] == [], message
+
+
 def test_a_note_goes_in_once_per_session_and_never_on_a_tool_turn(app):
     add(app, "deploy runbook", "deploy with make deploy from the release branch", kind="runbook")
     session = {"X-Tandem-Session": "once"}

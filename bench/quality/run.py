@@ -209,9 +209,10 @@ def _accuracy(scored: list[dict]) -> float | None:
 
 
 async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: int,
-                      max_tokens: int, progress, writer_items: int = 0) -> dict[str, Any]:
-    """The five lanes and the remember prompts; the writer lane over the first
-    `writer_items` facts (bench/quality/writer_lane.py)."""
+                      max_tokens: int, progress, writer_items: int = 0,
+                      lanes: tuple[str, ...] = LANES) -> dict[str, Any]:
+    """The lanes (all five unless named) and the remember prompts; the writer lane over
+    the first `writer_items` facts (bench/quality/writer_lane.py)."""
     from bench.quality.writer_lane import writer_lane
 
     started = time.time()
@@ -220,7 +221,7 @@ async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: i
     rows: list[dict] = []
     for n, fact in enumerate(facts):
         # Lanes in a rotated order: none always runs first (or finds the others' cache).
-        for lane in LANES[n % len(LANES):] + LANES[: n % len(LANES)]:
+        for lane in lanes[n % len(lanes):] + lanes[: n % len(lanes)]:
             rows.append(await bench.question(lane, n, fact, facts))
         done = [r for r in rows if r["item"] == n]
         progress(f"item {n + 1}/{len(facts)}: " + ", ".join(
@@ -232,7 +233,7 @@ async def run_quality(engine: Engine, home: Path, facts: list[Fact], remember: i
         progress(f"remember {n + 1}/{remember}: stored {remembered[-1]['stored']}")
     writer = await writer_lane(engine, home, facts[:writer_items], max_tokens, progress,
                                USER) if writer_items else None
-    return {"bench": {"profile": engine.profile.name, "items": len(facts),
+    return {"bench": {"profile": engine.profile.name, "items": len(facts), "lanes": lanes,
                       "max_tokens": max_tokens, "remember_prompts": remember,
                       "writer_items": writer_items, "judge": "strict (bench/quality/judge.py)",
                       "started_at": datetime.fromtimestamp(started).isoformat(
@@ -245,7 +246,9 @@ def markdown(results: dict[str, Any]) -> str:
     bench, summary = results["bench"], results["summary"]
     lines = [f"# Answer quality with memory ({bench['profile']})", "",
              f"{bench['started_at']}: {bench['items']} questions a lane, greedy, at most "
-             f"{bench['max_tokens']} tokens, {bench['wall_s']:.0f} s.", "",
+             f"{bench['max_tokens']} tokens, {bench['wall_s']:.0f} s."
+             + (f" Lanes run: {', '.join(bench['lanes'])} (not the writer lane)."
+                if len(bench.get("lanes", LANES)) < len(LANES) else ""), "",
              "| lane | accuracy (strict judge) | items scored | prompt tokens (mean) | "
              "prefilled tokens (mean) | TTFT s (median) |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -318,8 +321,10 @@ def say(message: str) -> None:
 
 
 def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None = None,
-                      quick: bool = False) -> Path:
-    """Start the profile's engine, measure, write results.json, summary.md and the plot."""
+                      quick: bool = False, lanes: tuple[str, ...] = LANES) -> Path:
+    """Start the profile's engine, measure, write results.json, summary.md and the plot.
+    With fewer `lanes` than all five the writer lane is left out too (a rerun of the
+    lanes a change bears on: `python -m bench.quality.run --lanes on,oracle,told`)."""
     import asyncio
     import tempfile
 
@@ -336,8 +341,10 @@ def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None 
         engine = await Engine.start(profile, tandem_home(), progress=say)
         try:
             with tempfile.TemporaryDirectory(prefix="tandem-quality-") as tmp:
+                writer = 0 if set(lanes) != set(LANES) else QUICK_WRITER if quick else \
+                    FULL_WRITER
                 return await run_quality(engine, Path(tmp), facts, remember, tokens, say,
-                                         QUICK_WRITER if quick else FULL_WRITER)
+                                         writer, lanes)
         finally:
             engine.shutdown()
 
@@ -346,3 +353,27 @@ def run_quality_bench(profile, facts_path: Path | None = None, out: Path | None 
     print(write_results(results, target), flush=True)
     say(f"results in {target}")
     return target
+
+
+def main() -> None:
+    import argparse
+
+    from engine.profiles import load_profile
+
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.run",
+                                     description="the quality bench on some of its lanes")
+    parser.add_argument("--profile", default="smol")
+    parser.add_argument("--lanes", default=",".join(LANES),
+                        help=f"comma-separated, of {', '.join(LANES)}")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    lanes = tuple(lane for lane in LANES if lane in args.lanes.split(","))
+    unknown = set(args.lanes.split(",")) - set(LANES)
+    if unknown or not lanes:
+        parser.error(f"--lanes: not lanes: {', '.join(sorted(unknown)) or args.lanes}")
+    run_quality_bench(load_profile(args.profile), out=args.out, quick=args.quick, lanes=lanes)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,8 +4,9 @@
   within its budget; when over, pinned notes are kept first, then ratified ones, then the
   most recently updated. None by default (below).
 * The matching notes: for a new user message, BM25 over it; at most `max_matches` notes
-  that share at least two of its words and were not injected earlier in the session,
-  within `match_budget` tokens.
+  that bear on it (`bears_on`: two of its words, stemmed as the index stems them, or one
+  that names the note) and were not injected earlier in the session, within
+  `match_budget` tokens.
 
 `NotesShown` holds those sizes and the matching notes' format (a profile's
 `memory.notes_shown` sets them). The defaults are what `tandem bench --index` chose
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
+from conductor.search.notes_bm25 import note_text, stems
 
 INDEX_BUDGET = 0  # no index in the shared context by default
 LISTED_BUDGET = 1500  # an index where one is shown: a session's own notes, a profile's choice
@@ -92,6 +94,43 @@ _STOPWORDS = frozenset(
 def content_words(text: str) -> set[str]:
     """Lower-cased words of a text, without stopwords and one-letter words."""
     return {w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in _STOPWORDS}
+
+
+# Words that say what kind of message it is, not what it is about: the memory verbs ("do
+# you remember ...", "update ..."), "user" (the notes' name for the person), and a
+# question's frame ("which band do I like most", "how often", "what is it called").
+_FRAME_WORDS = stems(
+    "about after again all also am any been being best both could did does doing done "
+    "each even ever every few get got give had he her here his into just know let like "
+    "make many may might more most much must need never now often only other out over "
+    "please really same say should she some such take tell than thanks thank they thing "
+    "things think those too very want way well would yes yet remember forget note memory "
+    "update name called user".split())
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|my|mine|we|we're|we've|our|ours)\b", re.I)
+
+
+def topic_words(text: str) -> list[str]:
+    """A text's content words less the frame words and a possessive's "'s" (the index
+    reads "dog's" as "dog" and "s", and "s" matches every "user's"): what it is about."""
+    words = {re.sub(r"'s?$", "", w) for w in content_words(text)}
+    return sorted(w for w in words if len(w) > 1 and not stems([w]) <= _FRAME_WORDS)
+
+
+def match_words(text: str) -> set[str]:
+    """What a match compares: a text's topic words as the index stems them ("dog's" is
+    "dog", "migrations" "migrat")."""
+    return stems(topic_words(text))
+
+
+def bears_on(shared: set[str], note: Note, best: bool, about_the_user: bool) -> bool:
+    """Whether a note bears on a message it shares `shared` stems with: two of them, or
+    one that names the note (a word of its title) when the note is the search's best
+    hit and the message speaks of the user's own things ("when is my birthday?" and the
+    note "user's birthday"). One word alone would pull a note into any message that
+    says it ("a birthday party idea"), so it takes all three."""
+    if len(shared) >= MIN_SHARED_WORDS:
+        return True
+    return len(shared) == 1 and best and about_the_user and bool(shared & match_words(note.title))
 
 
 @dataclass(frozen=True)
@@ -166,18 +205,25 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
     allowed_ids = {n.id for n in allowed}
     if not allowed_ids:  # no note to match: skip reading the message (on every request)
         return None
-    words = content_words(message)
-    if len(words) < MIN_SHARED_WORDS:
+    words = match_words(message)
+    if not words:
         return None
+    about_the_user = bool(_FIRST_PERSON.search(message))
     chosen: list[Note] = []
     frame = frame or MATCH_FRAMES[shown.match_frame]
     used = count_tokens(frame)
     placed = 0  # matches already in the prompt, prefetched
-    for note, _score in store.search(message, limit=SEARCH_DEPTH, include_stale=False):
-        if note.id not in allowed_ids or (note.id in already and note.id not in in_place):
+    first = True  # the best hit the message may see (one injected before still counts)
+    # The search reads the topic words only: "name" in "what is my dog's name?" would
+    # rank a note titled "laptop name" above the dog's in a small store.
+    topic = " ".join(topic_words(message))
+    for note, _score in store.search(topic, limit=SEARCH_DEPTH, include_stale=False):
+        if note.id not in allowed_ids:
             continue
-        shared = words & content_words(" ".join([note.title, " ".join(note.tags), note.body]))
-        if len(shared) < MIN_SHARED_WORDS:
+        best, first = first, False
+        if note.id in already and note.id not in in_place:
+            continue
+        if not bears_on(words & match_words(note_text(note)), note, best, about_the_user):
             continue
         if note.id in in_place:
             placed += 1

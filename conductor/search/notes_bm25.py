@@ -62,6 +62,20 @@ def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
     return list(words)[:limit]
 
 
+# The index's own analysis (tantivy's "en_stem": split, drop long tokens, lower-case,
+# Porter's English stemmer), for a caller that compares words as the index does.
+_EN_STEM = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(MAX_TERM_BYTES + 1))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer("english")).build())
+
+
+def stems(words: Iterable[str]) -> set[str]:
+    """The index's stems of ``words`` ("dog's" is "dog", "migrations" "migrat"), without
+    the one-letter ones a possessive leaves."""
+    return {t for t in _EN_STEM.analyze(" ".join(words)) if len(t) > 1}
+
+
 def note_text(note: IndexedNote) -> str:
     """The searchable text of a note: title, tags and body."""
     return "\n".join([note.title, " ".join(note.tags), note.body])

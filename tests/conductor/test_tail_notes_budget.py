@@ -121,3 +121,51 @@ def test_notes_shown_refuses_a_negative_size_or_an_unknown_format():
         NotesShown(note_format="fancy")
     with pytest.raises(ValueError):
         NotesShown(match_frame="long")
+
+
+def _notes_of_a_user(tmp_path):
+    from conductor.notes import NoteStore
+
+    store = NoteStore(tmp_path, "tester")
+    for title, body in [("user's dog", "The user has a dog called Biscuit, a beagle."),
+                        ("user's birthday", "The user's birthday is on 14 March."),
+                        ("migrations need a lock", "Run migrations only after taking the "
+                         "deploy lock with `quayctl lock`."),
+                        ("laptop name", "The user's laptop is named otter."),
+                        ("release branch name", "Releases are cut from release/stable.")]:
+        assert store.add(title=title, body=body, kind="reference", scope="user", source="cli",
+                         has_user_message=True).ok
+    return store
+
+
+def test_a_question_matches_by_stems_and_by_the_one_word_that_names_the_note(tmp_path):
+    """Issue 60: "What is my dog's name?" shares no word with "user's dog" as written (the
+    question says "dog's") and one stem ("dog") once stemmed as the index stems it; that
+    one word names the note (its title), the note is the best hit and the question is
+    the user's about their own things, so it matches. "name" says what kind of question
+    it is, not what it is about (laptop name, release branch name)."""
+    from conductor.hidden.tail_notes import build_matches
+
+    store = _notes_of_a_user(tmp_path)
+    for question, title in [("What is my dog's name?", "user's dog"),
+                            ("When is my birthday?", "user's birthday"),
+                            ("What must I do before running migrations?",
+                             "migrations need a lock")]:
+        found = build_matches(store, question, store.list(), set(), words)
+        assert found is not None, question
+        (note_id,) = found.note_ids
+        assert store.get(note_id).title == title
+
+
+def test_one_shared_word_alone_pulls_no_note_into_a_message(tmp_path):
+    """The look-alikes: one shared word that does not name the note's subject for the
+    user ("birthday party ideas" is not about the user's birthday; "name" is a frame
+    word), or a memory verb ("remember", "update"), brings no note."""
+    from conductor.hidden.tail_notes import build_matches
+
+    store = _notes_of_a_user(tmp_path)
+    for message in ["Give me three ideas for a birthday party.",
+                    "What's a good name for a sailboat?",
+                    "Can you tell me a story about a robot who could not remember its name?",
+                    "Please update the migrations guide in the docs."]:
+        assert build_matches(store, message, store.list(), set(), words) is None, message
