@@ -17,20 +17,23 @@ neither reads the other's cache. Per run, from each answer's
   the turn before, where it kept the recurrent state);
 * the padding: how many filler tokens the layout put in the shared context.
 
-Writes results.json and summary.md (default: this folder).
+Writes results.json and summary.md (default: bench/results/hybrid-layout/).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 import httpx
 
-HERE = Path(__file__).parent
+from bench.paths import RESULTS_DIR
+
+OUT = RESULTS_DIR / "hybrid-layout"
 LATER_WORDS = (500, 650, 800)
 QUESTIONS = ("Which port does the API use?", "And the database?", "Anything else listening?",
              "Who owns the queue?")
@@ -99,7 +102,9 @@ def summary(results: dict) -> str:
         "",
         f"vLLM's block size on this model: {results['block_size']} tokens. "
         "Measured by `python -m bench.hybrid.layout` on the CPU (random weights: the "
-        "figures are the cache's, not the answers').",
+        "figures are the cache's, not the answers'). Load average "
+        f"{results['load_average_start'][0]:.2f} at the start, "
+        f"{results['load_average_end'][0]:.2f} at the end.",
         "",
         "| | with the layout | without (plain vLLM's) |",
         "| --- | --- | --- |",
@@ -124,7 +129,7 @@ def summary(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hybrid.layout")
-    parser.add_argument("--out", type=Path, default=HERE)
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     from bench.load.app_thread import ServedApp
     from engine.home import tandem_home
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from server.app import create_app
 
     ensure_model(tandem_home(), "tiny-hybrid", progress=lambda _m: None)
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
         (home / "models").symlink_to(models_dir(tandem_home()), target_is_directory=True)
@@ -148,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     padding = (on_span["shared_end"] - on_span["shared_start"]) - (
         off_span["shared_end"] - off_span["shared_start"])
     results = {"profile": "tiny-hybrid", "block_size": block, "padding_tokens": padding,
-               "with_layout": with_layout, "without_layout": without}
+               "with_layout": with_layout, "without_layout": without,
+               "load_average_start": load_start, "load_average_end": os.getloadavg()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "summary.md").write_text(summary(results))

@@ -215,7 +215,7 @@ def shared_context_ids(tokenizer, text: str, start: int = 0,
     context ending inside one loses that whole block every session. The message is padded
     inside, before its end, so that the prompt up to its end (`start` tokens before it)
     is a whole number of blocks: the checkpoint lands where the next session's prompt
-    stops sharing it. What the padding costs: bench/hybrid/summary.md."""
+    stops sharing it. What the padding costs: bench/results/hybrid-layout/summary.md."""
     ids = _shared_context_ids(tokenizer, text)
     if not block:
         return list(ids)
