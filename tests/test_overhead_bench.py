@@ -48,3 +48,39 @@ def test_the_overhead_bench_measures_every_request_of_both_modes(built_models, t
     text = "\n".join(summary_lines(results))
     assert "server share of TTFT under load, p95" in text and "< 5 ms" in text
     assert isinstance(results["met"], bool)
+
+
+def test_the_full_population_fits_the_ledgers_bound():
+    """All 100,000 synthetic records are held (the first run held 28,776: at 32 ids a turn
+    and no shared block, 1,000 users' records overflowed the bound and the oldest went)."""
+    from bench.overhead.run import FULL, TURN_IDS
+    from conductor.ledger.id_blocks import BLOCK_SIZE
+    from conductor.ledger.records import MAX_TOKENS
+
+    own = sum(TURN_IDS * (t + 1) for t in range(FULL.turns_per_session))  # a session's tails
+    held = BLOCK_SIZE + FULL.users * FULL.sessions_per_user * own
+    assert FULL.users * FULL.sessions_per_user * FULL.turns_per_session == 100_000
+    assert held <= MAX_TOKENS * 0.75  # room for the live conversations' records too
+
+
+def test_a_waiting_thread_is_not_where_a_stall_was_spent():
+    """The sampler names the threads that run, not one asleep in a wait: the write-behind
+    thread's idle wait (our code's frame, conductor/storage/write_behind.py:_run) was the
+    top 'worker' frame of the idle loop's stalls."""
+    import sys
+    import threading
+
+    from bench.overhead.stalls import _our_frame
+    from conductor.storage.write_behind import WriteBehind
+
+    behind = WriteBehind("test-write-behind")
+    behind.later("once", lambda: None)
+    behind.drain()
+    thread = behind._thread
+    assert thread is not None
+    for _ in range(100):  # until it is back in its wait
+        frame = sys._current_frames()[thread.ident]
+        if frame.f_code.co_name == "wait":
+            break
+        threading.Event().wait(0.01)
+    assert _our_frame(frame) is None  # red before: 'conductor/storage/write_behind.py:_run'

@@ -85,8 +85,17 @@ class StallWatcher:
         }
 
 
+# A thread whose innermost frame is one of these is waiting, not running: it holds no GIL
+# and stalls nothing (the write-behind thread's idle wait, a pool's idle workers).
+WAITING = frozenset({"wait", "wait_for", "_wait_for_tstate_lock", "get", "select", "sleep",
+                     "acquire"})
+
+
 def _our_frame(frame) -> str | None:
-    """The innermost frame of Tandem's own code in a stack, as `path:function`."""
+    """The innermost frame of Tandem's own code in a stack, as `path:function`; None for
+    a thread that is waiting (`WAITING`)."""
+    if frame is not None and frame.f_code.co_name in WAITING:
+        return None
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(OURS):
