@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from conductor.hidden.corrections import CORRECTION_KIND, HOLDS_TEXT, build_corrections
 from conductor.hidden.memory_refs import NOTE_ID, RefError, read_ref
@@ -46,7 +46,10 @@ from conductor.hidden.tail_notes import NotesShown, build_matches
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
-from conductor.memory.services import MemoryServices
+from conductor.memory.turn import TurnFacts
+
+if TYPE_CHECKING:  # services.py asks this module for the decision
+    from conductor.memory.services import MemoryServices
 
 # The server's part of conductor/hidden/ (the front door: nothing deeper), and the decision below.
 __all__ = [
@@ -100,14 +103,6 @@ class Replayed(Protocol):
     ids: Sequence[int]  # the record's ids kept
     spans: tuple[Span, ...]  # its hidden spans among them
     dropped: tuple[Span, ...]  # its hidden spans past the cut
-
-
-@dataclass(frozen=True)
-class TurnFacts:
-    """What the hiding decision needs of a request, as plain values."""
-
-    last_message: str  # the text of the request's last message (the user's, when it is)
-    client_tools: bool  # the client offered tools of its own (not only the engine's)
 
 
 @dataclass

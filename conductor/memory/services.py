@@ -1,8 +1,11 @@
 """The server's memory state, one object: stores per user, session tokens, the ledger,
-the Responses store, the writer's triggers and the idle-time services' queues."""
+the Responses store, the writer's triggers and the idle-time services' queues; and a chat
+turn's two calls, `plan_turn` on its way to the engine and `record_turn` on its way back
+(their plain data: conductor/memory/turn.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import getpass
 import logging
@@ -11,13 +14,14 @@ import re
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits
+from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits, goes_on
 from conductor.hidden.prewarm import PrewarmHeads
 from conductor.hidden.shared_context import (
+    SHARED_KIND,
     SharedContext,
     build_shared_context,
     shared_notes,
@@ -26,15 +30,27 @@ from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
-from conductor.ledger.records import Ledger
+from conductor.ledger.records import Ledger, Match, Record
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
+from conductor.memory.context import MemoryContext, session_after_answer
 from conductor.memory.erase import drop_indexes_of_gone_users, erase_user
+from conductor.memory.hiding import (
+    HiddenContext,
+    Replayed,
+    choose_hidden,
+    injections_to_record,
+    note_miss,
+    record_injections,
+)
 from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
+from conductor.memory.turn import L, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.recovery import Recovery, recover
+from conductor.writing.command_writes import CommandOutcome, carry_out
+from conductor.writing.commands import recognise
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 
 log = logging.getLogger("tandem.memory")
@@ -220,3 +236,113 @@ class MemoryServices:
             notes = shared_notes(store, project) if reads else None
             return build_shared_context(card, notes, count_tokens,
                                         self.notes_shown.index_budget)
+
+    # -- a chat turn: one call down, one call up (conductor/memory/turn.py) -----------------
+    def plan_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int],
+                  lay_out: Callable[[TurnMemory], L]) -> TurnPlan[L]:
+        """Everything a chat turn needs of memory before the engine, in one call: the
+        ledger's match, the shown answers and the record's deleted notes for the layout,
+        the hiding decision bound to this turn, then `lay_out` (the turn's token work:
+        render, replay, fit; it raises when the request is refused), and once it stands
+        what a valid request sets off: its hidden parts counted, a miss noted, a memory
+        command carried out (LeaseBusy or LeaseUnavailable when another replica writes the
+        user's memory). `facts.memory` must be set."""
+        memory = facts.memory
+        assert memory is not None, "a turn's facts name its memory context"
+        user = memory.user
+        match = self.ledger.find(user or "-relayed-", memory.session, list(facts.visible),
+                                 memory.project, bare=memory.off_reason is not None)
+        if match is not None and facts.tools_message:  # the tools' pseudo-message
+            match = replace(match, matched_messages=match.matched_messages - 1)
+
+        def hidden(replay: Replayed | None,
+                   decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
+            return choose_hidden(self, memory, replay, facts, count_tokens, decode)
+
+        layout = lay_out(TurnMemory(
+            match=match, as_written=self.shown.for_user(user),
+            deleted=self._deleted_notes(user, match), shows_shared=self._shows_shared(memory),
+            hidden=hidden))
+        command = None
+        if not facts.counting:
+            if self.metrics is not None:  # what this turn adds; replayed ones were counted
+                for span in layout.added_spans:
+                    self.metrics.hidden(span.kind, span.end - span.start)
+            if layout.missed and memory.off_reason is None:
+                note_miss(self, memory, layout.visible, count_tokens)
+            # "remember that ...": carried out now, in the user's words (the request is valid)
+            command = self._command(memory, facts.command_text)
+        return TurnPlan(layout, command, self.cache_salt(user))
+
+    def _deleted_notes(self, user: str | None, match: Match | None) -> frozenset[str]:
+        """The notes the matched record's hidden spans hold that are gone (deleted, not
+        archived): a replay holding one is rendered afresh, without its text."""
+        if match is None or user is None:
+            return frozenset()
+        note_ids = {i for span in match.record.spans for i in span.note_ids}
+        return frozenset(self.store(user).missing(note_ids)) if note_ids else frozenset()
+
+    def _shows_shared(self, memory: MemoryContext) -> bool:
+        """Whether this request would get a shared context at all (the card, or an index):
+        else a record without one is not worth a second, whole render."""
+        if memory.off_reason is not None:
+            return False
+        return memory.shows_card or (memory.reads and self.notes_shown.index_budget > 0)
+
+    def _command(self, memory: MemoryContext, text: str | None) -> CommandOutcome | None:
+        """The memory command `text` opens with, carried out where memory may write."""
+        if text is None or not memory.writes or memory.user is None:
+            return None
+        command = recognise(text)
+        if command is None:
+            return None
+        if self.leases is not None:  # replicas: only the user's writer carries it out
+            self.leases.token(memory.user)
+        outcome = carry_out(self.store(memory.user), command, session=memory.session,
+                            project=memory.project)
+        log.info("memory command: %s (%d note%s)", command.kind, len(outcome.note_ids),
+                 "" if len(outcome.note_ids) == 1 else "s")
+        return outcome
+
+    def record_turn(self, outcome: TurnOutcome) -> None:
+        """A chat turn's one call up, on the event loop, once it is answered or the client
+        left: the shown answer, the ledger's record, the prewarm's head, the notes
+        injected (in a worker thread), the prefetch's and the writer's triggers."""
+        memory = outcome.memory
+        user, session = memory.user, memory.session
+        if outcome.recorded:
+            self.shown.remember(user, outcome.shown, outcome.written)
+            session = session_after_answer(memory, outcome.messages)
+            if outcome.ledger_kept:
+                self.ledger.record(Record(
+                    user=user or "-relayed-", session=session, project=memory.project,
+                    bare=memory.off_reason is not None, messages=outcome.messages,
+                    ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
+                    spans=outcome.spans))
+            self._note_head(outcome)
+            if injections_to_record(memory, list(outcome.hidden)):
+                asyncio.get_running_loop().run_in_executor(
+                    None, record_injections, self, memory, list(outcome.hidden),
+                    outcome.request_id)
+            if outcome.blocks_written:  # blocks held back: notes may have been written
+                self.on_change(user)
+            if self.prefetch_limits.on and outcome.ledger_kept and memory.reads \
+                    and user is not None \
+                    and goes_on(memory.derived, [m.role for m in outcome.messages]):
+                self.prefetch_due.turn_recorded(user, session)
+            if memory.writes:
+                self.triggers.turn_done(user, session, outcome.new_tokens)
+        if outcome.gave_up and memory.writes:  # the writer looks at what was said
+            self.triggers.give_up(user, session)
+
+    def _note_head(self, outcome: TurnOutcome) -> None:
+        """The head and the shared context the turn ran are cached now: the prewarm keeps
+        them current when the shared context changes."""
+        group = outcome.memory.context_group()
+        if outcome.shared_version is None or group is None:
+            return
+        shared = next((s for s in outcome.spans if s.kind == SHARED_KIND), None)
+        if shared is not None:
+            # not checkpointed: no version is cached, so the prewarm runs in idle time
+            version = outcome.shared_version if outcome.head_checkpointed else ""
+            self.prewarm.seen(group, tuple(outcome.ids[: shared.start]), version)

@@ -4,8 +4,10 @@ Before the engine (`prepare`, below; modules of `server/turn/`):
 
 1. check the request against the served profile ........... `checks.py`
 2. resolve its user, session, project and memory's mode .... `memory.py`
-3. choose the hidden parts, assemble the prompt's ids and
-   fit them in the context (memory gives way first) ........ `hidden.py`, `prompt.py`, `fit.py`
+3. memory's one call down (`MemoryServices.plan_turn`), which
+   runs the turn's token work: render, replay, assemble the
+   prompt's ids with the hidden parts memory chooses, and fit
+   them in the context (memory gives way first) ............ `prompt.py`, `replay.py`, `fit.py`
 4. the engine's parameters ................................. `params.py`, `constraints/`
 
 On the engine (`server/turn/answering/`; the routes call `respond.py` with the PreparedChat):
@@ -14,7 +16,9 @@ On the engine (`server/turn/answering/`; the routes call `respond.py` with the P
 6. parse the answer: reasoning, content, tool calls and
    held-back memory blocks ................................. `answer.py`, `output_parser.py`,
                                                              `memblock.py`
-7. record the turn in the ledger (`Answer.finish`) ......... `answer.py`
+7. memory's one call up (`MemoryServices.record_turn`, from
+   `Answer.finish` or `Answer.stopped`): the ledger's record,
+   the shown answer, the injections, the writer's triggers .. `answer.py`
 
 No step imports the routes; the engine is `engine.backend.EngineBackend`.
 """
@@ -26,19 +30,22 @@ import uuid
 from collections.abc import Sequence
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import Tail, note_miss
+from conductor.memory.hiding import Tail
+from conductor.memory.lease import LeaseBusy, LeaseUnavailable
 from conductor.memory.services import MemoryServices
+from conductor.memory.turn import TurnMemory
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
+from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.checks import check_request, check_room, check_token_ids
 from server.turn.commands import header as command_header
-from server.turn.commands import run_command, status_lines
-from server.turn.fit import Layout, answer_reserve, fitting, layouts
+from server.turn.commands import lease_busy, status_lines
+from server.turn.fit import Layout, answer_reserve, fitting, layouts, turn_facts
 from server.turn.memory import resolve_context
 from server.turn.params import generation_params, script_ids
 from server.turn.prepared import PreparedChat
-from server.turn.prompt import tools_for_template
+from server.turn.prompt import tools_for_template, visible_messages
 
 
 def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
@@ -72,25 +79,37 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     # room, as vLLM cuts it (get_max_tokens): then memory keeps what leaves the answer
     # its usual reserve, rather than giving way for tokens the answer cannot have anyway.
     reserve = max(answer_room, answer_reserve(profile.max_model_len))
-    layout = fitting(layouts(engine, profile, services, memory, request, thinking,
-                             leading_tails, hidden_gives_way, data),
-                     lambda laid: profile.max_model_len - laid.tokens >= (
-                         memory_need if laid.holds_memory else need),
-                     then=lambda laid: profile.max_model_len - laid.tokens >= (
-                         reserve if laid.holds_memory else answer_room))
+    offered, engine_tools = with_engine_tools(request, memory,
+                                              profile.tool_call_format == "qwen")
+    visible = visible_messages(offered)
     # vLLM's kv_transfer_params: ids handed over from a prefill server stand for the render
     forwarded = request.forwarded_ids()
-    check_token_ids(engine, "kv_transfer_params", forwarded or [])
+
+    def lay_out(view: TurnMemory) -> Layout:
+        """The token work, run inside memory's call: the first layout that fits, and the
+        request refused (before memory acts on it) when not even the client's own does."""
+        laid = fitting(layouts(engine, view, memory, request, offered, engine_tools,
+                               visible, thinking, leading_tails, hidden_gives_way, data),
+                       lambda laid: profile.max_model_len - laid.tokens >= (
+                           memory_need if laid.holds_memory else need),
+                       then=lambda laid: profile.max_model_len - laid.tokens >= (
+                           reserve if laid.holds_memory else answer_room))
+        check_token_ids(engine, "kv_transfer_params", forwarded or [])
+        check_room(len(forwarded or laid.built.ids), profile.max_model_len, answer_room)
+        return laid
+
+    facts = turn_facts(offered, visible, memory, profile.memory.commands != "off", counting)
+    try:  # memory's one call down: what the turn needs of it, its layout run inside
+        plan = services.plan_turn(facts, engine.count_tokens, lay_out)
+    except (LeaseBusy, LeaseUnavailable) as exc:  # a memory command on another's writer
+        raise lease_busy(exc) from None
+    layout = plan.layout
     prompt_ids = forwarded or layout.built.ids
-    room = check_room(len(prompt_ids), profile.max_model_len, answer_room)
-    if not counting:
-        _count_hidden(services, memory, layout, engine)
-    # "remember that ...": carried out now, in the user's words (the request is valid)
-    command = None if counting else run_command(services, profile, memory, request)
+    room = profile.max_model_len - len(prompt_ids)  # check_room passed in lay_out
+    command = plan.command
     # 4. the engine's parameters
     scripts = script_ids(engine, request)
-    params = generation_params(layout.request, profile, room, constraints,
-                               services.cache_salt(memory.user),
+    params = generation_params(layout.request, profile, room, constraints, plan.salt,
                                scripts[0] if scripts else None)
     calls_tools = profile.tool_call_format == "qwen" and not constraints.json_answer
     return PreparedChat(
@@ -124,13 +143,3 @@ def _resolve(request: ChatCompletionRequest, headers, peer: str | None, profile:
         # as with X-Tandem-Memory: off (see ChatCompletionRequest.runs_without_memory)
         memory = dataclasses.replace(memory, header="off")
     return memory
-
-
-def _count_hidden(services: MemoryServices, memory: MemoryContext, layout: Layout,
-                  engine: EngineBackend) -> None:
-    """A valid request: its hidden context goes in the metrics, and a miss is noted."""
-    if services.metrics is not None:
-        for span in layout.built.spans:  # what this turn adds; replayed ones were counted
-            services.metrics.hidden(span.kind, span.end - span.start)
-    if (layout.replayed is None or layout.partial) and memory.off_reason is None:
-        note_miss(services, memory, layout.visible, engine.count_tokens)

@@ -21,26 +21,22 @@ client's own request needs one token, as on vLLM).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import SHARED_KIND, HiddenContext, Tail, TurnFacts, choose_hidden
+from conductor.memory.hiding import SHARED_KIND, HiddenContext, Tail, TurnFacts
 from conductor.memory.ledger import Span, VisibleMessage
-from conductor.memory.services import MemoryServices
+from conductor.memory.turn import TurnMemory
 from engine.backend import EngineBackend
-from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS
-from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.prompt import (
     BuiltPrompt,
     RenderedChat,
     assemble,
     render_chat,
-    tools_for_template,
     visible_messages,
 )
 from server.turn.replay import replay_without_stale_reasoning
@@ -73,6 +69,16 @@ class Layout:
         return bool(self.engine_tools or self.replayed or self.hidden.head
                     or self.hidden.tails)
 
+    @property
+    def added_spans(self) -> list[Span]:
+        """The hidden spans this turn adds (replayed ones were counted before)."""
+        return self.built.spans
+
+    @property
+    def missed(self) -> bool:
+        """The prompt is not a whole record replayed: a new session, a miss or an edit."""
+        return self.replayed is None or self.partial
+
 
 # Without a max_tokens, memory's parts leave the answer this many tokens (an eighth of a
 # small context): a chat answer's usual length. Less, and a long conversation would keep
@@ -84,39 +90,32 @@ def answer_reserve(max_model_len: int) -> int:
     return min(ANSWER_RESERVE, max_model_len // 8)
 
 
-def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
-            memory: MemoryContext, request: ChatCompletionRequest, enable_thinking: bool,
+def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
+            request: ChatCompletionRequest, offered: ChatCompletionRequest,
+            engine_tools: bool, visible: list[VisibleMessage], enable_thinking: bool,
             leading_tails: Sequence[Tail], gives_way: bool = True,
             data: Sequence[str] = ()) -> Iterator[Layout]:
     """The whole layout first, then (with `gives_way`) each one with less of memory's
     parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
-    first that fits."""
+    first that fits. `view`: what memory gave the turn (`MemoryServices.plan_turn`);
+    `offered`: the request with the engine's tools, when `engine_tools`; `visible`: its
+    messages in the ledger's terms."""
     tokenizer, block = engine.tokenizer, engine.reuse_block
-    offered, engine_tools = with_engine_tools(request, memory,
-                                              profile.tool_call_format == "qwen")
-    visible = visible_messages(offered)
-    match = services.ledger.find(memory.user or "-relayed-", memory.session, visible,
-                                 memory.project, bare=memory.off_reason is not None)
-    if match is not None and offered.tools and tools_for_template(offered):
-        # the tools pseudo-message
-        match = dataclasses.replace(match, matched_messages=match.matched_messages - 1)
-    as_written = services.shown.for_user(memory.user)
+    as_written = view.as_written
     rendered = render_chat(tokenizer, offered, enable_thinking, as_written, data)
-    replay = replay_without_stale_reasoning(tokenizer, rendered, match)
-    if replay is not None and memory.user is not None and _holds_a_deleted_note(
-            services, memory.user, replay.spans):
+    replay = replay_without_stale_reasoning(tokenizer, rendered, view.match)
+    if replay is not None and any(i in view.deleted for s in replay.spans for i in s.note_ids):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
     fresh = None
     if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans) \
-            and _may_show_shared(services, memory):
+            and view.shows_shared:
         # A record laid out without the shared context: afresh with it, when it fits
-        fresh = _rendered_whole(tokenizer, services, memory, rendered, offered, engine,
-                                engine_tools, visible, leading_tails)
+        fresh = _rendered_whole(engine, view, memory, rendered, offered, engine_tools,
+                                visible, leading_tails)
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = choose_hidden(services, memory, replay, turn_facts(offered),
-                           engine.count_tokens, tokenizer.decode)
+    hidden = view.hidden(replay, tokenizer.decode)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
                             [*leading_tails, *hidden.tails], block),
@@ -130,8 +129,8 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
                       built=assemble(tokenizer, rendered, replay, hidden.head,
                                      list(leading_tails), block))
     if replay is not None:  # the record's earlier turns go; the shared context stays
-        fresh = fresh or _rendered_whole(tokenizer, services, memory, rendered, offered,
-                                         engine, engine_tools, visible, leading_tails)
+        fresh = fresh or _rendered_whole(engine, view, memory, rendered, offered,
+                                         engine_tools, visible, leading_tails)
         if fresh is not None and fresh.hidden.head is not None:
             yield replace(fresh, hidden=replace(fresh.hidden, tails=[]),
                           built=assemble(tokenizer, rendered, None, fresh.hidden.head,
@@ -146,49 +145,39 @@ def layouts(engine: EngineBackend, profile: Profile, services: MemoryServices,
                      assemble(tokenizer, plain, None, None, list(leading_tails)))
 
 
-def _rendered_whole(tokenizer, services: MemoryServices, memory: MemoryContext,
+def _rendered_whole(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
                     rendered: RenderedChat, offered: ChatCompletionRequest,
-                    engine: EngineBackend, engine_tools: bool, visible: list[VisibleMessage],
+                    engine_tools: bool, visible: list[VisibleMessage],
                     leading_tails: Sequence[Tail]) -> Layout | None:
     """The conversation rendered whole, with the shared context and this turn's tails, as
     a new session would get it; None when memory is off."""
     if memory.off_reason is not None:
         return None
-    hidden = choose_hidden(services, memory, None, turn_facts(offered), engine.count_tokens)
+    hidden = view.hidden(None, None)
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
-                  assemble(tokenizer, rendered, None, hidden.head,
+                  assemble(engine.tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails], engine.reuse_block))
 
 
-def turn_facts(request: ChatCompletionRequest) -> TurnFacts:
-    """What memory's hiding decision reads of the request: its last message, and whether
-    the client offered tools of its own (the engine's own do not count)."""
+def turn_facts(offered: ChatCompletionRequest, visible: list[VisibleMessage],
+               memory: MemoryContext, commands: bool, counting: bool = False) -> TurnFacts:
+    """What memory reads of the request (`offered`: with the engine's tools; `visible`:
+    its messages as the ledger matches them): its last message, whether the client
+    offered tools of its own (the engine's own do not count), and the newest user message
+    when it may open with a memory command (`commands`: the profile takes them)."""
     # on the request's own objects: tools_for_template dumps each tool, which an agent's
     # forty tools make a cost on every request, memory on or off
-    client_tools = request.tool_choice != "none" and any(
-        t.function.name not in ENGINE_TOOLS for t in request.tools or ())
+    client_tools = offered.tool_choice != "none" and any(
+        t.function.name not in ENGINE_TOOLS for t in offered.tools or ())
     try:
-        last = request.messages[-1].text()
+        last = offered.messages[-1].text()
     except ValueError:  # non-text parts: the render has refused them already
         last = ""
-    return TurnFacts(last, client_tools)
-
-
-def _may_show_shared(services: MemoryServices, memory: MemoryContext) -> bool:
-    """Whether this request would get a shared context at all (the card, or an index):
-    else a record without one is not worth a second, whole render."""
-    if memory.off_reason is not None:
-        return False
-    return memory.shows_card or (memory.reads and services.notes_shown.index_budget > 0)
-
-
-def _holds_a_deleted_note(services: MemoryServices, user: str, spans) -> bool:
-    """A record whose hidden spans hold a note that is gone (deleted, not archived): its
-    text must not be replayed into another prompt."""
-    note_ids = {i for span in spans for i in span.note_ids}
-    if not note_ids:
-        return False
-    return bool(services.store(user).missing(note_ids))
+    # only the user's own newest message counts (not a tool's result, nor a document)
+    said = commands and offered.messages[-1].role == "user" and bool(last)
+    return TurnFacts(last, client_tools, memory, tuple(visible),
+                     tools_message=bool(visible) and visible[0].role == "tools",
+                     command_text=last if said else None, counting=counting)
 
 
 def fitting(candidates: Iterator[Layout], fits: Callable[[Layout], bool],

@@ -10,20 +10,13 @@ as a hidden span.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.memory.context import session_after_answer
-from conductor.memory.hiding import (
-    SHARED_KIND,
-    Tail,
-    goes_on,
-    injections_to_record,
-    record_injections,
-)
-from conductor.memory.ledger import Record, Span, VisibleMessage
+from conductor.memory.hiding import Tail
+from conductor.memory.ledger import Span, VisibleMessage
 from conductor.memory.services import MemoryServices
+from conductor.memory.turn import TurnOutcome
 from engine.generation import Delta, TokenLogprob
 from server.turn.answering.logprobs import chat_logprob
 from server.turn.answering.memblock import MemoryFilter
@@ -78,7 +71,6 @@ class Answer:
     # (output offset, log-probability) of generated tokens not yet given to the client
     pending_logprobs: list[tuple[int, TokenLogprob]] = field(default_factory=list)
     prompt_logprobs: list | None = None  # Delta.prompt_logprobs of the first generation
-    recorded_session: str | None = None  # the session the ledger filed the turn under
 
     @classmethod
     def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
@@ -180,9 +172,11 @@ class Answer:
             held = len(self.engine_text)
         if self.output_ids:
             self._record(self.engine_text[: len(self.engine_text) - held], interrupted=True)
-        elif self.chat.on_recorded is not None and self.chat.records:  # the user's words stay
-            self._hand_over(interrupted=True)
-        self.gave_up()
+        elif self.chat.records:  # nothing to record; the writer looks at the session
+            self.services.record_turn(TurnOutcome(self.chat.memory, self.chat.completion_id,
+                                                  recorded=False, gave_up=True))
+            if self.chat.on_recorded is not None:  # the user's words stay
+                self._hand_over(interrupted=True)
 
     def _filtered(self, parsed: ParsedDelta, first: int) -> ParsedDelta:
         self.reasoning += parsed.reasoning
@@ -228,9 +222,10 @@ class Answer:
 
     # -- recording ------------------------------------------------------------------------------
     def _record(self, shown_text: str | None = None, interrupted: bool = False) -> None:
-        """The turn into the ledger: the prompt and the output ids, which end where the
-        client's text ends when `shown_text` (the running generation's engine text it
-        saw) is given."""
+        """The turn to memory, in its one call up (`MemoryServices.record_turn`): the
+        prompt and the output ids, which end where the client's text ends when
+        `shown_text` (the running generation's engine text it saw) is given; with
+        `interrupted`, the client left and the writer looks at the session."""
         chat = self.chat
         if not chat.records:  # choice 1.. of n, or a prompt the client ended: no record
             return
@@ -240,41 +235,29 @@ class Answer:
             output = [*output[: self.generation_start],
                       *ids_for_text(self.tokenizer, generation, shown_text)]
         calls = [(c.name, c.arguments) for c in self.client_calls]
-        written = self.memory_filter.visible_text
         shown = self.shown_text
-        self.services.shown.remember(chat.memory.user, shown, written)
-        answer = VisibleMessage.of("assistant", shown, calls)
         offset = len(chat.prompt_ids)
         blocks = [Span(offset + h.start, offset + h.end, "block", h.note_ids)
                   for h in self.memory_filter.hidden if h.end <= len(output)]
         tools = [Span(offset + s.start, offset + s.end, s.kind) for s in self.tool_spans
                  if s.end <= len(output)]
-        messages = (*chat.visible, answer)
-        session = self.recorded_session = session_after_answer(chat.memory, messages)
-        if chat.ledger_kept:
-            self.services.ledger.record(Record(
-                user=chat.ledger_user, session=session, project=chat.memory.project,
-                bare=chat.memory.off_reason is not None,
-                messages=messages, ids=(*chat.prompt_ids, *output),
-                ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
-                spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
-            ))
-        memory = chat.memory
-        self._note_head()
-        added = [t for t in (chat.hidden.head, *chat.hidden.tails) if t is not None]
-        if injections_to_record(memory, added):
-            asyncio.get_running_loop().run_in_executor(
-                None, record_injections, self.services, memory, added, chat.completion_id)
-        if self.memory_filter.hidden:  # blocks held back: notes may have been written
-            self.services.on_change(chat.memory.user)
-        if self.services.prefetch_limits.on and chat.ledger_kept and memory.reads \
-                and memory.user is not None and goes_on(memory.derived,
-                                                        [m.role for m in messages]):
-            self.services.prefetch_due.turn_recorded(chat.ledger_user, session)
-        if chat.memory.writes:
-            new_tokens = len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids)
-            self.services.triggers.turn_done(chat.memory.user, session, new_tokens)
+        self.services.record_turn(TurnOutcome(
+            chat.memory, chat.completion_id,
+            messages=(*chat.visible, VisibleMessage.of("assistant", shown, calls)),
+            ids=(*chat.prompt_ids, *output),
+            spans=(*chat.spans, *sorted([*blocks, *tools], key=lambda s: s.start)),
+            ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
+            shown=shown, written=self.memory_filter.visible_text,
+            ledger_kept=chat.ledger_kept, hidden=self._added(),
+            shared_version=chat.hidden.version, head_checkpointed=chat.head_checkpointed,
+            blocks_written=bool(self.memory_filter.hidden),
+            new_tokens=len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids),
+            gave_up=interrupted))
         self._hand_over(interrupted)
+
+    def _added(self) -> tuple[Tail, ...]:
+        """What this turn hid: the shared context and the tails after its new messages."""
+        return tuple(t for t in (self.chat.hidden.head, *self.chat.hidden.tails) if t)
 
     def _hand_over(self, interrupted: bool) -> None:
         """The turn to `on_recorded` (which must not wait on a disk: it runs here)."""
@@ -283,28 +266,8 @@ class Answer:
         turn = RecordedTurn(
             segments=list(self.segments), reasoning=self.reasoning,
             tool_calls=[(c.id, c.name, c.arguments) for c in self.client_calls],
-            hidden=[t for t in (self.chat.hidden.head, *self.chat.hidden.tails) if t],
-            interrupted=interrupted)
+            hidden=list(self._added()), interrupted=interrupted)
         self.chat.on_recorded(turn)
-
-    def _note_head(self) -> None:
-        """The head and the shared context this turn ran are cached now: the prewarm
-        keeps them current when the shared context changes."""
-        chat, group = self.chat, self.chat.memory.context_group()
-        if chat.hidden.version is None or group is None:
-            return
-        shared = next((s for s in chat.spans if s.kind == SHARED_KIND), None)
-        if shared is not None:
-            head = tuple(chat.prompt_ids[: shared.start])
-            # not checkpointed: no version is cached, so the prewarm runs in idle time
-            version = chat.hidden.version if chat.head_checkpointed else ""
-            self.services.prewarm.seen(group, head, version)
-
-    def gave_up(self) -> None:
-        """The client left mid-answer: the writer should look at what it had said."""
-        if self.chat.memory.writes and self.chat.records:
-            self.services.triggers.give_up(self.chat.memory.user,
-                                           self.recorded_session or self.chat.memory.session)
 
     # -- the response's fields ---------------------------------------------------------------------
     @property

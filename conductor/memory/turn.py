@@ -1,0 +1,106 @@
+"""The plain data a chat turn and memory's front door hand each other, in one module (as
+vLLM's core/sched/output.py holds what its scheduler hands the model runner).
+
+A turn crosses into memory once on its way to the engine and once on its way back:
+
+* down, `MemoryServices.plan_turn(facts, count_tokens, lay_out) -> TurnPlan`: the turn
+  gives the request's `TurnFacts` and its token work (`lay_out`: render, replay, fit and
+  the room check, server/turn/fit.py); memory reads what the layout needs (the ledger's
+  match, the shown answers, the matched record's deleted notes), hands it over as a
+  `TurnMemory` with the hiding decision bound to this turn, and once the layout stands
+  (the request is valid) notes a miss, counts the hidden parts and carries out a memory
+  command; the plan holds the turn's layout, the command's outcome and the cache salt.
+* up, `MemoryServices.record_turn(outcome: TurnOutcome)`: after the answer (or when the
+  client leaves), the ledger's record, the shown answer, the prewarm's head, the notes
+  injected, the prefetch's and the writer's triggers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from conductor.ledger.records import Match, Span, VisibleMessage
+from conductor.memory.context import MemoryContext
+from conductor.writing.command_writes import CommandOutcome
+
+if TYPE_CHECKING:  # the hiding decision's types (conductor/memory/hiding.py imports this)
+    from conductor.memory.hiding import HiddenContext, Replayed, Tail
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """What memory reads of a request, as plain values (the turn computes them)."""
+
+    last_message: str  # the text of the request's last message (the user's, when it is)
+    client_tools: bool  # the client offered tools of its own (not only the engine's)
+    memory: MemoryContext | None = None  # who, which session, memory's mode
+    visible: tuple[VisibleMessage, ...] = ()  # the messages as the ledger matches them
+    tools_message: bool = False  # the render opens with the tools' pseudo-message
+    # The user's newest message, when it may open with a memory command (the request ends
+    # with it and the profile takes commands); None otherwise.
+    command_text: str | None = None
+    counting: bool = False  # laid out to be counted only: nothing a turn sets off happens
+
+
+@dataclass(frozen=True)
+class TurnMemory:
+    """What the turn's layout reads of memory, handed to it inside `plan_turn`."""
+
+    match: Match | None  # the ledger's record sharing the longest run of messages
+    as_written: Callable[[str], str]  # an answer without the status lines the server added
+    deleted: frozenset[str]  # notes the matched record holds that are gone (not replayed)
+    shows_shared: bool  # this request would get a shared context (the card, or an index)
+    # The hiding decision for this turn, given the replayed part of the record (None: the
+    # prompt is rendered whole) and a decode that reads replayed notes back
+    hidden: Callable[[Replayed | None, Callable[[list[int]], str] | None], HiddenContext]
+
+
+class Laid(Protocol):
+    """What memory reads of the layout the turn chose (server/turn/fit.py's `Layout`)."""
+
+    visible: list[VisibleMessage]
+
+    @property
+    def added_spans(self) -> Sequence[Span]:
+        """The hidden spans this turn added (replayed ones were counted before)."""
+
+    @property
+    def missed(self) -> bool:
+        """The prompt is not the whole record replayed (a new session, a miss, an edit)."""
+
+
+L = TypeVar("L", bound=Laid)
+
+
+@dataclass(frozen=True)
+class TurnPlan(Generic[L]):
+    """What the turn takes from memory on its way to the engine."""
+
+    layout: L  # the turn's own layout, as its `lay_out` returned it
+    command: CommandOutcome | None  # the memory command carried out, if any
+    salt: str  # the user's prefix-cache salt
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """What memory records of a turn once it is answered (or the client left)."""
+
+    memory: MemoryContext
+    request_id: str
+    # False: the client left before any answer: nothing to record, the writer looks
+    recorded: bool = True
+    messages: tuple[VisibleMessage, ...] = ()  # the visible messages, the answer last
+    ids: tuple[int, ...] = ()  # the prompt's ids, then the answer's
+    spans: tuple[Span, ...] = ()  # the hidden spans among them
+    ended_cleanly: bool = False
+    shown: str = ""  # the answer as the client was shown it (status lines included)
+    written: str = ""  # the model's own text of it
+    ledger_kept: bool = True  # False: answered and counted, not a record
+    hidden: tuple[Tail, ...] = ()  # what this turn hid: the shared context and tails
+    shared_version: str | None = None  # the shared context's version, when it carried it
+    head_checkpointed: bool = True  # False: a hybrid model's fresh layout, to prewarm
+    blocks_written: bool = False  # the answer held back blocks: notes may be written
+    new_tokens: int = 0  # ids the engine read or wrote that the ledger did not replay
+    gave_up: bool = False  # the client left mid-answer: the writer looks at the session

@@ -1,0 +1,187 @@
+"""A chat turn crosses into memory once on its way to the engine and once on its way back
+(issue 61): `MemoryServices.plan_turn` down, `MemoryServices.record_turn` up.
+
+Held twice: on the source (server/turn/ asks MemoryServices for nothing else of a turn's
+work) and on the real app (a chat request, a streamed one with tools, a Messages and a
+Responses request each make exactly one call of each)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.inprocess import InProcessApp
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What server/turn/ may ask of MemoryServices, and why. A turn's own memory work is the two
+# calls; the rest is not a turn's way through memory.
+TURN_CALLS = {"plan_turn", "record_turn"}
+NOT_A_TURN = {
+    "settings": "who a request is for (request_user), read before memory's part begins",
+    "store": "the answer's own acts while it runs: a <tandem_memory> block the model "
+             "writes (answering/memblock.py) and the engine tools it calls",
+    "leases": "replicas: the user's lease taken ahead, in a worker thread, for the blocks "
+              "the model writes while it answers (answering/generate.py)",
+    "layers": "the engine tool memory_read, which reads layer files too, while the answer "
+              "runs; and the continuous conversation's layers and history: the messages "
+              "it sends through the chat turn, and its turn appended once recorded",
+}
+# ... and in server/turn/continuous.py alone: the continuous conversation's own history.
+CONTINUOUS = {
+    "on_change": "the continuous conversation's history turn written: the index syncs",
+    "shown": "the continuous conversation's replayed answers made known to the render",
+    "shared_context": "conversation_prefix_ids: the prewarm's prefix of the continuous "
+                      "conversation, idle-time work, not a turn",
+}
+# The conductor functions behind the two calls: the turn never calls them itself.
+BEHIND_THE_DOOR = {"choose_hidden", "note_miss", "record_injections", "injections_to_record",
+                   "carry_out", "recognise", "session_after_answer"}
+
+
+def _asked(tree: ast.AST, fields_elsewhere: frozenset[str] = frozenset()) -> set[str]:
+    """What a module takes of MemoryServices: `x.attr` where x is a parameter annotated
+    with it (in that function), `self.x.attr` where x is a field annotated with it or set
+    from such a parameter (in that class), and `y.f.attr` where f is a field of another
+    class annotated with it (`fields_elsewhere`: `answer.services.leases`)."""
+    asked: set[str] = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                       and isinstance(n.value, ast.Attribute)
+                       and n.value.attr in fields_elsewhere}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            params = {a.arg for a in (*node.args.posonlyargs, *node.args.args,
+                                      *node.args.kwonlyargs) if _is_services(a.annotation)}
+            asked |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id in params}
+        elif isinstance(node, ast.ClassDef):
+            fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
+                      and isinstance(n.target, ast.Name) and _is_services(n.annotation)}
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+                    params = {a.arg for a in method.args.args if _is_services(a.annotation)}
+                    fields |= {t.attr for n in ast.walk(method) if isinstance(n, ast.Assign)
+                               and isinstance(n.value, ast.Name) and n.value.id in params
+                               for t in n.targets if isinstance(t, ast.Attribute)}
+            asked |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Attribute) and n.value.attr in fields
+                      and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"}
+    return asked
+
+
+def _is_services(annotation: ast.AST | None) -> bool:
+    return annotation is not None and "MemoryServices" in ast.unparse(annotation)
+
+
+def _services_fields(trees: list[ast.AST]) -> frozenset[str]:
+    """The names of class fields annotated MemoryServices (Answer's `services`)."""
+    return frozenset(n.target.id for tree in trees for c in ast.walk(tree)
+                     if isinstance(c, ast.ClassDef) for n in c.body
+                     if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                     and _is_services(n.annotation))
+
+
+def test_the_turn_asks_memory_for_a_turn_through_plan_turn_and_record_turn_only():
+    """Every server/turn module asks MemoryServices only for the two turn calls and the
+    services that are not a turn's way through memory (NOT_A_TURN and, for the continuous
+    conversation, CONTINUOUS say why each), and imports none of the decisions behind the
+    two calls. (Red on the code before them: the turn asked the ledger, the notes shown,
+    the metrics, the cache salt, the leases, the prewarm, the prefetch's queue and the
+    writer's triggers, and imported choose_hidden, note_miss, carry_out and the rest.)"""
+    asked_wrongly, imported = {}, {}
+    trees = {path: ast.parse(path.read_text())
+             for path in sorted((REPO / "server" / "turn").rglob("*.py"))}
+    fields = _services_fields(list(trees.values()))
+    assert fields, "Answer keeps the services as a field"
+    for path, tree in trees.items():
+        allowed = TURN_CALLS | set(NOT_A_TURN)
+        if path.name == "continuous.py":
+            allowed |= set(CONTINUOUS)
+        extra = _asked(tree, fields) - allowed
+        if extra:
+            asked_wrongly[str(path.relative_to(REPO))] = sorted(extra)
+        taken = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and (node.module or "").startswith("conductor.") for alias in node.names}
+        if taken & BEHIND_THE_DOOR:
+            imported[str(path.relative_to(REPO))] = sorted(taken & BEHIND_THE_DOOR)
+    assert asked_wrongly == {}
+    assert imported == {}
+
+
+def test_the_rule_sees_a_turn_asking_memory_another_way():
+    """The check above is no blind one: a module that asks the ledger or the triggers, by
+    parameter, field or attribute set in __init__, is seen; a MemoryContext named alike
+    is not taken for the services."""
+    tree = ast.parse(
+        "def f(services: MemoryServices, memory: MemoryContext):\n"
+        "    services.ledger.find(memory.user)\n"
+        "class A:\n    services: MemoryServices\n"
+        "    def g(self):\n        self.services.shown.remember()\n"
+        "class B:\n    def __init__(self, memory: MemoryServices):\n"
+        "        self.memory = memory\n"
+        "    def h(self):\n        self.memory.triggers.turn_done()\n"
+        "def k(answer: Answer):\n    answer.services.prewarm.seen()\n")
+    assert _asked(tree, _services_fields([tree])) == {"ledger", "shown", "triggers",
+                                                      "prewarm"}
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+def test_each_kind_of_turn_calls_memory_once_down_and_once_up(served, tmp_path, monkeypatch):
+    """A chat request, a streamed one with tools, a Messages and a Responses request:
+    each plans its turn once before the engine and records it once after the answer."""
+    app = InProcessApp(served, tmp_path)
+    calls: list[str] = []
+    for name in sorted(TURN_CALLS):
+        method = getattr(app.memory, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            calls.append(_name)
+            return _method(*args, **kwargs)
+        monkeypatch.setattr(app.memory, name, counted)
+
+    def turn(method: str, path: str, body: dict, stream: bool = False) -> list[str]:
+        calls.clear()
+        response = app.request(method, path, json=body)
+        assert response.status_code == 200, response.text
+        if stream:
+            assert response.text.rstrip().endswith(("data: [DONE]", "}")), response.text
+        return list(calls)
+
+    user = [{"role": "user", "content": "what does the build script do?"}]
+    once = ["plan_turn", "record_turn"]
+    assert turn("POST", "/v1/chat/completions", {
+        "model": "tiny", "messages": user, "script": "It builds."}) == once
+    assert turn("POST", "/v1/chat/completions", {
+        "model": "tiny", "messages": user, "tools": TOOLS, "stream": True,
+        "script": '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.sh"}}'
+                  "\n</tool_call>"}, stream=True) == once
+    assert turn("POST", "/v1/messages", {
+        "model": "tiny", "max_tokens": 64, "messages": user, "script": "It builds."}) == once
+    assert turn("POST", "/v1/responses", {
+        "model": "tiny", "input": "what does the build script do?",
+        "script": "It builds."}) == once
+    assert app.memory.ledger.user_records("tester")  # the calls did what they stand for
+
+
+def test_a_memory_command_for_another_replicas_user_is_a_503_from_inside_the_call(
+        served, tmp_path):
+    """The command is carried out inside `plan_turn` now; where another replica holds the
+    user's lease it is still the whole request's retryable 503, naming the writer, and
+    nothing is written (the in-memory lease service; the replicas lane runs etcd)."""
+    from conductor.memory.lease import LeaseKeeper, MemoryLeases
+
+    app = InProcessApp(served, tmp_path)
+    leases = MemoryLeases()
+    LeaseKeeper(leases, "replica-a").token("tester")  # replica a is tester's writer
+    app.memory.leases = LeaseKeeper(leases, "replica-b")
+    response = app.request("POST", "/v1/chat/completions", json={
+        "model": "tiny", "script": "Noted.",
+        "messages": [{"role": "user", "content": "remember that deploys run on fridays"}]})
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "lease_busy"
+    assert response.headers["X-Tandem-Writer"] == "replica-a"
+    assert int(response.headers["Retry-After"]) >= 1
+    assert app.memory.store("tester").list() == []
