@@ -166,6 +166,41 @@ def test_each_kind_of_turn_calls_memory_once_down_and_once_up(served, tmp_path, 
     assert app.memory.ledger.user_records("tester")  # the calls did what they stand for
 
 
+def test_the_hiding_decision_copies_no_note_to_match_when_no_index_is_shown(tmp_path,
+                                                                            monkeypatch):
+    """Without an index in the shared context (the default `notes_shown`), the hiding
+    decision takes the ids of the notes a message may match (`NoteReads.ids`, kept with
+    the scan) instead of a copy of each (`store.list`, which copied and sorted every note
+    on every decision): only the session's own notes, which its tail lists, are listed.
+    The matched note is the same. (Red before: a list of the user's notes each turn.)"""
+    from conductor.memory.context import MemoryContext
+    from conductor.memory.hiding import choose_hidden
+    from conductor.memory.services import MemoryServices
+    from conductor.memory.turn import TurnFacts
+
+    services = MemoryServices(tmp_path)
+    store = services.store("ann")
+    for i, (thing, place) in enumerate([("invoices", "billing"), ("tokens", "auth"),
+                                        ("thumbnails", "media"), ("webhooks", "hooks")]):
+        assert store.add(title=f"{thing.title()} live in {place}", kind="reference",
+                         body=f"The {thing} service runs on port 80{i}0.", scope="user").note
+    lag = store.add(title="Kafka lag alert", kind="reference", scope="user",
+                    body="The kafka consumer lag alert fires at 5000 messages.").note
+    listed: list[dict] = []
+    real_list = store.list
+
+    def list_spy(**filters):
+        listed.append(filters)
+        return real_list(**filters)
+    monkeypatch.setattr(store, "list", list_spy)
+    memory = MemoryContext(user="ann", session="s1", project=None, mode="on", header=None,
+                           has_user_message=True)
+    facts = TurnFacts("why does the kafka consumer lag alert fire", False, memory)
+    hidden = choose_hidden(services, memory, None, facts, lambda text: len(text.split()))
+    assert [f.get("scope") for f in listed] == ["session"]
+    assert [t.note_ids for t in hidden.tails if t.kind == "notes"] == [(lag.id,)]
+
+
 def test_a_memory_command_for_another_replicas_user_is_a_503_from_inside_the_call(
         served, tmp_path):
     """The command is carried out inside `plan_turn` now; where another replica holds the

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from conductor.notes import NoteStore
@@ -189,20 +190,22 @@ def note_block(note: Note, note_format: str = "header") -> str:
     return f"[{note.id}] {note.title} ({note.kind}, {status})\n{note.body}".rstrip()
 
 
-def build_matches(store: NoteStore, message: str, allowed: Iterable[Note],
+def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | AbstractSet[str],
                   already: set[str], count_tokens: CountTokens,
                   shown: NotesShown = DEFAULT_SHOWN,
                   in_place: frozenset[str] = frozenset(),
                   frame: str | None = None) -> TailNote | None:
     """The matching-notes tail for one user message, or None when nothing qualifies.
 
+    `allowed`: the notes the message may match, or their ids (a caller that lists no
+    note has no copies to make: `NoteReads.ids`).
     `already`: notes matched earlier in the session, skipped (the message gets others).
     `in_place`: notes prefetched for this message: one it matches takes its place among
     the matches without a second copy, so a right guess costs nothing after the message.
     `frame`: the preamble, when not the profile's (`shown.match_frame`)."""
     if shown.max_matches == 0:
         return None
-    allowed_ids = {n.id for n in allowed}
+    allowed_ids = allowed if isinstance(allowed, AbstractSet) else {n.id for n in allowed}
     if not allowed_ids:  # no note to match: skip reading the message (on every request)
         return None
     words = match_words(message)

@@ -152,12 +152,14 @@ def _correct(store, replay: Replayed, decode: Callable[[list[int]], str],
 def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,
             facts: TurnFacts, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
-    # Listed once a request: the shared index and the matching notes choose from them.
-    notes = shared_notes(store, memory.project) if store is not None else None
+    budget = services.notes_shown.index_budget
+    # Listed (copied and sorted) only for an index to show: without one (the default) the
+    # matches need the notes' ids alone, which the store gives without a copy of each.
+    listed = shared_notes(store, memory.project) if store is not None and budget > 0 \
+        else None
     own = session_notes(store, memory.session) if store is not None else []
     if replay is None:
-        shared = build_shared_context(memory.shows_card, notes, count_tokens,
-                                      services.notes_shown.index_budget)
+        shared = build_shared_context(memory.shows_card, listed, count_tokens, budget)
         if shared is not None:
             hidden.head = Tail(SHARED_KIND, shared.text, shared.note_ids)
             hidden.version = shared.version
@@ -170,7 +172,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | 
         tail = build_session_tail(token, own, count_tokens)
         if tail is not None:
             hidden.tails.append(Tail(SESSION_KIND, *tail))
-    if store is not None and notes is not None and memory.has_user_message:
+    if store is not None and memory.has_user_message:
         # "Already injected" belongs to this branch of the conversation: the notes in the
         # prompt it replays. A regenerated answer, an edit or a miss gets them again.
         spans = replay.spans if replay else ()
@@ -178,7 +180,9 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | 
         # the notes prefetched for this message: placed since the last answer
         prefetched = frozenset(i for s in trailing_prefetch(spans, len(replay.ids))
                                for i in s.note_ids) if replay else frozenset()
-        found = build_matches(store, facts.last_message, [*notes, *own], already,
+        # the notes the request may see: the user's, the project's, the session's own
+        allowed = visible_note_ids(store, memory.project, memory.session)
+        found = build_matches(store, facts.last_message, allowed, already,
                               count_tokens, services.notes_shown, in_place=prefetched)
         if found is not None:
             hidden.tails.append(Tail(found.kind, found.text, found.note_ids))

@@ -232,8 +232,9 @@ class MemoryServices:
         """The card (when `card`) and the index of the user's and project's notes (when
         `reads`), as every session of this user and project gets them now."""
         store = self.store(user)
-        with store.one_scan():
-            notes = shared_notes(store, project) if reads else None
+        with store.one_scan():  # listed (copied) only for an index to show
+            notes = shared_notes(store, project) \
+                if reads and self.notes_shown.index_budget > 0 else None
             return build_shared_context(card, notes, count_tokens,
                                         self.notes_shown.index_budget)
 
