@@ -335,3 +335,15 @@ def test_the_replicas_soak_reports_each_users_figures_and_writes_its_files(tmp_p
     assert "| users whose every later turn is >= 0.95 cached | 0.667 |" in markdown(results)
     plot(results, tmp_path / "replicas.png")
     assert (tmp_path / "replicas.png").stat().st_size > 0
+    # the router's own log: its ring rebuilt when a replica went out, who it moved
+    from bench.replicas.soak import router_log
+
+    routed = "Consistent hash routing: key='header:x-user-id:{}' -> worker='{}' (index 0)"
+    (tmp_path / "router.log").write_text("\n".join([
+        "INFO Updated consistent hash ring with 3 workers and 480 virtual nodes",
+        routed.format("user0001", "http://a"), routed.format("user0002", "http://b"),
+        "INFO Updated consistent hash ring with 2 workers and 320 virtual nodes",
+        routed.format("user0001", "http://c"), routed.format("user0002", "http://b")]))
+    assert router_log(tmp_path / "router.log") == {
+        "read": True, "ring_workers": [3, 2], "users_routed": 2,
+        "users_on_more_than_one_replica": ["user0001"]}

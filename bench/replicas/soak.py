@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import statistics
 import tempfile
@@ -111,6 +112,30 @@ def _overhead(timed: list[tuple[float | None, float | None]]) -> dict[str, Any]:
             "paired_extra_ms_p95": percentile(extra, 95)}
 
 
+ROUTED = re.compile(r"key='header:x-user-id:([^']+)' -> worker='([^']+)'")
+RING = re.compile(r"Updated consistent hash ring with (\d+) workers")
+
+
+def router_log(path: Path) -> dict[str, Any]:
+    """What vllm-router's own log says of the run: each time it rebuilt its hash ring
+    (a replica taken out by a failed health check, or put back) with how many workers,
+    and the users it routed to more than one replica."""
+    workers: dict[str, set[str]] = {}
+    rings: list[int] = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return {"read": False}
+    for line in lines:
+        if (routed := ROUTED.search(line)) is not None:
+            workers.setdefault(routed[1], set()).add(routed[2])
+        elif (ring := RING.search(line)) is not None:
+            rings.append(int(ring[1]))
+    moved = sorted(user for user, seen in workers.items() if len(seen) > 1)
+    return {"read": True, "ring_workers": rings, "users_routed": len(workers),
+            "users_on_more_than_one_replica": moved}
+
+
 def _notes_kept(runs: list[UserRun], cluster: Cluster) -> dict[str, int]:
     """Each note the users were told was remembered, looked for on the shared root."""
     told = [r for r in runs if r.turns and r.turns[0].remembered]
@@ -153,6 +178,7 @@ def markdown(results: dict[str, Any]) -> str:
          _frac(cached["users_at_or_above_goal"])),
         *_overhead_rows("under load", results["router_overhead_under_load"]),
         *_overhead_rows("one at a time", results["router_overhead_quiet"]),
+        *_router_rows(results.get("router_log") or {}),
         ("notes acknowledged, lost",
          f"{results['notes']['acknowledged']}, {results['notes']['lost']}"),
         ("load: wall, whole run", f"{results['load_wall_s']} s, {env['run_wall_s']} s"),
@@ -177,6 +203,17 @@ def markdown(results: dict[str, Any]) -> str:
 
 def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
+
+
+def _router_rows(log: dict[str, Any]) -> list[tuple[str, str]]:
+    if not log.get("read"):
+        return []
+    moved = log["users_on_more_than_one_replica"]
+    return [("the router's hash ring, workers at each rebuild (its log)",
+             " -> ".join(str(n) for n in log["ring_workers"]) or "-"),
+            ("users the router sent to more than one replica (its log)",
+             f"{len(moved)} of {log['users_routed']}" + (f": {', '.join(moved[:10])}"
+                                                         if moved else ""))]
 
 
 def _overhead_rows(when: str, over: dict[str, Any]) -> list[tuple[str, str]]:
@@ -262,6 +299,7 @@ def run_replicas_soak(plan: SoakPlan, out_dir: Path | None = None) -> dict[str, 
             finally:
                 say("stopping the cluster")
                 cluster.stop()
+            results["router_log"] = router_log(cluster.root / "router.log")
     finally:
         signal.signal(signal.SIGTERM, previous)
     results["environment"] = {"started": stamp, "cpus": os.cpu_count(), "router": ROUTER_PIN,
