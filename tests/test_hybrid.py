@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engine.qwen_tokens import TOOL_CALL_END
+
 pytestmark = pytest.mark.hybrid
 
 # vLLM raises the block size of this model to 640 tokens on the CPU (a block's attention
@@ -156,3 +158,129 @@ def test_a_new_session_finds_the_shared_context_cached_to_its_block_boundary(hyb
     _, third = new_session(hybrid, "aligned-c", "Anything else listening?")
     assert third == shared.end
 
+
+
+# The writer's turn and the engine's memory tools, as the dense lane checks them
+# (tests/test_writer.py, tests/test_engine_tools.py), on the hybrid model's cache.
+
+WRITER_BLOCK = ('<tandem_memory op="add" scope="session" kind="gotcha">\ntitle: {title}\n\n'
+                "The integration tests need the local database running.\n</tandem_memory>")
+
+
+def tool_call(name: str, **arguments) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+@pytest.fixture
+def hybrid_app(hybrid, tmp_path):
+    """An app of its own (a fresh home, user `tester`) over the lane's engine."""
+    from tests.inprocess import InProcessApp
+
+    return InProcessApp(hybrid, tmp_path)
+
+
+def scripted(app, messages: list[dict], script, session: str) -> tuple[str, dict, httpx.Response]:
+    return app.chat(messages, script, headers={"X-Tandem-Session": session},
+                    model="tiny-hybrid")
+
+
+def test_the_writer_s_turn_reads_the_record_from_the_cache_and_writes_its_note(hybrid_app):
+    """The writer's gate and turn open with the session's record (tests/test_writer.py):
+    here each reads it from the cache up to the last block boundary of the client's
+    prompt, where vLLM kept that prompt's recurrent state (the answer's tokens after it are
+    prefilled again: one state per request), and the note is written."""
+    app = hybrid_app
+    writer = app.app.state.tandem.writer
+    writer.writer.mode = "on"
+    history = [{"role": "user", "content": long_text("eta", 900)}]
+    _, first, _ = scripted(app, history, "Start it with make db first.", "hybrid-writer")
+    response = app.request("POST", "/v1/conductor/writer/run", json={
+        "session": "hybrid-writer", "gate_script": "yes",
+        "script": WRITER_BLOCK.replace("{title}", "tests need the local database")})
+    assert response.status_code == 200, response.text
+    run = response.json()
+    assert run["outcome"] == "wrote" and run["notes_written"] == 1
+    (note,) = app.memory.store("tester").list()
+    assert note.source == "writer" and note.status == "provisional"
+    floor = (first["prompt_tokens"] - 1) // BLOCK * BLOCK
+    assert floor >= 4 * BLOCK
+    gate, turn = writer.writer.backend.usage  # under the user's salt, as the idle loop runs it
+    assert gate.cached_tokens == turn.cached_tokens == floor, (first, gate, turn)
+
+
+def test_a_client_request_preempts_the_writer_and_the_session_stays_cached(hybrid, hybrid_app):
+    """tests/test_writer.py's preemption on the hybrid model: a client request ends the
+    writer's turn within two engine steps, and the session's next turn still reads the
+    record from the cache to the last block boundary of its first prompt."""
+    import asyncio
+
+    app = hybrid_app
+    service = app.app.state.tandem.writer
+    service.writer.mode = "on"
+    history = [{"role": "user", "content": long_text("iota", 900)}]
+    content, first, _ = scripted(app, history, "Start it with make db first.",
+                                 "hybrid-preempt")
+    long_script = WRITER_BLOCK.replace("{title}", "long") + " more detail" * 600
+
+    async def scenario():
+        task = asyncio.create_task(service.run("tester", "hybrid-preempt", "admin",
+                                               script=long_script, gate_script="yes"))
+        while service.writer.live_tokens < 5:
+            await asyncio.sleep(0.005)
+        transport = httpx.ASGITransport(app=app.app, client=("127.0.0.1", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost",
+                                     timeout=120) as client:
+            at_arrival = service.writer.live_tokens
+            answer = await client.post("/v1/chat/completions", json={
+                "model": "tiny-hybrid", "script": "Quick answer.",
+                "messages": [{"role": "user", "content": "quick question"}]})
+        return await task, at_arrival, answer.json()
+
+    run, at_arrival, answer = hybrid.run(scenario())
+    assert run.outcome == "preempted"
+    assert run.tokens_generated - at_arrival <= 2  # stopped within two engine steps
+    assert answer["choices"][0]["message"]["content"] == "Quick answer."
+    history += [{"role": "assistant", "content": content},
+                {"role": "user", "content": "And after that?"}]
+    _, second, _ = scripted(app, history, "Then run the tests.", "hybrid-preempt")
+    assert second["prompt_tokens_details"]["cached_tokens"] == (
+        first["prompt_tokens"] - 1) // BLOCK * BLOCK
+
+
+def test_an_engine_memory_search_is_one_answer_and_the_turns_after_read_it_cached(
+        hybrid_app):
+    """The engine's memory tools in the model's turn (tests/test_engine_tools.py): the
+    search runs, the answer goes on after its response as one answer with its status line;
+    the continuation reads the turn's prompt from the cache to its last block boundary, so
+    it prefills at most a block more than the exchange, and the next turn reads the
+    continuation's prompt to its last boundary."""
+    app = hybrid_app
+    store = app.memory.store("tester")
+    assert store.add(title="build needs node 20", kind="gotcha", scope="user", source="cli",
+                     body="The build fails on node 18: it needs node 20 (the lockfile v3).",
+                     has_user_message=True).ok
+    app.app.state.tandem.search.index("tester").sync()
+    engine = app.app.state.tandem.engine
+    question = [{"role": "user", "content": long_text("theta", 700)
+                 + " Which node does the build need?"}]
+    script = [tool_call("memory_search", query="node version for the build"), "Node 20."]
+    content, _, response = scripted(app, question, script, "hybrid-tools")
+    assert content == "› searched memory: node version for the build\nNode 20."
+    assert "tool_calls" not in response.json()["choices"][0]["message"]
+    record = app.memory.ledger.latest("tester", "hybrid-tools")
+    (span,) = [s for s in record.spans if s.kind == "tool"]
+    exchange = list(record.ids[span.start:span.end])
+    assert "build needs node 20" in engine.tokenizer.decode(exchange)
+    # the call is the answer's first output: the turn's prompt ends where the span starts
+    prompt_tokens = span.start
+    continuation = engine.stats.recent[response.json()["id"] + "-1"]
+    assert prompt_tokens > 4 * BLOCK and continuation.prompt_tokens == span.end
+    assert continuation.cached_tokens == (prompt_tokens - 1) // BLOCK * BLOCK
+    response_part = len(exchange) - (exchange.index(TOOL_CALL_END) + 1)
+    prefilled = continuation.prompt_tokens - continuation.cached_tokens
+    assert response_part <= prefilled <= response_part + BLOCK, (prefilled, response_part)
+    history = [*question, {"role": "assistant", "content": content},
+               {"role": "user", "content": "And npm?"}]
+    _, later, _ = scripted(app, history, "npm 10.", "hybrid-tools")
+    assert later["prompt_tokens_details"]["cached_tokens"] == (
+        continuation.prompt_tokens - 1) // BLOCK * BLOCK
