@@ -26,6 +26,7 @@ Writes results.json and summary.md under bench/results/commands/.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import tempfile
@@ -140,7 +141,13 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.commands.run",
+        description="Score the command recogniser on the labelled message sets and the "
+        "store's merges on the labelled note pairs; write results.json and summary.md "
+        "under bench/results/commands/.")
+    parser.parse_args(argv)
     results: dict = {"when": datetime.now().isoformat(timespec="seconds")}
     for key, (name, _) in SETS.items():
         messages = rows(name)
