@@ -30,6 +30,7 @@ from server.access.keys import KeyStore
 from server.background.jobs import JobService
 from server.background.prefetch import PrefetchService
 from server.background.prewarm import PrewarmService
+from server.background.record_prefill import RecordPrefillService
 from server.background.search import SearchService
 from server.background.writer import WriterService
 from server.background.writer_budget import WriterPolicy
@@ -74,6 +75,7 @@ class ServerState:
     writer_policy: WriterPolicy | None = None  # proxy mode on a paid backend
     writer: WriterService | None = None
     prewarm: PrewarmService | None = None
+    record_prefill: RecordPrefillService | None = None
     prefetch: PrefetchService | None = None
     jobs: JobService | None = None
     search: SearchService | None = None
@@ -97,6 +99,10 @@ class ServerState:
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
                                     self.writer_policy)
         self.prewarm = PrewarmService(self.memory, engine)
+        # A hybrid model's record, prefilled after each answer (none on a dense engine or
+        # a proxy's backend: their reuse_block is None, and nothing is queued)
+        self.record_prefill = RecordPrefillService(self.memory, engine)
+        self.memory.records_due.on = engine.reuse_block is not None
         self.prefetch = PrefetchService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
@@ -302,16 +308,18 @@ def _prefetch_limits(profile: Profile) -> PrefetchLimits:
 
 async def _run_background_when_ready(state: ServerState) -> None:
     """The idle loop of background turns, one at a time, from the moment the engine is
-    ready: prewarms and prefetches first (cheap, and they make the next turn fast), then
-    the writer, then the cognition jobs, then the search index's sync."""
+    ready: prewarms, a hybrid model's record prefills and prefetches first (cheap, and
+    they make the next turn fast), then the writer, then the cognition jobs, then the
+    search index's sync."""
     while state.writer is None or state.prewarm is None or state.jobs is None \
-            or state.search is None:
+            or state.search is None or state.record_prefill is None:
         await asyncio.sleep(0.5)
     while not state.engine_dead or state.over_http:
         await asyncio.sleep(BACKGROUND_CHECK_S)
         if state.engine_dead:  # a backend that is down: its work waits for it
             continue
-        for service in (state.prewarm, state.prefetch, state.writer, state.jobs, state.search):
+        for service in (state.prewarm, state.record_prefill, state.prefetch, state.writer,
+                        state.jobs, state.search):
             try:
                 await service.tick()
             except EngineDead:  # the watchdog says it once

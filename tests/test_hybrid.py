@@ -284,3 +284,86 @@ def test_an_engine_memory_search_is_one_answer_and_the_turns_after_read_it_cache
     _, later, _ = scripted(app, history, "npm 10.", "hybrid-tools")
     assert later["prompt_tokens_details"]["cached_tokens"] == (
         continuation.prompt_tokens - 1) // BLOCK * BLOCK
+
+
+# The record's prefill (server/background/record_prefill.py): after an answer, in idle
+# time, the session's record and one token more, so the next turn reads its replayed ids
+# from the cache to the last boundary before its own tokens, not before the answer.
+
+LONG_ANSWER = "Run the migrations first, then the tests. " * 75  # past a 640-token block
+
+
+def record_prefill_turn(app, session: str, words: int = 300) -> tuple[list[dict], dict, int]:
+    """A first turn whose answer runs past a block boundary: (history, usage, the length
+    of what the next turn replays)."""
+    from server.turn.replay import next_turn_replays
+
+    history = [{"role": "user", "content": long_text(session.split("-")[-1], words)}]
+    content, usage, _ = scripted(app, history, LONG_ANSWER, session)
+    record = app.memory.ledger.latest("tester", session)
+    replayed = next_turn_replays(app.app.state.tandem.engine.tokenizer, record)
+    assert replayed is not None and replayed[: usage["prompt_tokens"]] == list(
+        record.ids[: usage["prompt_tokens"]])
+    return [*history, {"role": "assistant", "content": content}], usage, len(replayed)
+
+
+def test_after_the_record_s_prefill_the_next_turn_reads_its_answer_from_the_cache(
+        hybrid, hybrid_app):
+    """vLLM keeps the turn's recurrent state at its prompt's last boundary, before the
+    answer; the idle-time prefill of the record (prompt and answer, as the next turn
+    replays them) and one token more leaves one at the last boundary before the next turn's
+    own tokens: the next turn reads every whole block of the answer from the cache."""
+    app = hybrid_app
+    service = app.app.state.tandem.record_prefill
+    assert app.memory.records_due.on  # a hybrid engine: the job is on
+    history, first, replayed = record_prefill_turn(app, "hybrid-record")
+    prompt_floor = (first["prompt_tokens"] - 1) // BLOCK * BLOCK
+    assert replayed // BLOCK * BLOCK > prompt_floor  # the answer crosses a boundary
+    runs = hybrid.run(service.tick())  # the idle moment after the answer
+    assert len(runs) == 1, (first, replayed, service.client_busy())
+    (run,) = runs
+    assert run.outcome == "done" and run.prompt_tokens == replayed + 1
+    assert run.cached_tokens == prompt_floor  # the turn's own state, before the answer
+    assert hybrid.run(service.tick()) == []  # prefilled once
+    history.append({"role": "user", "content": "And after that?"})
+    _, second, _ = scripted(app, history, "Then deploy.", "hybrid-record")
+    assert second["prompt_tokens_details"]["cached_tokens"] == replayed // BLOCK * BLOCK, (
+        first, second, replayed)
+
+
+def test_a_client_request_during_the_record_s_prefill_is_not_held_behind_it(
+        hybrid, hybrid_app):
+    """The prefill is background work: a client request that arrives while it runs is
+    admitted at the next engine step (the prefill, one token long, is ended or finishes in
+    the step in flight) and answered whole; a prefill that gave way stays due."""
+    import asyncio
+
+    app = hybrid_app
+    service = app.app.state.tandem.record_prefill
+    engine = app.app.state.tandem.engine
+    _, _, replayed = record_prefill_turn(app, "hybrid-racing")
+    script = "The client's answer, whole and in order."
+
+    async def scenario():
+        prefilling = asyncio.create_task(service.tick())
+        while not engine.running("background"):
+            await asyncio.sleep(0.001)
+        content, _, response = await asyncio.to_thread(
+            app.chat, [{"role": "user", "content": "quick question"}], script,
+            model="tiny-hybrid")
+        return content, response.json()["id"], await prefilling
+
+    content, client_id, runs = hybrid.run(scenario())
+    assert content == script
+    assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
+    client = engine.stats.recent[client_id]
+    job = [t for t in engine.stats.recent.values()
+           if t.kind == "background" and t.prompt_tokens == replayed + 1][-1]
+    # the prefill did not run on beside the client's answer: over by its first token
+    assert job.finished_at is not None and job.finished_at <= client.first_token_at
+    # next: the client's own record (a turn too), and the prefill that gave way, if it did
+    rest = hybrid.run(service.tick())
+    assert all(r.outcome == "done" for r in rest)
+    assert (runs[0].outcome == "preempted") == any(r.prompt_tokens == replayed + 1
+                                                   for r in rest)
+    assert hybrid.run(service.tick()) == []

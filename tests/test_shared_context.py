@@ -339,3 +339,20 @@ def test_a_client_request_beside_a_prewarm_gets_its_whole_answer(embedded_app, s
     assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
     if runs[0].outcome == "preempted":  # ended at a step boundary: it stays due
         assert [r.outcome for r in served.run(prewarm.tick())] == ["done"]
+
+
+def test_a_dense_engine_makes_no_record_prefill_after_an_answer(served, tmp_path):
+    """The record's idle-time prefill (server/background/record_prefill.py) is a hybrid
+    model's: a dense engine caches every block of the answer as it is read, so nothing is
+    queued after a turn and the idle moment sends the engine nothing more. (Proxy mode's
+    backend has no reuse_block either: the same switch, HttpEngine.reuse_block = None.)"""
+    plain = InProcessApp(served, tmp_path)
+    tandem = plain.app.state.tandem
+    assert tandem.engine.reuse_block is None and not plain.memory.records_due.on
+    plain.chat([{"role": "user", "content": "What listens on port 5?"}], "Component 5.",
+               headers={"X-Tandem-Session": "dense-record"})
+    assert plain.memory.ledger.latest("tester", "dense-record") is not None  # recorded
+    started = tandem.engine.stats.requests_started["background"]
+    assert served.run(tandem.record_prefill.tick()) == []
+    assert tandem.engine.stats.requests_started["background"] == started
+    assert plain.memory.records_due.take() is None

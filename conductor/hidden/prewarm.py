@@ -84,3 +84,49 @@ class PrewarmHeads:
             head = (self._groups.get(stale.group) or {}).get(stale.head_ids)
             if head is not None:
                 head.version = version
+
+
+RECORDS_DUE = 16  # sessions whose record waits for its idle-time prefill, newest kept
+
+
+@dataclass
+class RecordsDue:
+    """The sessions whose newest record a hybrid-attention engine should prefill in idle
+    time (server/background/record_prefill.py): vLLM keeps such a model's recurrent state
+    at one block boundary a request, the last one before its prompt's last token, so the
+    next turn, which replays the record, reads the cache only to the boundary before the
+    answer; a prefill of the record and one token more moves it to the last boundary
+    before the next turn's own tokens. `on` only for such an engine (the server sets it):
+    a dense one caches every block anyway, and nothing is queued."""
+
+    on: bool = False
+    bound: int = RECORDS_DUE
+    _due: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def turn_recorded(self, user: str, session: str) -> None:
+        """The session's newest record (filed under `user`, the ledger's key) changed."""
+        if not self.on:
+            return
+        with self._lock:
+            self._due[(user, session)] = None
+            self._due.move_to_end((user, session))
+            while len(self._due) > self.bound:
+                self._due.popitem(last=False)  # the oldest: its user has moved on
+
+    def take(self) -> tuple[str, str] | None:
+        """The most recent session due (no longer due: `again` puts it back)."""
+        with self._lock:
+            return self._due.popitem(last=True)[0] if self._due else None
+
+    def again(self, user: str, session: str) -> None:
+        """A prefill that gave way to a client: due again, unless a newer turn is."""
+        with self._lock:
+            if (user, session) not in self._due and len(self._due) < self.bound:
+                self._due[(user, session)] = None
+                self._due.move_to_end((user, session), last=False)
+
+    def forget_user(self, user: str) -> None:
+        with self._lock:
+            for key in [k for k in self._due if k[0] == user]:
+                del self._due[key]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits, goes_on
-from conductor.hidden.prewarm import PrewarmHeads
+from conductor.hidden.prewarm import PrewarmHeads, RecordsDue
 from conductor.hidden.shared_context import (
     SHARED_KIND,
     SharedContext,
@@ -101,6 +101,8 @@ class MemoryServices:
     prefetch_due: PrefetchDue = field(default_factory=PrefetchDue)
     prefetch_limits: PrefetchLimits = PrefetchLimits()
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
+    # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
+    records_due: RecordsDue = field(default_factory=RecordsDue)
     shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
@@ -196,6 +198,7 @@ class MemoryServices:
         self.triggers.forget_user(user)
         self.prefetch_due.forget_user(user)
         self.prewarm.forget_user(user)
+        self.records_due.forget_user(user)
         with self._lock:
             self._stores.pop(user, None)
             self._layers.pop(user, None)
@@ -307,8 +310,9 @@ class MemoryServices:
 
     def record_turn(self, outcome: TurnOutcome) -> None:
         """A chat turn's one call up, on the event loop, once it is answered or the client
-        left: the shown answer, the ledger's record, the prewarm's head, the notes
-        injected (in a worker thread), the prefetch's and the writer's triggers."""
+        left: the shown answer, the ledger's record (and its idle-time prefill on a hybrid
+        model), the prewarm's head, the notes injected (in a worker thread), the
+        prefetch's and the writer's triggers."""
         memory = outcome.memory
         user, session = memory.user, memory.session
         if outcome.recorded:
@@ -320,6 +324,7 @@ class MemoryServices:
                     bare=memory.off_reason is not None, messages=outcome.messages,
                     ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
                     spans=outcome.spans))
+                self.records_due.turn_recorded(user or "-relayed-", session)
             self._note_head(outcome)
             if injections_to_record(memory, list(outcome.hidden)):
                 asyncio.get_running_loop().run_in_executor(

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conductor.memory.hiding import SHARED_KIND
-from conductor.memory.ledger import Match, Span, flat_ids
+from conductor.memory.ledger import Match, Record, Span, flat_ids
 from server.turn.prompt import IM_END_TEXT, IM_START_TEXT, RenderedChat, render_template
 
 
@@ -107,6 +107,22 @@ def replay_without_stale_reasoning(tokenizer, rendered: RenderedChat,
         if _reasoning_blocks(tokenizer, flat, start, end):
             return earlier
     return replay
+
+
+def next_turn_replays(tokenizer, record: Record) -> list[int] | None:
+    """The ids a next turn that adds messages after `record` starts with, as `replay_of`
+    and `replay_without_stale_reasoning` take them: the record whole, and the
+    `<|im_end|>` the fresh render adds when its answer did not end cleanly. None where
+    that turn renders the record's last answers afresh instead (a template that drops an
+    earlier answer's reasoning, and reasoning replayed once already: the prompt stops at
+    the earlier answer, which the turn before's own prompt put in the cache)."""
+    flat = list(flat_ids(record.ids))
+    if _drops_earlier_reasoning(tokenizer) and _reasoning_blocks(
+            tokenizer, flat, 0, len(flat)) >= (2 if _think_ids(tokenizer) else 1):
+        return None
+    if not record.ended_cleanly:
+        flat.append(tokenizer.convert_tokens_to_ids(IM_END_TEXT))
+    return flat
 
 
 def _answers_followed_by_a_user(messages) -> list[int]:
