@@ -4,6 +4,7 @@ plot of the leave-one-set-out folds (a plain SVG: matplotlib is not in the venv)
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 FOLD_COLOURS = {"dev": "#1b9e77", "test": "#d95f02", "holdout": "#7570b3"}
@@ -71,6 +72,7 @@ def plot(grid: dict, chosen_key: str) -> str:
 
 
 def _row(name: str, s: dict) -> str:
+    name = name.replace(" | ", "; ")  # the grid's keys: method | model | threshold
     return (f"| {name} | {s['precision']:.3f} | {s['recall']:.3f} | {s['flagged']} | "
             f"{s['right']} | {s['labelled']} |")
 
@@ -101,8 +103,10 @@ def summary(results: dict) -> str:
              "n-grams, all-MiniLM-L6-v2 vectors, or both. Figures are for the commands "
              "that write (remember, forget, update): right only with the labelled kind.",
              "", "## Protocol (fixed before the fourth set was scored)", ""]
-    lines += [" ".join(p.split()) for p in results["protocol"]]
-    lines += ["", "## Leave-one-set-out (dev, test, holdout)", "",
+    for paragraph in results["protocol"]:  # a numbered step a line
+        lines += [" ".join(step.split()) for step in re.split(r"\n(?=\d\. )", paragraph)]
+        lines.append("")
+    lines += ["## Leave-one-set-out (dev, test, holdout)", "",
               "Each fold's rules: " + ", ".join(f"{k}: {v}" for k, v in
                                                  results["fold_rules"].items())
               + f" (in-sample on {', '.join(results['in_sample_folds'])}).", "",
@@ -112,7 +116,7 @@ def summary(results: dict) -> str:
     by_model: dict[str, list[dict]] = {}
     for key, e in grid.items():
         if key != "rules":
-            by_model.setdefault(f"{e['method']} | {e['model']}", []).append(e)
+            by_model.setdefault(f"{e['method']}; {e['model']}", []).append(e)
     lines += ["", "Each method and model at two of its thresholds: the highest precision with "
               "recall at least the rules' (none: it never keeps their recall), and the "
               "highest precision at any threshold that flags something:", "",
