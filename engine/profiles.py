@@ -27,8 +27,9 @@ class ProfileError(ValueError):
 
 CONVERSATIONS = ("sessions", "continuous")
 # memory.commands: "remember that ..." and the like, carried out by the server; quiet: no
-# status line in the answer's text, only the X-Tandem-Memory-Command header
-COMMAND_MODES = ("on", "quiet", "off")
+# status line in the answer's text, only the X-Tandem-Memory-Command header;
+# memory.command_recogniser: the rules alone, or with a learned fall-back (issue 60)
+COMMAND_MODES, RECOGNISERS = ("on", "quiet", "off"), ("rules", "learned")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class MemorySettings:
     # (key, value) pairs of memory.prefetch, checked; the server fills in the rest
     prefetch: tuple[tuple[str, int | str], ...] = ()
     commands: str = "on"  # one of COMMAND_MODES
+    command_recogniser: str = "rules"  # one of RECOGNISERS
     responses_store_mib: int = 64  # the Responses API's stored responses, a user's at most
 
 
@@ -137,7 +139,7 @@ _TOP_LEVEL: dict[str, tuple[type, ...]] = {
 _REQUIRED = ("model", "device")
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
                 "search", "ledger_max_tokens", "notes_shown", "prefetch", "commands",
-                "responses_store_mib")
+                "command_recogniser", "responses_store_mib")
 # memory.notes_shown: what the hidden context shows of the notes (the server's
 # conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
 # for a count of 0 or more.
@@ -186,9 +188,6 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     for key in writer:
         if key != "mode":
             raise ProfileError(f"{path}: unknown key 'memory.writer.{key}'")
-    conversation = raw.get("conversation", "sessions")
-    _check_type(path, "memory.conversation", conversation, (str,))
-    _choice(path, "memory.conversation", conversation, CONVERSATIONS)
     sizes = {}  # the replay window's and the ledger's
     for key, types, least in (("replay_turns", (int,), 2), ("replay_tokens", (int, type(None)), 2),
                               ("responses_store_mib", (int,), 1)):
@@ -205,8 +204,12 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
                                f"got {raw['ledger_max_tokens']}")
         sizes["ledger_max_tokens"] = raw["ledger_max_tokens"]
     jobs_mode, endpoints = _jobs(path, raw.get("jobs") or {})
-    _check_type(path, "memory.commands", raw.get("commands", "on"), (str,))
-    _choice(path, "memory.commands", raw.get("commands", "on"), COMMAND_MODES)
+    choices = {}  # memory's keys of a word among a few (the first is the default)
+    for key, options in (("conversation", CONVERSATIONS), ("commands", COMMAND_MODES),
+                         ("command_recogniser", RECOGNISERS)):
+        choices[key] = raw.get(key, options[0])
+        _check_type(path, f"memory.{key}", choices[key], (str,))
+        _choice(path, f"memory.{key}", choices[key], options)
     search = raw.get("search") or {}
     _check_type(path, "memory.search", search, (dict,))
     for key in search:
@@ -229,12 +232,12 @@ def _memory(path: Path, raw: Any) -> MemorySettings:
     return MemorySettings(
         mode=_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=_mode(path, "memory.writer.mode", writer.get("mode", "off")),
-        conversation=conversation, jobs_mode=jobs_mode, job_endpoints=endpoints,
+        jobs_mode=jobs_mode, job_endpoints=endpoints,
         qdrant_url=search.get("qdrant_url"), search_embedder=embedder,
         allowed_roots=_allowed_roots(path, search.get("allowed_roots")),
         notes_shown=_settings(path, "notes_shown", raw.get("notes_shown"), NOTES_SHOWN_KEYS),
         prefetch=_settings(path, "prefetch", raw.get("prefetch"), PREFETCH_KEYS),
-        commands=raw.get("commands", "on"), **sizes,
+        **choices, **sizes,
     )
 
 
@@ -375,13 +378,10 @@ def default_profile_name() -> str:
 
 
 def with_overrides(profile: Profile, memory_mode: str | None = None,
-                   writer_mode: str | None = None,
-                   served_names: tuple[str, ...] = (), force_include_usage: bool = False,
-                   return_tokens_as_token_ids: bool = False,
+                   writer_mode: str | None = None, served_names: tuple[str, ...] = (),
+                   force_include_usage: bool = False, return_tokens_as_token_ids: bool = False,
                    max_logprobs: int | None = None) -> Profile:
-    """A copy with the memory switches replaced (the CLI's --memory and --writer),
-    `served_names` added (--served-model-name) and vLLM's server-wide switches turned on
-    where the CLI names them."""
+    """A copy with the CLI's --memory, --writer, --served-model-name and vLLM switches."""
     memory = dataclasses.replace(
         profile.memory,
         mode=_mode(profile.path, "memory.mode", memory_mode or profile.memory.mode),

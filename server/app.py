@@ -168,7 +168,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     memory = MemoryServices(home, memory_settings or MemorySettings(),
                             ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
                             notes_shown=NotesShown.of(profile.memory.notes_shown),
-                            prefetch_limits=_prefetch_limits(profile))
+                            prefetch_limits=_prefetch_limits(profile),
+                            command_recogniser=profile.memory.command_recogniser)
     memory.responses.max_bytes = profile.memory.responses_store_mib * 1024 * 1024
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name

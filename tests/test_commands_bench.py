@@ -68,3 +68,19 @@ def test_the_choice_wants_the_rules_recall_then_precision():
     assert choose(grid) == "b"
     assert choose(grid, "rules vetoed") == "c"
     assert set(WRITES) == {"remember", "forget", "update"}
+
+
+def test_the_served_fall_back_scores_what_the_bench_measured():
+    """`memory.command_recogniser: learned` runs the weights `--export` wrote from the chosen
+    run: on the never-tuned set it gives that run's figures (results.json), not others."""
+    import json
+
+    from conductor.writing.command_classifier import recognise_learned
+
+    results = json.loads((RESULTS_DIR / "commands" / "learned" / "results.json").read_text())
+    measured = results["fourth"][results["chosen"]]
+    messages = rows("messages-fourth.tsv")
+    said = [(lambda found: found.kind if found else "none")(recognise_learned(m["text"]))
+            for m in messages]
+    score = tally([m["label"] for m in messages], said)
+    assert (score["right"], score["flagged"]) == (measured["right"], measured["flagged"])

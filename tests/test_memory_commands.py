@@ -134,3 +134,27 @@ def test_a_json_answer_stays_json_and_the_header_tells(app):
         response_format={"type": "json_object"})
     assert content == '{"ok":true}'
     assert response.headers[HEADER].startswith("remembered; notes=")
+
+
+# The rules miss it ("save for later that ...": no rule), the classifier keeps it (p 0.85 or
+# more); the look-alike names a film, not a fact of the user's (issue 60, item 2)
+SAID_OTHERWISE = "Could you save for later that I prefer aisle seats?"
+LOOK_ALIKE = "Remember Me is a great film, what else did Pixar make?"
+
+
+def test_the_learned_recogniser_keeps_what_the_rules_miss_but_not_a_look_alike(served,
+                                                                               tmp_path):
+    learned = InProcessApp(served, tmp_path / "learned",
+                           memory_changes={"command_recogniser": "learned"})
+    content, _, response = learned.chat(user(SAID_OTHERWISE), "Sure.")
+    (note,) = live(learned)
+    assert "aisle seats" in note.body and note.source == "command"
+    assert response.headers[HEADER] == f"remembered; notes={note.id}"
+    assert content.startswith("Sure.\n\n› remembered: ")
+    _, _, response = learned.chat(user(LOOK_ALIKE), "Toy Story.")
+    assert HEADER not in response.headers and len(live(learned)) == 1
+
+
+def test_the_rules_stay_the_default_recogniser(app):
+    _, _, response = app.chat(user(SAID_OTHERWISE), "Sure.")
+    assert HEADER not in response.headers and live(app) == []

@@ -52,6 +52,8 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "force_include_usage: yes please\n", "'force_include_usage'"),
     (BASE + "max_logprobs: -2\n", "'max_logprobs'"),
     (BASE + "memory:\n  conversation: forever\n", "'memory.conversation'"),
+    (BASE + "memory:\n  command_recogniser: model\n", "'memory.command_recogniser'"),
+    (BASE + "memory:\n  commands: loud\n", "'memory.commands'"),
     (BASE + "memory:\n  replay_turns: 1\n", "'memory.replay_turns'"),
     (BASE + "memory:\n  replay_tokens: many\n", "'memory.replay_tokens'"),
     (BASE + "memory:\n  search:\n    qdrant_url: 5\n", "'memory.search.qdrant_url'"),
@@ -94,6 +96,13 @@ def test_the_conversation_keys_read_with_their_defaults(tmp_path):
                                      "  replay_turns: 12\n  replay_tokens: 900\n"))
     assert (custom.memory.conversation, custom.memory.replay_turns,
             custom.memory.replay_tokens) == ("continuous", 12, 900)
+
+
+def test_the_command_recogniser_is_the_rules_unless_the_profile_says_learned(tmp_path):
+    assert load_profile_file(write(tmp_path, BASE)).memory.command_recogniser == "rules"
+    learned = load_profile_file(write(tmp_path, BASE + "memory:\n  command_recogniser: "
+                                      "learned\n"))
+    assert learned.memory.command_recogniser == "learned"
 
 
 def test_notes_shown_reads_into_the_servers_settings_over_its_defaults(tmp_path):

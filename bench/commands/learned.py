@@ -34,10 +34,11 @@ from datetime import datetime
 
 import numpy as np
 
-from bench.commands.learned_model import KINDS, Softmax, embed_features, ngram_features
+from bench.commands.learned_model import Softmax, embed_features
 from bench.commands.learned_report import load_average, plot, summary
 from bench.commands.rules_then import FOLD_RULES, IN_SAMPLE, rules_at
 from bench.commands.run import GOALS, OUT, WRITES, rows
+from conductor.writing.command_classifier import KINDS, WEIGHTS, ngram_features
 from conductor.writing.commands import recognise
 
 EARLIER = ("dev", "test", "holdout")
@@ -196,12 +197,39 @@ def costs(texts: list[str], models: dict[str, Softmax]) -> dict[str, float]:
     return out
 
 
+def export() -> None:
+    """The served fall-back's weights (`memory.command_recogniser: learned`): the chosen
+    method of the committed run, which must be the rules with an n-gram classifier (an
+    embedding costs far more than a request may spend), fitted on dev, test and holdout."""
+    chosen = json.loads((OUT / "learned" / "results.json").read_text())["chosen"]
+    method, model, threshold = chosen.split(" | ")
+    feature, c = model.split(", C=")
+    if method != "rules or classifier" or feature != "ngrams":
+        raise SystemExit(f"the chosen method is {chosen}: not the n-gram fall-back served")
+    earlier = [r for key in EARLIER for r in rows(f"messages-{key}.tsv")]
+    fitted = Softmax(c=float(c)).fit(ngram_features([r["text"] for r in earlier]),
+                                     [r["label"] for r in earlier])
+    assert fitted.weights is not None and fitted.bias is not None
+    partial = WEIGHTS.with_name(WEIGHTS.name + ".partial")
+    with partial.open("wb") as handle:  # a handle: np.savez adds .npz to a bare name
+        np.savez_compressed(handle, weights=fitted.weights.astype(np.float16),
+                            bias=fitted.bias, threshold=float(threshold.split("=")[1]))
+    partial.replace(WEIGHTS)  # atomic: a server starting now reads the old or the new
+    print(f"wrote {WEIGHTS} ({chosen}, {len(earlier)} messages)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.commands.learned",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--folds-only", action="store_true",
                         help="stop after the leave-one-set-out choice: the fourth set unread")
+    parser.add_argument("--export", action="store_true",
+                        help="fit the committed run's chosen n-gram model on the three "
+                        f"earlier sets and write its weights to {WEIGHTS.name}, then stop")
     args = parser.parse_args(argv)
+    if args.export:
+        export()
+        return
     load_start = load_average()
     sets = {key: rows(f"messages-{key}.tsv") for key in (*EARLIER, "fourth")}
     texts = sorted({r["text"] for key in EARLIER for r in sets[key]})

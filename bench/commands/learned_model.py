@@ -1,6 +1,8 @@
 """The learned recogniser's parts, for `bench.commands.learned`: a message's features
-(hashed character and word n-grams, all-MiniLM-L6-v2's sentence vector) and a multinomial
-logistic regression in numpy (scikit-learn is not in the venv, and this is a few lines).
+(hashed character and word n-grams, the server's own in
+`conductor/writing/command_classifier.py`; all-MiniLM-L6-v2's sentence vector) and a
+multinomial logistic regression in numpy (scikit-learn is not in the venv, and this is
+a few lines).
 
 No generative model anywhere (issue 60: commands "never depend on a small model"): the
 sentence encoder only maps a message to a vector, and the classifier is a linear layer.
@@ -8,44 +10,11 @@ sentence encoder only maps a message to a vector, and the classifier is a linear
 
 from __future__ import annotations
 
-import re
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("none", "remember", "forget", "recall", "update")
-HASH_DIMS = 1 << 14  # 16,384 buckets: few collisions among ~700 short messages' n-grams
-CHAR_NS = (2, 3, 4, 5)
-MAX_CHARS = 400  # a command opens the message; its tail adds only noise
-
-
-def _grams(text: str) -> list[str]:
-    """Character n-grams inside words (padded with spaces) and word unigrams and bigrams,
-    of the lowercased opening: spelling ("rember", "覚えて"), inflection and word order."""
-    text = " ".join(text.lower()[:MAX_CHARS].split())
-    out: list[str] = []
-    for word in text.split(" "):
-        padded = f" {word} "
-        for n in CHAR_NS:
-            out += [padded[i:i + n] for i in range(max(1, len(padded) - n + 1))]
-    words = re.findall(r"\w+|[^\w\s]", text)
-    out += ["w:" + w for w in words]
-    out += ["b:" + a + " " + b for a, b in zip(words, words[1:], strict=False)]
-    out.append("first:" + (words[0] if words else ""))
-    return out
-
-
-def ngram_features(texts: list[str]) -> np.ndarray:
-    """One row a text: log(1 + count) of each hashed n-gram, L2-normalised. crc32, not
-    Python's salted `hash`, so a bucket is the same in every process."""
-    rows = np.zeros((len(texts), HASH_DIMS), dtype=np.float32)
-    for row, text in enumerate(texts):
-        for gram in _grams(text):
-            rows[row, zlib.crc32(gram.encode()) % HASH_DIMS] += 1.0
-    rows = np.log1p(rows)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.maximum(norms, 1e-9)
+from conductor.writing.command_classifier import KINDS, softmax
 
 
 def embed_features(texts: list[str]) -> np.ndarray:
@@ -82,7 +51,7 @@ class Softmax:
         for step in range(self.steps):
             momentum = step / (step + 3)
             lw, lb = w + momentum * vw, b + momentum * vb
-            p = _softmax(x @ lw + lb)
+            p = softmax(x @ lw + lb)
             grad_w = x.T @ (p - y) / n + lam * lw
             grad_b = (p - y).mean(axis=0)
             vw = momentum * vw - lr * grad_w
@@ -93,10 +62,4 @@ class Softmax:
 
     def proba(self, x: np.ndarray) -> np.ndarray:
         assert self.weights is not None and self.bias is not None
-        return _softmax(x @ self.weights + self.bias)
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+        return softmax(x @ self.weights + self.bias)

@@ -49,6 +49,7 @@ from conductor.memory.turn import L, TurnFacts, TurnMemory, TurnOutcome, TurnPla
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.recovery import Recovery, recover
+from conductor.writing.command_classifier import recognise_learned
 from conductor.writing.command_writes import CommandOutcome, carry_out
 from conductor.writing.commands import recognise
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
@@ -104,6 +105,9 @@ class MemoryServices:
     # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
     records_due: RecordsDue = field(default_factory=RecordsDue)
     shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
+    # The profile's memory.command_recogniser: "rules", or "learned" (the rules, then a
+    # classifier over n-grams where they find nothing: conductor/writing/command_classifier)
+    command_recogniser: str = "rules"
     triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
         idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     # Told the user whose memory files changed (a note written, a job run): the search
@@ -297,7 +301,7 @@ class MemoryServices:
         """The memory command `text` opens with, carried out where memory may write."""
         if text is None or not memory.writes or memory.user is None:
             return None
-        command = recognise(text)
+        command = (recognise_learned if self.command_recogniser == "learned" else recognise)(text)
         if command is None:
             return None
         if self.leases is not None:  # replicas: only the user's writer carries it out
