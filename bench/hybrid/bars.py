@@ -17,10 +17,12 @@ blocks). Two parts, each turn's figures from `usage.prompt_tokens_details.cached
   `on` and `on` with the lever; the engine's context is raised past the profile's 4,096
   for it (the tiny model's weights are random: its answers are scripted).
 
-The lever (a bench-side trial, not in the server): after each answer, in idle time, a
-background request prefills the session's record (prompt and answer) and one token more,
-as the prewarm does for the shared context, so vLLM keeps the recurrent state at the last
-block boundary before the next turn's new tokens instead of before the answer.
+The lever, the server's record prefill (server/background/record_prefill.py): after each
+answer, in idle time, a background request prefills the session's record (prompt and
+answer, as the next turn replays them) and one token more, as the prewarm does for the
+shared context, so vLLM keeps the recurrent state at the last block boundary before the
+next turn's new tokens instead of before the answer. The lever lane runs the service's
+tick after each answer (the idle moment); the other lanes never do.
 
 Writes results.json, summary.md and fraction_by_length.png (default:
 bench/results/hybrid-bars/).
@@ -40,13 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.lanes.conversation import TURNS, Turn, fill_store
-from bench.lanes.lane import USER, Lane, TurnResult
+from bench.lanes.lane import Lane, TurnResult
 from bench.lanes.probe import EngineProbe
 from bench.lanes.session import rotated, run_session
 from bench.lanes.summary import mode_summary
 from bench.paths import RESULTS_DIR
-from conductor.memory.ledger import flat_ids
-from engine.generation import GenerationParams
 
 OUT = RESULTS_DIR / "hybrid-bars"
 LANES = ("off", "on", "lever")
@@ -64,24 +64,16 @@ DETAIL = (" In more detail: the service reads its settings from the environment 
 
 
 class LeverLane(Lane):
-    """Memory on, and after each answer the idle-time prefill of the record + one token."""
+    """Memory on, and after each answer the idle moment in which the server's record
+    prefill runs (server/background/record_prefill.py): the record + one token."""
 
     prefills: list[dict[str, int]]
 
     async def ask(self, conversation, turn: Turn, number: int, script: bool) -> TurnResult:
         result = await super().ask(conversation, turn, number, script)
-        record = self.services.ledger.latest(USER, conversation.session)
-        ids = list(flat_ids(record.ids))
-        if not record.ended_cleanly:  # the next render closes the answer first
-            ids.append(self.probe.tokens.end_of_turn)
-        # one token past the record's end: vLLM keeps the state at the last boundary before
-        # a prompt's last token (server.turn.prompt.filler_id: the prewarm's filler)
-        ids.append(self.probe.tokenizer.encode(" ", add_special_tokens=False)[0])
-        params = GenerationParams(max_tokens=1, temperature=0.0,
-                                  cache_salt=self.services.cache_salt(USER))
-        async for delta in self.probe.generate(ids, params, kind="background"):
-            if delta.finished:
-                self.prefills.append({"prompt": len(ids), "cached": delta.cached_tokens or 0})
+        for run in await self.app.state.tandem.record_prefill.tick():
+            self.prefills.append({"prompt": run.prompt_tokens, "cached": run.cached_tokens,
+                                  "outcome": run.outcome})
         return result
 
 
@@ -95,6 +87,9 @@ def lanes_for(probe: EngineProbe, home: Path) -> dict[str, Lane]:
             lane.prefills = []
         else:
             lane = Lane(name, probe, home / name, nonce, {})
+        # The job in the lever lane only; there even without the layout (the engine's
+        # reuse_block set to None), to weigh it on plain vLLM's layout too.
+        lane.services.records_due.on = name == "lever"
         if name != "off":
             fill_store(lane.store())
         lanes[name] = lane

@@ -96,6 +96,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"| on + answer prefill / off | {f(on['lever_over_off'])} | "
         f"{f(off['lever_over_off'])} |",
         "",
+        *_prefill_note(results),
         *_off_note(results, block),
         "## The cached fraction against prompt length",
         "",
@@ -145,6 +146,17 @@ def markdown(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _prefill_note(results: dict[str, Any]) -> list[str]:
+    """What the answer prefill is: the server's job, and how its runs ended."""
+    runs = [r for k in ("with_layout", "without_layout")
+            for r in results["lanes_bar"][k]["lever_prefills"]]
+    done = sum(1 for r in runs if r.get("outcome", "done") == "done")
+    return ["The answer prefill is the server's record prefill (server/background/"
+            "record_prefill.py: after an answer on a hybrid engine, the session's record as "
+            "the next turn replays it and one token more, a background request), its tick "
+            f"run in the idle moment after each answer: {len(runs)} runs, {done} done.", ""]
 
 
 def _off_note(results: dict[str, Any], block: int) -> list[str]:
