@@ -187,3 +187,17 @@ def test_two_users_through_a_trusted_proxy_keep_their_own_notes_and_cache(
         assert memory.store(USER).list() == []
     finally:
         served.stop()
+
+
+def test_proxy_mode_queues_no_record_prefill_and_sends_the_backend_nothing_more(proxy):
+    """A hybrid engine's record prefill (server/background/record_prefill.py) is not proxy
+    mode's: the backend's cache is its own (HttpEngine.reuse_block is None), so after an
+    answer nothing is queued and an idle moment sends no request."""
+    tandem = proxy.app.state.tandem
+    assert tandem.engine.reuse_block is None and not tandem.memory.records_due.on
+    assert chat(proxy.base_url, [{"role": "user", "content": "where is the kettle?"}],
+                script="On the stove.", session="no-record-prefill").status_code == 200
+    started = tandem.engine.stats.requests_started["background"]
+    assert proxy.run(tandem.record_prefill.tick()) == []
+    assert tandem.engine.stats.requests_started["background"] == started
+    assert tandem.memory.records_due.take() is None
