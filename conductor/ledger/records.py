@@ -104,10 +104,16 @@ class Match:
 
 
 def _prefix_keys(user: str, session: str,
-                 messages: list[VisibleMessage] | tuple[VisibleMessage, ...]):
-    """One key per prefix length (1..n): a hash chain, so all prefixes cost O(n)."""
-    running = hashlib.blake2b(f"{user}\0{session}".encode("utf-8", "surrogatepass"),
-                              digest_size=16)
+                 messages: list[VisibleMessage] | tuple[VisibleMessage, ...],
+                 project: str | None, bare: bool):
+    """One key per prefix length (1..n): a hash chain, so all prefixes cost O(n).
+
+    The project and the memory mode are part of the key, as they are of what a record may
+    be replayed in (`Ledger._usable`): one session name used in two projects (or with
+    memory on and off) with the same messages makes two records, and the second must not
+    take the first's place."""
+    scope = f"{user}\0{session}\0{'' if project is None else '+' + project}\0{int(bare)}"
+    running = hashlib.blake2b(scope.encode("utf-8", "surrogatepass"), digest_size=16)
     keys = []
     for message in messages:
         running.update(message.digest())
@@ -168,7 +174,8 @@ class Ledger:
 
     def record(self, record: Record) -> None:
         _check_spans(record)
-        key = _prefix_keys(record.user, record.session, record.messages)[-1]
+        key = _prefix_keys(record.user, record.session, record.messages, record.project,
+                           record.bare)[-1]
         owner = (record.user, record.session)
         with self._lock:
             record = replace(record, ids=self._ids.hold(record.ids),
@@ -214,7 +221,7 @@ class Ledger:
         shared): a record that is all of the run (the client added messages after it)
         before one that goes on past it with other messages (the client changed one: a
         partial match)."""
-        keys = _prefix_keys(user, session, messages)
+        keys = _prefix_keys(user, session, messages, project, bare)
         with self._lock:
             records = self._sessions.get((user, session))
             if not records:

@@ -125,3 +125,25 @@ def test_a_record_made_under_another_fingerprint_is_never_found_and_is_dropped()
     assert ledger.tokens == 0 and len(ledger) == 0
     ledger.record(record("u", shown, [9], session="new"))
     assert tuple(ledger.find("u", "new", [*shown, msg("user", "c")]).record.ids) == (9,)
+
+
+def test_one_session_name_in_two_projects_and_with_memory_off_keeps_a_record_of_each():
+    """A named session (X-Tandem-Session) a client uses in two projects, and with memory
+    off, with the same messages: each record is replayed where it was made, none takes
+    another's place (red when the key was the user, the session and the messages only:
+    the last record made overwrote the others, and alpha's next turn found nothing)."""
+    from dataclasses import replace
+
+    ledger = Ledger()
+    shown = [msg("user", "What do we deploy with?"), msg("assistant", "With the key.")]
+    made = {("/w/alpha", False): [1, 2], ("/w/beta", False): [3, 4],
+            ("/w/alpha", True): [5, 6], (None, False): [7, 8]}
+    for (project, bare), ids in made.items():
+        ledger.record(replace(record("u", shown, ids, session="same"), project=project,
+                              bare=bare))
+    query = [*shown, msg("user", "Thanks.")]
+    for (project, bare), ids in made.items():
+        match = ledger.find("u", "same", query, project, bare)
+        assert match is not None and list(match.record.ids) == ids, (project, bare)
+        assert match.matched_messages == 2 and not match.partial
+    assert len(ledger.records("u", "same")) == 4
