@@ -19,7 +19,13 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from conductor.hidden.tail_notes import CountTokens, NotesShown, TailNote, build_matches
+from conductor.hidden.tail_notes import (
+    MIN_SHARED_WORDS,
+    CountTokens,
+    NotesShown,
+    TailNote,
+    build_matches,
+)
 from conductor.ledger.records import Span
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
@@ -70,17 +76,28 @@ class PrefetchLimits:
 PREFETCH_FRAME = "Hidden notes that may bear on what the user asks next; use them if they do:"
 
 
+# The stems a note shares with a finished turn to be guessed for it. A turn (its message
+# and its answer) has some 25 topic words to a message's 6, so two shared stems happen by
+# chance ("fail" and "test" put "flaky test_refund_race" after an answer about the test
+# pool); at two the bench's threaded conversation spent its 12-note session cap on such
+# notes by its fifth turn and its follow-ups found 2 of them, at three 3 (4 at two when
+# the match compared words as written). A hint is a message being typed: it keeps the
+# message's rule.
+GUESS_SHARED_WORDS = 3
+
+
 def choose_prefetch(store: NoteStore, text: str, allowed: Iterable[Note], already: set[str],
                     count_tokens: CountTokens, shown: NotesShown, room: int,
-                    budget: int) -> TailNote | None:
+                    budget: int, from_turn: bool = False) -> TailNote | None:
     """Up to `room` notes within `budget` tokens to place after the answer, or None.
-    `text`: the finished turn's user message and answer, or a client's hint; `already`:
-    notes the record holds."""
+    `text`: the finished turn's user message and answer (`from_turn`: the guess), or a
+    client's hint; `already`: notes the record holds."""
     if room <= 0 or budget <= 0:
         return None
     sized = dataclasses.replace(shown, max_matches=room, match_budget=budget)
     found = build_matches(store, text, allowed, already, count_tokens, sized,
-                          frame=PREFETCH_FRAME)
+                          frame=PREFETCH_FRAME,
+                          min_shared=GUESS_SHARED_WORDS if from_turn else MIN_SHARED_WORDS)
     if found is None:
         return None
     return TailNote(PREFETCH_KIND, found.text, found.note_ids)

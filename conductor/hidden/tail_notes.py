@@ -123,15 +123,16 @@ def match_words(text: str) -> set[str]:
     return stems(topic_words(text))
 
 
-def bears_on(shared: set[str], note: Note, best: bool, about_the_user: bool) -> bool:
-    """Whether a note bears on a message it shares `shared` stems with: two of them, or
-    one that names the note (a word of its title) when the note is the search's best
-    hit and the message speaks of the user's own things ("when is my birthday?" and the
-    note "user's birthday"). One word alone would pull a note into any message that
-    says it ("a birthday party idea"), so it takes all three."""
-    if len(shared) >= MIN_SHARED_WORDS:
+def bears_on(shared: set[str], note: Note, best: bool, about_the_user: bool,
+             min_shared: int = MIN_SHARED_WORDS) -> bool:
+    """Whether a note bears on a message it shares `shared` stems with: `min_shared` of
+    them (two for a message), or one that names the note (a word of its title) when the
+    note is the search's best hit and the message speaks of the user's own things ("when
+    is my birthday?" and the note "user's birthday"). One word alone would pull a note
+    into any message that says it ("a birthday party idea"), so it takes all three."""
+    if len(shared) >= min_shared:
         return True
-    return len(shared) == 1 and best and about_the_user and bool(shared & match_words(note.title))
+    return best and about_the_user and bool(shared & match_words(note.title))
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
                   already: set[str], count_tokens: CountTokens,
                   shown: NotesShown = DEFAULT_SHOWN,
                   in_place: frozenset[str] = frozenset(),
-                  frame: str | None = None) -> TailNote | None:
+                  frame: str | None = None,
+                  min_shared: int = MIN_SHARED_WORDS) -> TailNote | None:
     """The matching-notes tail for one user message, or None when nothing qualifies.
 
     `allowed`: the notes the message may match, or their ids (a caller that lists no
@@ -202,7 +204,8 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
     `already`: notes matched earlier in the session, skipped (the message gets others).
     `in_place`: notes prefetched for this message: one it matches takes its place among
     the matches without a second copy, so a right guess costs nothing after the message.
-    `frame`: the preamble, when not the profile's (`shown.match_frame`)."""
+    `frame`: the preamble, when not the profile's (`shown.match_frame`).
+    `min_shared`: the stems a note shares with the text to match (`bears_on`)."""
     if shown.max_matches == 0:
         return None
     allowed_ids = allowed if isinstance(allowed, AbstractSet) else {n.id for n in allowed}
@@ -226,7 +229,8 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
         best, first = first, False
         if note.id in already and note.id not in in_place:
             continue
-        if not bears_on(words & match_words(note_text(note)), note, best, about_the_user):
+        if not bears_on(words & match_words(note_text(note)), note, best, about_the_user,
+                        min_shared):
             continue
         if note.id in in_place:
             placed += 1

@@ -85,7 +85,7 @@ class PrefetchService(IdleService):
             budget -= len(self._hidden_after_answer(""))
             chosen = choose_prefetch(store, hint or _turn_text(record), allowed, already,
                                      self.engine.count_tokens, self.memory.notes_shown,
-                                     room, budget)
+                                     room, budget, from_turn=hint is None)
         if chosen is None:
             if hint is not None:
                 due.hint_used(user, session, hint)

@@ -141,3 +141,32 @@ def test_a_prefetched_note_the_message_matches_takes_its_match_slot(store):
     (other,) = build_matches(store, message, store.list(), {top}, words, two,
                              in_place=frozenset({top})).note_ids
     assert other != top
+
+
+def test_the_guess_over_a_whole_turn_wants_three_shared_stems_a_hint_two(tmp_path):
+    """A finished turn (message and answer, the bench's threaded follow-up about the test
+    pool) shares two stems by chance with a note it is not about ("fail" and "test" with
+    the flaky test's note): the guess leaves that note, which would take a slot of the
+    session's cap, and takes the pool's note; a hint, a message being typed, keeps the
+    message's rule of two."""
+    store = NoteStore(tmp_path / "memory", "tester")
+    for title, body in (
+            ("database connection pool", "SQLAlchemy async engine with pool size 10; tests "
+             "override it with NullPool to avoid leaks between tests."),
+            ("flaky test_refund_race on slow machines", "test_refund_race depends on a 200 "
+             "ms sleep; it fails under load and is marked flaky in CI.")):
+        assert store.add(title=title, body=body, kind="gotcha", scope="user",
+                         source="cli").ok
+    turn = ("That fixed it, but a few tests now fail with too many connections open. How "
+            "is the database pool configured for the tests?\nThe app's engine uses a pool "
+            "of 10; tests swap in NullPool in conftest.py so nothing is held between tests.")
+    titles = {n.id: n.title for n in store.list()}
+
+    def chosen(from_turn: bool) -> list[str]:
+        found = choose_prefetch(store, turn, store.list(), set(), words, DEFAULT_SHOWN,
+                                ON_NOTES, 300, from_turn=from_turn)
+        return sorted(titles[i] for i in found.note_ids)
+
+    assert chosen(from_turn=True) == ["database connection pool"]
+    assert chosen(from_turn=False) == ["database connection pool",
+                                       "flaky test_refund_race on slow machines"]
