@@ -101,8 +101,10 @@ def free_port() -> int:
     return free()
 
 
-def _wait(url: str, process: subprocess.Popen, log: Path, timeout: float,
-          status: int = 200) -> None:
+def wait_ready(url: str, process: subprocess.Popen, log: Path, timeout: float,
+               status: int = 200) -> None:
+    """Wait until `url` answers `status`; raise with the end of `log` if `process` exits
+    first, or after `timeout` seconds (the real-client lane's server start uses it too)."""
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
@@ -165,7 +167,7 @@ class Cluster:
                  "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                  "--initial-cluster", f"lane=http://127.0.0.1:{peer}"],
                 stdout=out, stderr=subprocess.STDOUT)
-        _wait(f"{self.etcd_url}/health", self._etcd, log, 60)
+        wait_ready(f"{self.etcd_url}/health", self._etcd, log, 60)
 
     # -- replicas --------------------------------------------------------------------
     def add_keys(self, users: list[str], one_secret: bool = False) -> dict[str, str]:
@@ -217,7 +219,7 @@ class Cluster:
 
     def wait_replica(self, node: Replica) -> None:
         assert node.process is not None
-        _wait(f"{node.url}/readyz", node.process, node.log, START_TIMEOUT_S)
+        wait_ready(f"{node.url}/readyz", node.process, node.log, START_TIMEOUT_S)
 
     def holder(self, user: str) -> str | None:
         """The replica that holds the user's lease in etcd now (None: no one)."""
@@ -250,7 +252,7 @@ class Cluster:
                  "--health-failure-threshold", "1", "--health-check-timeout-secs", "1",
                  "--health-check-endpoint", "/health"],
                 stdout=out, stderr=subprocess.STDOUT)
-        _wait(f"{self.router_url}/health", self._router, log, 120)
+        wait_ready(f"{self.router_url}/health", self._router, log, 120)
 
     def start(self) -> None:
         self.start_etcd()

@@ -8,11 +8,9 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.clients.install import INSTALL_TIMEOUT_S, install, installed
@@ -52,6 +50,7 @@ class AgentServer:
 def agent_server(tmp_path_factory) -> AgentServer:
     """`tandem serve` as a user starts it, on the agent-sized scripted profile."""
     from bench.load.plain_vllm import free_port
+    from bench.replicas.cluster import wait_ready
     from engine.home import tandem_home
 
     root = tmp_path_factory.mktemp("agent-server")
@@ -69,17 +68,7 @@ def agent_server(tmp_path_factory) -> AgentServer:
                                   stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"tandem serve exited ({server.returncode}): "
-                                   f"{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"tandem serve not ready in {START_TIMEOUT_S} s")
-            time.sleep(1)
+        wait_ready(f"{base}/readyz", server, log, START_TIMEOUT_S)
         yield AgentServer(base, rules, log, home)
     finally:
         server.terminate()
