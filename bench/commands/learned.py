@@ -23,7 +23,7 @@ The protocol, fixed before the fourth set is read:
 
 Also measured: each method's cost a message (ms, this machine, one message at a time),
 and the learning curve (the chosen classifier's pooled figures against training size).
-Writes results.json, summary.md and pr-threshold.svg under bench/results/commands/learned/.
+Writes results.json, summary.md and pr-threshold.png under bench/results/commands/learned/.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     out = OUT / "learned"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    (out / "pr-threshold.svg").write_text(plot(grid, chosen_key))
+    plot(grid, chosen_key, out / "pr-threshold.png")
     text = summary(results)
     (out / "summary.md").write_text(text)
     print(text)

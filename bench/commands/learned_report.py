@@ -1,5 +1,5 @@
 """`bench.commands.learned`'s report: summary.md and the precision/recall-against-threshold
-plot of the leave-one-set-out folds (a plain SVG: matplotlib is not in the venv)."""
+plot of the leave-one-set-out folds (`pr-threshold.png`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 FOLD_COLOURS = {"dev": "#1b9e77", "test": "#d95f02", "holdout": "#7570b3"}
-W, H, PAD = 300, 220, 40
 
 
 def load_average() -> float:
@@ -16,59 +15,45 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def _panel(x0: int, title: str, series: dict[str, list[tuple[float, float, float]]],
-           goals: dict[str, float]) -> list[str]:
-    def px(t: float) -> float:
-        return x0 + PAD + (t - 0.1) / 0.9 * (W - PAD - 10)
-
-    def py(v: float) -> float:
-        return 30 + (1 - v) / 0.6 * (H - 60) if v >= 0.4 else 30 + H - 60 + 4
-
-    out = [f'<text x="{x0 + W / 2}" y="18" text-anchor="middle" font-size="12">{title}</text>',
-           f'<rect x="{x0 + PAD}" y="30" width="{W - PAD - 10}" height="{H - 60}" '
-           'fill="none" stroke="#999"/>']
-    for v in (0.4, 0.6, 0.8, 1.0):
-        out.append(f'<text x="{x0 + PAD - 4}" y="{py(v) + 4:.1f}" text-anchor="end" '
-                   f'font-size="9">{v:.1f}</text>')
-    for t in (0.1, 0.5, 0.9):
-        out.append(f'<text x="{px(t):.1f}" y="{H - 16}" text-anchor="middle" '
-                   f'font-size="9">{t:.1f}</text>')
-    for name, goal in goals.items():
-        dash = "2,2" if name == "precision" else "6,3"
-        out.append(f'<line x1="{px(0.1):.1f}" x2="{px(1.0):.1f}" y1="{py(goal):.1f}" '
-                   f'y2="{py(goal):.1f}" stroke="#000" stroke-dasharray="{dash}" '
-                   'stroke-width="0.6"/>')
-    for fold, points in series.items():
-        for index, dash in ((1, ""), (2, ' stroke-dasharray="5,3"')):
-            line = " ".join(f"{px(p[0]):.1f},{py(max(0.4, p[index])):.1f}" for p in points)
-            out.append(f'<polyline points="{line}" fill="none" stroke="{FOLD_COLOURS[fold]}"'
-                       f' stroke-width="1.4"{dash}/>')
-    return out
-
-
-def plot(grid: dict, chosen_key: str) -> str:
+def plot(grid: dict, chosen_key: str, path: Path) -> None:
     """One panel a method, the chosen model's (or, with the rules chosen, the first
-    model's): each fold's precision (solid) and recall (dashed) against the threshold."""
+    model's): each fold's precision (solid) and recall (dashed) against the threshold,
+    the goals in black."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     entries = [e for k, e in grid.items() if k != "rules"]
     model = grid[chosen_key]["model"] if chosen_key != "rules" else entries[0]["model"]
     methods = list(dict.fromkeys(e["method"] for e in entries))
-    body: list[str] = []
-    for i, method in enumerate(methods):
+    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, method in zip(axes[0], methods, strict=True):
         series: dict[str, list[tuple[float, float, float]]] = {}
         for e in entries:
             if e["method"] == method and e["model"] == model:
                 for fold, s in e["per_fold"].items():
                     series.setdefault(fold, []).append(
                         (e["threshold"], s["precision"], s["recall"]))
-        body += _panel(i * W, method, series, {"precision": 0.99, "recall": 0.95})
-    legend = [f'<text x="{10 + 110 * j}" y="{H + 10}" font-size="10" fill="{colour}">'
-              f'{fold} held out</text>' for j, (fold, colour) in enumerate(FOLD_COLOURS.items())]
-    legend.append(f'<text x="{340}" y="{H + 10}" font-size="10">solid: precision, dashed: '
-                  f'recall (writes); black: goals 0.99, 0.95; model {model}</text>')
-    width = W * len(methods)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{H + 20}" '
-            f'font-family="sans-serif">\n<rect width="{width}" height="{H + 20}" '
-            'fill="white"/>\n' + "\n".join(body + legend) + "\n</svg>\n")
+        for fold, points in series.items():
+            points.sort()
+            ts = [t for t, _, _ in points]
+            ax.plot(ts, [p for _, p, _ in points], color=FOLD_COLOURS[fold],
+                    label=f"{fold} held out: precision")
+            ax.plot(ts, [r for _, _, r in points], color=FOLD_COLOURS[fold], linestyle="--",
+                    label=f"{fold} held out: recall")
+        ax.axhline(0.99, color="black", linewidth=0.6, linestyle=":")
+        ax.axhline(0.95, color="black", linewidth=0.6, linestyle="-.")
+        ax.set_title(method, fontsize=10)
+        ax.set_xlabel("threshold")
+        ax.set_ylim(0.4, 1.02)
+    axes[0][0].set_ylabel("writes (goals 0.99, 0.95)")
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Leave-one-set-out folds, model {model}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def _row(name: str, s: dict) -> str:
@@ -135,7 +120,7 @@ def summary(results: dict) -> str:
                     key=lambda e: (e["pooled"]["precision"], e["pooled"]["recall"]),
                     default=None)
         lines.append(f"| {name} | {point(top)} | {point(sharp)} |")
-    lines += ["", "(Every threshold is in results.json; pr-threshold.svg plots the chosen "
+    lines += ["", "(Every threshold is in results.json; pr-threshold.png plots the chosen "
               "model's, per fold.)", "",
               f"Chosen: **{chosen}**.", ""]
     if chosen != "rules":
