@@ -9,13 +9,16 @@ at the next engine step by the scheduler).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
+from engine.generation import GenerationParams
 
 RUNS_KEPT = 64  # the runs a service remembers for /metrics and the tests, newest last
+PREFILL = GenerationParams(max_tokens=1, temperature=0.0)  # a prefill: one token, greedy
 
 
 class IdleService(ABC):
@@ -34,6 +37,18 @@ class IdleService(ABC):
     @abstractmethod
     async def tick(self) -> list[Any]:
         """Do the due work, stopping at the first sign of a client; returns the runs."""
+
+    async def prefill(self, user: str, ids: list[int]) -> tuple[int, str]:
+        """Prefill `ids` as one background request of one token, under the user's cache
+        salt (the blocks it fills are theirs to find): the tokens the cache already held,
+        and "done", or "preempted" when a client's request ended it."""
+        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
+        cached, outcome = 0, "preempted"
+        async for delta in self.engine.generate(ids, params, kind="background"):
+            if delta.finished:
+                cached = delta.cached_tokens or 0
+                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        return cached, outcome
 
     def kept(self, runs: list[Any]) -> list[Any]:
         """`runs`, after remembering them (the last RUNS_KEPT)."""

@@ -7,7 +7,6 @@ way a job is never started twice at once.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -30,7 +29,7 @@ from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
 from server.background.idle import IdleService
 from server.background.job_backends import EndpointJobBackend, EngineJobBackend
-from server.background.prewarm import PREFILL, PrewarmRun
+from server.background.prewarm import PrewarmRun
 from server.turn.continuous import conversation_prefix_ids, window_bounds
 
 log = logging.getLogger("tandem.jobs")
@@ -141,12 +140,7 @@ class JobService(IdleService):
         """One background token on the conversation's new prefix; a preempted prefill
         stays due."""
         ids = conversation_prefix_ids(self.engine, self.profile, self.memory, user)
-        cached, outcome = 0, "preempted"
-        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
-        async for delta in self.engine.generate(ids, params, kind="background"):
-            if delta.finished:
-                cached = delta.cached_tokens
-                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        cached, outcome = await self.prefill(user, ids)
         if outcome == "done":
             self.prewarm_due.discard(user)
         if self.memory.metrics is not None:

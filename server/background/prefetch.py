@@ -26,12 +26,10 @@ from conductor.memory.hiding import (
     trailing_prefetch,
 )
 from conductor.memory.ledger import Record, Span, flat_ids
-from engine.generation import GenerationParams
 from server.background.idle import IdleService
 from server.turn.prompt import IM_END_TEXT, data_ids
 
 log = logging.getLogger("tandem.prefetch")
-PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
 
 
 @dataclass(frozen=True)
@@ -95,11 +93,7 @@ class PrefetchService(IdleService):
         # next render closes it, so the record is closed here first, as it would be.
         closing = [] if record.ended_cleanly else [self.engine.tokens.end_of_turn]
         part = [*closing, *self._hidden_after_answer(chosen.text)]
-        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
-        outcome = "preempted"
-        async for delta in self.engine.generate([*flat, *part], params, kind="background"):
-            if delta.finished:
-                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        _, outcome = await self.prefill(user, [*flat, *part])
         if outcome == "done":
             if hint is not None:
                 due.hint_used(user, session, hint)

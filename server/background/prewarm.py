@@ -8,17 +8,14 @@ recorded as a turn. A preempted prewarm stays due and runs in a later idle momen
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
 from conductor.memory.hiding import Stale
-from engine.generation import GenerationParams
 from server.background.idle import IdleService
 from server.turn.prompt import filler_id, shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")
-PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
 
 
 @dataclass(frozen=True)
@@ -58,13 +55,7 @@ class PrewarmService(IdleService):
             # A hybrid model keeps one recurrent state per prompt, at its last block
             # boundary before the last token: one token past the context's end puts it there.
             ids.append(filler_id(tokenizer))
-        cached, outcome = 0, "preempted"
-        # Under the user's own salt: the blocks it fills are theirs to find.
-        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(stale.group.user))
-        async for delta in self.engine.generate(ids, params, kind="background"):
-            if delta.finished:
-                cached = delta.cached_tokens
-                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        cached, outcome = await self.prefill(stale.group.user, ids)
         log.info("prewarm %s: %d prompt tokens, %d cached", outcome, len(ids), cached)
         if self.memory.metrics is not None:
             self.memory.metrics.background_run("prewarm", outcome)

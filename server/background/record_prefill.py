@@ -19,17 +19,14 @@ own) have no `reuse_block`: nothing is queued for them and this service sends no
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
-from engine.generation import GenerationParams
 from server.background.idle import IdleService
 from server.turn.prompt import filler_id
 from server.turn.replay import next_turn_replays
 
 log = logging.getLogger("tandem.record_prefill")
-PREFILL = GenerationParams(max_tokens=1, temperature=0.0)
 
 
 @dataclass(frozen=True)
@@ -61,13 +58,7 @@ class RecordPrefillService(IdleService):
     async def _prefill(self, user: str, ids: list[int]) -> RecordPrefillRun:
         # One token past the end: the state lands at the last boundary at or before it.
         prompt = [*ids, filler_id(self.engine.tokenizer)]
-        # Under the salt the turn ran with (the ledger's "-relayed-" is the nobody's salt).
-        params = dataclasses.replace(PREFILL, cache_salt=self.memory.cache_salt(user))
-        cached, outcome = 0, "preempted"
-        async for delta in self.engine.generate(prompt, params, kind="background"):
-            if delta.finished:
-                cached = delta.cached_tokens or 0
-                outcome = "preempted" if delta.finish_reason == "abort" else "done"
+        cached, outcome = await self.prefill(user, prompt)  # under the turn's own salt
         log.info("record prefill %s: %d prompt tokens, %d cached", outcome, len(prompt),
                  cached)
         if self.memory.metrics is not None:
