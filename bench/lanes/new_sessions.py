@@ -98,6 +98,23 @@ def new_session_ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     return ratios
 
 
+def by_session_number(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each new session's first-turn TTFT on / off, by its number (issue 58, item 3): a
+    step's mean hides which session paid (the first after start prefills what the
+    sessions after it find cached)."""
+    def ttft(number: int, mode: str) -> float | None:
+        return next((r["ttft_s"] for r in rows if r["session_number"] == number
+                     and r["mode"] == mode), None)
+
+    out = []
+    for number in sorted({r["session_number"] for r in rows}):
+        on, off = ttft(number, "on"), ttft(number, "off")
+        step = next(r["step"] for r in rows if r["session_number"] == number)
+        out.append({"session_number": number, "step": step,
+                    "ttft_on_over_off": on / off if on is not None and off else None})
+    return out
+
+
 def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["", "New sessions (part 5), first turn, memory on against off:", "",
              "| # | step | mode | prompt tok | cached tok | shared context ends at | TTFT s |",

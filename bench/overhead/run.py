@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +279,9 @@ def run_overhead_bench(profile: Profile, out_dir: Path | None = None,
     model_path = resolve_model_path(profile, tandem_home(), say)
     config = QUICK if quick else FULL
     load_at_start = os.getloadavg()  # a shared machine's load: the figures' context
+    started_at = datetime.now().isoformat(timespec="seconds")  # the lanes' summary cites it
     results = judged(asyncio.run(measure(profile, model_path, config)))
+    results["started_at"] = started_at
     results["environment"] = environment(profile, model_path)
     results["load_average"] = {"start": load_at_start, "end": os.getloadavg()}
     out = out_dir or RESULTS / (f"{profile.name}-quick" if quick else profile.name)
