@@ -4,7 +4,7 @@ half on the session's engine, and the verdicts, report and plot from the figures
 from __future__ import annotations
 
 from bench.index.run import DEFAULT, markdown, plot, verdicts
-from bench.index.variants import CHOSEN, QUICK_VARIANTS, VARIANTS, profile_file
+from bench.index.variants import LEADING, QUICK_VARIANTS, VARIANTS, profile_file
 
 
 def test_each_variant_is_a_profile_file_that_serves_its_notes_shown(tmp_path):
@@ -21,7 +21,7 @@ def test_each_variant_is_a_profile_file_that_serves_its_notes_shown(tmp_path):
         seen.add(NotesShown.of(served.memory.notes_shown))
     assert len(seen) == len(VARIANTS)  # no two variants serve the same thing
     # the variant the bench chose is what the code now shows by default
-    assert NotesShown.of(next(v for v in VARIANTS if v.name == CHOSEN).notes_shown) \
+    assert NotesShown.of(next(v for v in VARIANTS if v.name == LEADING).notes_shown) \
         == DEFAULT_SHOWN
 
 

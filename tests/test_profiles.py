@@ -176,12 +176,13 @@ def test_the_profile_checks_name_every_setting_the_server_reads_and_no_other():
     import dataclasses
 
     from conductor.hidden.prefetch import PrefetchLimits
-    from conductor.hidden.tail_notes import MATCH_FRAMES, NOTE_FORMATS, NotesShown
+    from conductor.hidden.tail_notes import MATCH_FRAMES, MATCH_PLACES, NOTE_FORMATS, NotesShown
     from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS
 
     assert set(NOTES_SHOWN_KEYS) == {f.name for f in dataclasses.fields(NotesShown)}
     assert NOTES_SHOWN_KEYS["note_format"] == NOTE_FORMATS
     assert NOTES_SHOWN_KEYS["match_frame"] == tuple(MATCH_FRAMES)
+    assert NOTES_SHOWN_KEYS["match_place"] == MATCH_PLACES
     assert set(PREFETCH_KEYS) == {f.name for f in dataclasses.fields(PrefetchLimits)}
 
 

@@ -97,7 +97,7 @@ def test_matching_notes_need_two_shared_words_and_stop_at_three(app):
 def test_by_default_the_card_goes_alone_and_one_note_matches_as_a_statement(served,
                                                                              tmp_path):
     """The default memory.notes_shown (no index, one plain match):
-    the card alone in the shared context, the matching note as `title: body` after the
+    the card alone in the shared context, the matching note as `title: body` before the
     question."""
     lean = InProcessApp(served, tmp_path)  # the default: no index, one plain note
     listed = add(lean, "staging hostname", "staging runs on alpha.internal")
@@ -113,6 +113,45 @@ def test_by_default_the_card_goes_alone_and_one_note_matches_as_a_statement(serv
     text = span_text(lean, record, notes)
     assert "staging hostname: staging runs on alpha.internal" in text
     assert listed.id not in text and "say the answer comes from your notes" in text
+
+
+def test_a_matching_note_goes_right_before_the_message_it_matches(served, tmp_path):
+    """Issue 58: the note sits between what the prompt held (here the card) and the user
+    message, under a preamble about the next message; `match_place: after` keeps it after
+    the question, as before."""
+    for place in ("before", "after"):
+        app = InProcessApp(served, tmp_path / place, memory_changes={
+            "notes_shown": (("match_place", place),)})
+        add(app, "staging hostname", "staging runs on alpha.internal")
+        app.chat(user("Where does staging run, which hostname?"), "There.",
+                 headers={"X-Tandem-Session": place})
+        (notes,), record = spans(app, place, "notes")
+        tokenizer = app.app.state.tandem.engine.tokenizer
+        before = tokenizer.decode(list(record.ids[:notes.start]))
+        after = tokenizer.decode(list(record.ids[notes.end:]))
+        if place == "before":
+            assert after.startswith("<|im_start|>user\nWhere does staging run"), after
+            assert "bear on the user's next message" in span_text(app, record, notes)
+        else:
+            assert before.rstrip().endswith("which hostname?<|im_end|>"), before
+            assert "bear on this message" in span_text(app, record, notes)
+
+
+def test_a_new_session_reads_a_note_another_session_matched_from_the_cache(served, tmp_path,
+                                                                           tiny_profile):
+    """Before the message, a matched note follows the head and the card, which every new
+    session of the user shares: the second session to match it finds it cached. After the
+    message it followed that session's own words, and was prefilled every time."""
+    app = InProcessApp(served, tmp_path)
+    add(app, "staging hostname", "staging runs on alpha.internal")
+    system = {"role": "system", "content": "You answer questions about our servers."}
+    for n, question in enumerate(("Where does staging run, which hostname?",
+                                  "Which hostname is staging on these days?")):
+        _, usage, _ = app.chat([system, *user(question)], "There.",
+                               headers={"X-Tandem-Session": f"second-{n}"})
+    (notes,), _ = spans(app, "second-1", "notes")
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= notes.end - tiny_profile.block_size, (cached, notes)
 
 
 def test_a_users_question_finds_the_note_its_one_topic_word_names(served, tmp_path):

@@ -22,7 +22,7 @@ later turn; this module only chooses and renders. Token counts come from the cal
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -49,6 +49,17 @@ MATCH_FRAME = (
 # The same in a third of the tokens: it is prefilled with every message that matches a note.
 SHORT_MATCH_FRAME = "Hidden notes that may answer this message; answer from them if they do:"
 MATCH_FRAMES = {"full": MATCH_FRAME, "short": SHORT_MATCH_FRAME}
+# The same frames for notes placed before the message they match (`match_place: before`).
+LEAD_MATCH_FRAMES = {
+    "full": MATCH_FRAME.replace("this message", "the user's next message"),
+    "short": SHORT_MATCH_FRAME.replace("this message", "the user's next message"),
+}
+# Where a message's matched notes go: "before" it, right after what the prompt holds so
+# far (the record's ids, or the head and shared context of a new session), where the
+# idle services can have them cached before the message comes (a new session's likely
+# notes prewarmed, a later turn's prefetched as branches); or "after" it, where nothing
+# can be cached for them ahead of the message.
+MATCH_PLACES = ("before", "after")
 
 CountTokens = Callable[[str], int]
 
@@ -67,6 +78,7 @@ class NotesShown:
     max_matches: int = MAX_MATCHES
     note_format: str = "plain"
     match_frame: str = "full"  # the matches' preamble: "full" or "short"
+    match_place: str = "before"  # MATCH_PLACES
 
     def __post_init__(self) -> None:
         if min(self.index_budget, self.match_budget, self.max_matches) < 0:
@@ -75,6 +87,18 @@ class NotesShown:
             raise ValueError(f"notes_shown: note_format must be one of {NOTE_FORMATS}")
         if self.match_frame not in MATCH_FRAMES:
             raise ValueError(f"notes_shown: match_frame must be one of {tuple(MATCH_FRAMES)}")
+        if self.match_place not in MATCH_PLACES:
+            raise ValueError(f"notes_shown: match_place must be one of {MATCH_PLACES}")
+
+    @property
+    def leads(self) -> bool:
+        """Whether matched notes go before the message they match."""
+        return self.match_place == "before"
+
+    @property
+    def frame(self) -> str:
+        """The matched notes' preamble, as their place asks."""
+        return (LEAD_MATCH_FRAMES if self.leads else MATCH_FRAMES)[self.match_frame]
 
     @classmethod
     def of(cls, overrides: Iterable[tuple[str, object]]) -> NotesShown:
@@ -216,7 +240,7 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
         return None
     about_the_user = bool(_FIRST_PERSON.search(message))
     chosen: list[Note] = []
-    frame = frame or MATCH_FRAMES[shown.match_frame]
+    frame = frame or shown.frame
     used = count_tokens(frame)
     placed = 0  # matches already in the prompt, prefetched
     first = True  # the best hit the message may see (one injected before still counts)
@@ -246,5 +270,13 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
             break
     if not chosen:
         return None
-    text = "\n\n".join([frame, *(note_block(n, shown.note_format) for n in chosen)])
-    return TailNote("notes", text, tuple(n.id for n in chosen))
+    return matched_tail(chosen, shown, frame)
+
+
+def matched_tail(notes: Sequence[Note], shown: NotesShown = DEFAULT_SHOWN,
+                 frame: str | None = None) -> TailNote:
+    """The matching-notes tail that shows `notes`, as `build_matches` writes it: the idle
+    services prefill a note's tail ahead of the message that will match it, and the prefix
+    cache finds it only if the ids are the same."""
+    text = "\n\n".join([frame or shown.frame, *(note_block(n, shown.note_format) for n in notes)])
+    return TailNote("notes", text, tuple(n.id for n in notes))

@@ -8,7 +8,9 @@ server's way into `conductor/hidden/`).
 * The session tail right after the new messages of such a turn: the memory-routes token
   (when the request has tools, so the model could call the routes) and the notes the
   session wrote itself. Most new sessions have none: nothing per session to prefill.
-* The matching notes right after each new user message.
+* The notes a new user message matches, right before it (`match_place: before`, the
+  default: where the idle services can have them cached ahead of the message) or right
+  after it.
 """
 
 from __future__ import annotations
@@ -89,12 +91,14 @@ __all__ = [
 @dataclass(frozen=True)
 class Tail:
     """A hidden system message: the shared context after the head, or a tail right after
-    the turn's new messages (the session's tail, matching notes)."""
+    the turn's new messages (the session's tail, matching notes), or right before them
+    (`leads`: the matching notes, placed before the message they match)."""
 
     kind: str
     text: str
     note_ids: tuple[str, ...] = ()
     versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
+    leads: bool = False
 
 
 class Replayed(Protocol):
@@ -109,7 +113,7 @@ class Replayed(Protocol):
 class HiddenContext:
     token: str | None = None  # the session's memory-routes token, when memory is on for it
     head: Tail | None = None  # the shared context, placed after the system prompt and tools
-    tails: list[Tail] = field(default_factory=list)  # placed after the new messages
+    tails: list[Tail] = field(default_factory=list)  # around the new messages (Tail.leads)
     version: str | None = None  # the shared context's version, when the head carries it
 
 
@@ -185,7 +189,8 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | 
         found = build_matches(store, facts.last_message, allowed, already,
                               count_tokens, services.notes_shown, in_place=prefetched)
         if found is not None:
-            hidden.tails.append(Tail(found.kind, found.text, found.note_ids))
+            hidden.tails.append(Tail(found.kind, found.text, found.note_ids,
+                                     leads=services.notes_shown.leads))
 
 
 COMPACTION_MIN_DROPPED_TOKENS = 512

@@ -256,7 +256,8 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
              tails: list[Tail], block: int | None = None) -> BuiltPrompt:
     """The prompt ids: the record's exact ids (`replay`, a server.turn.replay.Replay) or
     the head with the shared context after it (ending on a `block` boundary, when given:
-    shared_context_ids), then the new messages, the tails and the generation prompt."""
+    shared_context_ids), then the tails that lead (`Tail.leads`), the new messages, the
+    other tails and the generation prompt."""
 
     def encode(text: str) -> list[int]:
         if rendered.data:
@@ -280,8 +281,9 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
             ids += shared_context_ids(tokenizer, head.text, start, block)
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if replay is not None else 0
+    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails if tail.leads]
     ids += encode(new_text)
-    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails]
+    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails if not tail.leads]
     ids += encode(rendered.generation_prompt)
     return BuiltPrompt(ids, spans, replayed)
 
