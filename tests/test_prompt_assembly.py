@@ -106,3 +106,82 @@ def test_a_reuse_block_pads_the_shared_context_to_end_on_a_boundary(template_tok
     assert aligned.ids[:plain.end - end] == dense.ids[:plain.end - end]
     assert set(aligned.ids[plain.end - end:padded.end - end]) <= {filler_id(tokenizer)}
     assert aligned.ids[padded.end - end:] == dense.ids[plain.end - end:]
+
+
+def _counting_renders(tokenizer, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each render of the chat template from now on, by its add_generation_prompt."""
+    renders: list[bool] = []
+    real = tokenizer.apply_chat_template
+
+    def counted(*args, **kwargs):
+        renders.append(bool(kwargs.get("add_generation_prompt")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "apply_chat_template", counted)
+    return renders
+
+
+def _two_renders(tokenizer, request: ChatCompletionRequest, thinking: bool) -> tuple[str, str]:
+    """The conversation's history and generation prompt as two renders split them (the
+    way render_chat found them before issue 58's item 4)."""
+    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+    rendered = [tokenizer.apply_chat_template(
+        messages, tools=[t.model_dump(exclude_none=True) for t in request.tools or ()] or None,
+        tokenize=False, add_generation_prompt=generation, enable_thinking=thinking)
+        for generation in (False, True)]
+    assert rendered[1].startswith(rendered[0])
+    return rendered[0], rendered[1][len(rendered[0]):]
+
+
+PLAIN = ["one user message", "system prompt", "tools and two system messages",
+         "only a system message"]
+
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["thinking-off", "thinking-on"])
+def test_a_request_renders_the_template_once_split_as_two_renders_split_it(
+        template_tokenizer, monkeypatch, thinking):
+    """Every template the profiles serve ends with its generation prompt, which reads
+    enable_thinking alone: one render (with it) splits into the history and the
+    generation prompt exactly where the two renders did (red before: two renders a
+    request, the overhead bench's memory-on request rendered three times)."""
+    tokenizer = template_tokenizer
+    warm = ChatCompletionRequest(model="tiny", **CONVERSATIONS["one user message"])
+    render_chat(tokenizer, warm, thinking)  # the generation prompt learned, once a template
+    renders = _counting_renders(tokenizer, monkeypatch)
+    for name in PLAIN:
+        request = ChatCompletionRequest(model="tiny", **CONVERSATIONS[name])
+        renders.clear()
+        rendered = render_chat(tokenizer, request, thinking)
+        assert renders == [True], name
+        assert (rendered.history, rendered.generation_prompt) == _two_renders(
+            tokenizer, request, thinking), name
+
+
+@pytest.mark.parametrize("tail", [
+    "{% if add_generation_prompt %}<|im_start|>assistant {{ messages | length }}\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% else %}<|endoftext|>{% endif %}",
+    "{% if not add_generation_prompt %}<|endoftext|>{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+], ids=["reads-the-messages", "has-an-else", "read-twice"])
+def test_a_generation_prompt_that_may_depend_on_the_conversation_is_rendered_both_ways(
+        tokenizer, monkeypatch, tail):
+    """A template whose source does not show its generation prompt to be the same for
+    every conversation is rendered with it and without it, as before, and split as the
+    two renders say."""
+    own = tokenizer.__class__.from_pretrained(tokenizer.name_or_path)
+    own.chat_template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                         "<|im_end|>\n{% endfor %}" + tail)
+    renders = _counting_renders(own, monkeypatch)
+    for name in ("one user message", "system prompt"):
+        request = ChatCompletionRequest(model="tiny", **CONVERSATIONS[name])
+        renders.clear()
+        rendered = render_chat(own, request, False)
+        assert sorted(renders) == [False, True], name
+        history, whole = (own.apply_chat_template(
+            [{"role": m.role, "content": m.text()} for m in request.messages],
+            tokenize=False, add_generation_prompt=generation) for generation in (False, True))
+        if whole.startswith(history):  # split where the two renders part
+            assert (rendered.history, rendered.generation_prompt) == (
+                history, whole[len(history):])
+        else:  # they never agreed: the whole render, nothing hidden in it (as before)
+            assert (rendered.history, rendered.generation_prompt) == (whole, None)

@@ -138,3 +138,43 @@ def test_without_max_tokens_memory_leaves_the_answer_its_reserve(template_app, t
 def test_a_dense_engine_reuses_any_whole_block(engine):
     """No reuse block: the dense profiles' layouts stay as they were (no padding)."""
     assert engine.reuse_block is None
+
+
+def test_a_turn_renders_its_conversation_once(
+        template_app, monkeypatch):
+    """Through the real app and engine, memory on, each chat template: a new session's
+    request renders its conversation once (with the generation prompt, split where the
+    two renders split it), a replayed turn once and then the record's messages alone, to
+    find where its ids end (red before: the conversation rendered without and with the
+    generation prompt, 2 and 3 renders in the overhead bench's profile; issue 58, item 4);
+    the replayed turn still reads the record from the prefix cache."""
+    engine = template_app.app.state.tandem.engine
+    renders: list[bool] = []
+    real = engine.tokenizer.apply_chat_template
+
+    def counted(*args, **kwargs):
+        renders.append(bool(kwargs.get("add_generation_prompt")))
+        return real(*args, **kwargs)
+
+    def session(name: str) -> dict:
+        return {"X-Tandem-Session": f"renders-{name}-{uuid.uuid4().hex[:8]}"}
+
+    opening = [{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "Which port does the API use?"}]
+    warm = session("warm")  # each template's one-time probes (its generation prompt, and
+    content, _usage, _response = template_app.chat(opening, "Port 8080.", headers=warm)
+    template_app.chat([*opening, {"role": "assistant", "content": content},  # its reasoning)
+                       {"role": "user", "content": "Thanks."}], "Noted.", headers=warm)
+    monkeypatch.setattr(engine.tokenizer, "apply_chat_template", counted)
+    headers, history = session("counted"), list(opening)
+    content, _usage, _response = template_app.chat(history, "Port 8080.", headers=headers)
+    assert renders == [True]  # a new session: the one render
+    for question in ("And the admin port?", "And TLS?"):
+        history += [{"role": "assistant", "content": content},
+                    {"role": "user", "content": question}]
+        renders.clear()
+        content, usage, _response = template_app.chat(history, "Port 9090.", headers=headers)
+        # the request's one render, then only the record's prefixes, which show where its
+        # ids end (Qwen2.5's rule for earlier reasoning renders an earlier one too)
+        assert renders[0] and renders.count(True) == 1, renders
+        assert usage["prompt_tokens_details"]["cached_tokens"] > 0  # the record replayed

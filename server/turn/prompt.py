@@ -23,6 +23,7 @@ from conductor.memory.hiding import Tail
 from conductor.memory.ledger import Span, VisibleMessage, flat_ids
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
+from server.turn.generation_prompt import generation_tail
 
 AsWritten = Callable[[str], str]
 IM_START_TEXT = "<|im_start|>"
@@ -157,8 +158,13 @@ def render_chat(tokenizer, request: ChatCompletionRequest, enable_thinking: bool
             continue_final_message=request.continue_final_message,
             enable_thinking=enable_thinking)
         return RenderedChat(text, "", messages, tools, enable_thinking, data)
-    history = render_template(tokenizer, messages, tools, enable_thinking, generation=False)
     with_prompt = render_template(tokenizer, messages, tools, enable_thinking, generation=True)
+    tail = generation_tail(tokenizer, enable_thinking)
+    if tail is not None and with_prompt.endswith(tail):
+        # the template's last act, the same for every conversation: one render splits
+        return RenderedChat(with_prompt[:len(with_prompt) - len(tail)], tail, messages, tools,
+                            enable_thinking, data)
+    history = render_template(tokenizer, messages, tools, enable_thinking, generation=False)
     generation_prompt = with_prompt[len(history):] if with_prompt.startswith(history) else None
     if generation_prompt is None:
         history = with_prompt
