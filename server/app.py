@@ -171,6 +171,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                             prefetch_limits=_prefetch_limits(profile),
                             command_recogniser=profile.memory.command_recogniser)
     memory.responses.max_bytes = profile.memory.responses_store_mib * 1024 * 1024
+    memory.prewarm.notes = profile.memory.prewarm_notes
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,

@@ -45,6 +45,10 @@ def served(test_home: Path, tiny_profile):
     from tests.served import ServedApp
 
     app = create_app(tiny_profile, test_home)
+    # Its idle loop would prefill a branch per note that a test writes, behind the tests'
+    # backs (engine tests wait for a background request of their own): the branches are
+    # tested on apps of their own (tests/test_prewarm_branches.py).
+    app.state.tandem.memory.prewarm.notes = 0
     server = ServedApp(app)
     server.start()
     yield server

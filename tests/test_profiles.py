@@ -72,6 +72,9 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  notes_shown: 0\n", "'memory.notes_shown'"),
     (BASE + "memory:\n  prefetch:\n    notes: -1\n", "'memory.prefetch.notes'"),
     (BASE + "memory:\n  prefetch:\n    when: idle\n", "'memory.prefetch.when'"),
+    (BASE + "memory:\n  prewarm_notes: -1\n", "'memory.prewarm_notes'"),
+    (BASE + "memory:\n  prewarm_notes: many\n", "'memory.prewarm_notes'"),
+    (BASE + "memory:\n  prewarm_notes: true\n", "'memory.prewarm_notes'"),
     ("device: cpu\n", "'model'"),
     (BASE.replace("cpu", "tpu"), "'device'"),
 ])
@@ -176,14 +179,22 @@ def test_the_profile_checks_name_every_setting_the_server_reads_and_no_other():
     import dataclasses
 
     from conductor.hidden.prefetch import PrefetchLimits
+    from conductor.hidden.prewarm import PREWARM_NOTES
     from conductor.hidden.tail_notes import MATCH_FRAMES, MATCH_PLACES, NOTE_FORMATS, NotesShown
-    from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS
+    from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS, MemorySettings
 
     assert set(NOTES_SHOWN_KEYS) == {f.name for f in dataclasses.fields(NotesShown)}
     assert NOTES_SHOWN_KEYS["note_format"] == NOTE_FORMATS
     assert NOTES_SHOWN_KEYS["match_frame"] == tuple(MATCH_FRAMES)
     assert NOTES_SHOWN_KEYS["match_place"] == MATCH_PLACES
     assert set(PREFETCH_KEYS) == {f.name for f in dataclasses.fields(PrefetchLimits)}
+    assert MemorySettings().prewarm_notes == PREWARM_NOTES  # the prewarm's own default
+
+
+def test_prewarm_notes_reads_with_its_default_and_0_turns_the_branches_off(tmp_path):
+    assert load_profile_file(write(tmp_path, BASE)).memory.prewarm_notes == 64
+    off = load_profile_file(write(tmp_path, BASE + "memory:\n  prewarm_notes: 0\n"))
+    assert off.memory.prewarm_notes == 0
 
 
 def test_profiles_check_computes_the_block_size_vllm_sets_for_a_hybrid_model(tmp_path,

@@ -5,18 +5,64 @@ with.
 When the shared context changes (a note written, archived, ratified, pinned; the nightly
 job), the next new session would prefill the whole card and index again. The server's
 prewarm prefills, in idle time, `head + new shared context` for the few heads it saw last,
-so a user's next session finds it cached. This module is the bookkeeping only; the server
-renders the ids and runs the background requests.
+so a user's next session finds it cached.
+
+A new session's first message that matches a note gets it right before the message
+(`NotesShown.leads`), right after the shared context: so the prewarm also prefills, per
+head, one branch per likely note, `head + shared context + that note's matched tail`
+(issue 58, item 3: the first session after a start prefilled its matched note on the
+user's clock). Each branch is prefilled once per note version and shared-context version:
+a write prewarms the written note's branch alone (a change of the shared context, all of
+them again).
+
+This module is the bookkeeping and the choice of notes; the server renders the ids and
+runs the background requests.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from conductor.hidden.shared_context import shared_notes
+from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
 
 HEADS_PER_GROUP = 4
 MAX_GROUPS = 32
+# A head's likely notes prefilled as branches, at most (a profile's memory.prewarm_notes):
+# each costs about 90 tokens of idle prefill once per note and shared-context version,
+# and their KV blocks, which the prefix cache evicts first when it needs room.
+PREWARM_NOTES = 64
+
+
+@dataclass(frozen=True)
+class LikelyNote:
+    """A note a new session of a group may match, and the version its branch is of."""
+
+    note: Note
+    version: str  # its revision and update time: a new one is another branch
+
+    @property
+    def note_id(self) -> str:
+        return self.note.id
+
+
+def likely_notes(store: NoteStore, project: str | None, limit: int) -> list[LikelyNote]:
+    """The notes a new session of `project` may match (the user's and the project's, never
+    a session's own: `shared_notes`), most used first, then most recently updated; at
+    most `limit`. File work (a scan, usage.json): the server calls it in a thread."""
+    if limit <= 0:
+        return []
+    with store.one_scan():
+        notes = shared_notes(store, project)
+    if not notes:
+        return []
+    uses = store.totals()
+    ranked = sorted(notes, key=lambda n: (-uses.get(n.id, 0), -n.updated.timestamp(), n.id))
+    return [LikelyNote(n, f"{n.revision}@{n.updated.isoformat()}") for n in ranked[:limit]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +79,9 @@ class ContextGroup:
 class _Head:
     ids: tuple[int, ...]  # the system prompt and tools, rendered, up to the shared context
     version: str | None  # the shared-context version last prefilled after these ids
+    # note id -> (shared-context version, note version) of its branch prefilled last
+    # (or found over the match budget); only the head's likely notes are kept
+    branches: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -43,10 +92,21 @@ class Stale:
     head_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Branch:
+    """A head's branch for one likely note not yet prefilled with the current shared
+    context and note version."""
+
+    group: ContextGroup
+    head_ids: tuple[int, ...]
+    note: LikelyNote
+
+
 @dataclass
 class PrewarmHeads:
     heads_per_group: int = HEADS_PER_GROUP
     max_groups: int = MAX_GROUPS
+    notes: int = PREWARM_NOTES  # likely notes a head's branches cover (0: no branches)
     _groups: OrderedDict[ContextGroup, OrderedDict[tuple[int, ...], _Head]] = field(
         default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -56,7 +116,11 @@ class PrewarmHeads:
         with self._lock:
             heads = self._groups.setdefault(group, OrderedDict())
             self._groups.move_to_end(group)
-            heads[head_ids] = _Head(head_ids, version)
+            head = heads.get(head_ids)
+            if head is None:
+                heads[head_ids] = _Head(head_ids, version)
+            else:  # its branches stay warm: each is of a shared-context version
+                head.version = version
             heads.move_to_end(head_ids)
             while len(heads) > self.heads_per_group:
                 heads.popitem(last=False)
@@ -84,6 +148,31 @@ class PrewarmHeads:
             head = (self._groups.get(stale.group) or {}).get(stale.head_ids)
             if head is not None:
                 head.version = version
+
+    def branches_due(self, group: ContextGroup, version: str,
+                     likely: Sequence[LikelyNote]) -> list[Branch]:
+        """The group's branches not yet prefilled with shared context `version` and their
+        note's version, most recent head first, each head's in `likely`'s order. What a
+        head remembers of notes no longer likely is dropped: at most `notes` a head."""
+        likely = list(likely)[: self.notes]
+        wanted = {n.note_id for n in likely}
+        due: list[Branch] = []
+        with self._lock:
+            heads = self._groups.get(group) or {}
+            for head in reversed(heads.values()):
+                for note_id in [i for i in head.branches if i not in wanted]:
+                    del head.branches[note_id]
+                due += [Branch(group, head.ids, n) for n in likely
+                        if head.branches.get(n.note_id) != (version, n.version)]
+        return due
+
+    def branch_warmed(self, branch: Branch, version: str) -> None:
+        """`branch` is prefilled after shared context `version`, or has nothing to
+        prefill (its tail is over the match budget): not due again until either changes."""
+        with self._lock:
+            head = (self._groups.get(branch.group) or {}).get(branch.head_ids)
+            if head is not None:
+                head.branches[branch.note.note_id] = (version, branch.note.version)
 
 
 RECORDS_DUE = 16  # sessions whose record waits for its idle-time prefill, newest kept

@@ -215,6 +215,12 @@ def note_block(note: Note, note_format: str = "header") -> str:
     return f"[{note.id}] {note.title} ({note.kind}, {status})\n{note.body}".rstrip()
 
 
+def match_cost(note: Note, shown: NotesShown, count_tokens: CountTokens) -> int:
+    """What one note adds to the matches' tail, in tokens (its budget is `match_budget`,
+    the frame included)."""
+    return count_tokens("\n\n" + note_block(note, shown.note_format))
+
+
 def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | AbstractSet[str],
                   already: set[str], count_tokens: CountTokens,
                   shown: NotesShown = DEFAULT_SHOWN,
@@ -261,7 +267,7 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
             if placed + len(chosen) == shown.max_matches:
                 break
             continue
-        cost = count_tokens("\n\n" + note_block(note, shown.note_format))
+        cost = match_cost(note, shown, count_tokens)
         if used + cost > shown.match_budget:
             continue
         chosen.append(note)
@@ -271,6 +277,15 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
     if not chosen:
         return None
     return matched_tail(chosen, shown, frame)
+
+
+def lone_match_tail(note: Note, shown: NotesShown, count_tokens: CountTokens) -> str | None:
+    """The text of the tail a message matching `note` alone gets, as `build_matches`
+    writes it (what the idle services prefill ahead of such a message); None when it is
+    over the match budget (no match shows it)."""
+    if count_tokens(shown.frame) + match_cost(note, shown, count_tokens) > shown.match_budget:
+        return None
+    return matched_tail([note], shown).text
 
 
 def matched_tail(notes: Sequence[Note], shown: NotesShown = DEFAULT_SHOWN,

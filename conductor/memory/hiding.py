@@ -31,7 +31,7 @@ from conductor.hidden.prefetch import (
     goes_on,
     trailing_prefetch,
 )
-from conductor.hidden.prewarm import Stale
+from conductor.hidden.prewarm import Branch, Stale, likely_notes
 from conductor.hidden.shared_context import (
     SESSION_KIND,
     SHARED_KIND,
@@ -44,7 +44,7 @@ from conductor.hidden.shared_context import (
     visible_hits,
     visible_note_ids,
 )
-from conductor.hidden.tail_notes import NotesShown, build_matches
+from conductor.hidden.tail_notes import NotesShown, build_matches, lone_match_tail
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # services.py asks this module for the decision
 
 # The server's part of conductor/hidden/ (the front door: nothing deeper), and the decision below.
 __all__ = [
+    "Branch",
     "CORRECTION_KIND",
     "HINT_MAX_CHARS",
     "HOLDS_TEXT",
@@ -76,6 +77,8 @@ __all__ = [
     "history_key",
     "hits_to_ask_for",
     "injections_to_record",
+    "likely_notes",
+    "lone_match_tail",
     "note_id_of_file",
     "note_miss",
     "read_ref",

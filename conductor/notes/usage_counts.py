@@ -71,6 +71,13 @@ class NoteUsage(StoreCore):
         entry = self._usage.load().get(note_id)
         return UsageBook.uses_within(entry, now or self._now(), days)
 
+    def totals(self) -> dict[str, int]:
+        """Every counted note's uses in all, from one read of the book (the prewarm ranks
+        a new session's likely notes by it)."""
+        self.written_uses()
+        return {i: int(e.get("total", 0)) for i, e in self._usage.load().items()
+                if isinstance(e, dict)}
+
     def uses_of(self, note_ids: Iterable[str], days: int = 7,
                 now: datetime | None = None) -> dict[str, int]:
         """Uses in the last ``days`` days of each of ``note_ids``, from one read of the book

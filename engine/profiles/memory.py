@@ -45,11 +45,14 @@ class MemorySettings:
     commands: str = "on"  # one of COMMAND_MODES
     command_recogniser: str = "rules"  # one of RECOGNISERS
     responses_store_mib: int = 64  # the Responses API's stored responses, a user's at most
+    # A known head's likely notes the prewarm prefills as branches after the shared
+    # context, in idle time (0: none; conductor.hidden.prewarm.PREWARM_NOTES)
+    prewarm_notes: int = 64
 
 
 _MEMORY_KEYS = ("mode", "writer", "conversation", "replay_turns", "replay_tokens", "jobs",
                 "search", "ledger_max_tokens", "notes_shown", "prefetch", "commands",
-                "command_recogniser", "responses_store_mib")
+                "command_recogniser", "responses_store_mib", "prewarm_notes")
 # memory.notes_shown: what the hidden context shows of the notes (the server's
 # conductor.hidden.tail_notes.NotesShown holds the defaults): key -> its choices, or None
 # for a count of 0 or more.
@@ -73,9 +76,9 @@ def read_memory(path: Path, raw: Any) -> MemorySettings:
     for key in writer:
         if key != "mode":
             raise ProfileError(f"{path}: unknown key 'memory.writer.{key}'")
-    sizes = {}  # the replay window's and the ledger's
+    sizes = {}  # the replay window's, the ledger's, the stored responses', the prewarm's
     for key, types, least in (("replay_turns", (int,), 2), ("replay_tokens", (int, type(None)), 2),
-                              ("responses_store_mib", (int,), 1)):
+                              ("responses_store_mib", (int,), 1), ("prewarm_notes", (int,), 0)):
         if key in raw:
             check_type(path, f"memory.{key}", raw[key], types)
             if raw[key] is not None and raw[key] < least:

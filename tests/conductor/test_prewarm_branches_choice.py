@@ -1,0 +1,66 @@
+"""The prewarm's branches, the bookkeeping and the choice (conductor/hidden/prewarm.py):
+which notes a new session may match, most used then newest first, project notes of
+another project and session notes never; each branch due once per note version and
+shared-context version, at most `notes` a head, and a user's delete forgets them."""
+
+from __future__ import annotations
+
+from conductor.hidden.prewarm import ContextGroup, PrewarmHeads, likely_notes
+from conductor.hidden.tail_notes import NotesShown, lone_match_tail
+from conductor.notes import NoteStore
+from tests.conductor.notes_helpers import FakeClock, add_distinct
+
+
+def count(text: str) -> int:
+    return len(text.split())
+
+
+def test_likely_notes_are_the_shared_ones_most_used_then_newest(store: NoteStore,
+                                                                 clock: FakeClock):
+    ids = []
+    for i in range(4):
+        clock.advance(minutes=1)
+        ids.append(add_distinct(store, i).note.id)
+    own = add_distinct(store, 9, scope="session", session="s1").note.id
+    store.record_injection([ids[1]])
+    store.record_injection([ids[1], ids[0]])
+    ranked = [n.note_id for n in likely_notes(store, None, limit=10)]
+    assert ranked == [ids[1], ids[0], ids[3], ids[2]] and own not in ranked
+    assert [n.note_id for n in likely_notes(store, None, limit=2)] == [ids[1], ids[0]]
+    assert likely_notes(store, None, limit=0) == []
+
+
+def test_each_branch_is_due_once_a_version_and_a_head_keeps_at_most_its_share(
+        store: NoteStore, clock: FakeClock):
+    group = ContextGroup("ann", None, card=True, reads=True)
+    heads = PrewarmHeads(notes=2)
+    heads.seen(group, (1, 2), version="v1")
+    for i in range(3):
+        clock.advance(minutes=1)
+        add_distinct(store, i)
+    likely = likely_notes(store, None, limit=heads.notes)
+    due = heads.branches_due(group, "v1", likely)
+    assert [b.note.note_id for b in due] == [n.note_id for n in likely] and len(due) == 2
+    assert len(heads.branches_due(group, "v1", likely_notes(store, None, limit=9))) == 2
+    for branch in due:
+        heads.branch_warmed(branch, "v1")
+    assert heads.branches_due(group, "v1", likely) == []
+    heads.seen(group, (1, 2), version="v1")  # another session on the head: still warm
+    assert heads.branches_due(group, "v1", likely) == []
+    assert len(heads.branches_due(group, "v2", likely)) == 2  # a new shared context
+    clock.advance(minutes=1)
+    changed = store.ratify(likely[1].note_id, via="cli")
+    assert changed.ok
+    again = likely_notes(store, None, limit=heads.notes)
+    assert [b.note.note_id for b in heads.branches_due(group, "v1", again)] == [
+        likely[1].note_id]
+    heads.forget_user("ann")
+    assert heads.branches_due(group, "v1", again) == []  # no head left
+
+
+def test_a_note_over_the_match_budget_has_no_branch(store: NoteStore):
+    note = add_distinct(store, 1).note
+    shown = NotesShown()
+    assert lone_match_tail(note, shown, count) is not None
+    assert lone_match_tail(note, NotesShown(match_budget=count(shown.frame) + 2), count) \
+        is None
