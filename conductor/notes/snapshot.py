@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -23,7 +24,9 @@ _TREES = (("user", False), ("projects", False), ("sessions", False), ("archive",
 
 # A scan stands while no folder of the tree has changed (a note written, renamed or removed
 # changes its folder: every write here is a rename into place), for at most this long:
-# an edit made in place by hand changes no folder, so it is seen within a second.
+# an edit made in place by hand changes no folder, so it is seen within a second. Then,
+# while still no folder has changed, each file the scan saw is statted again (not listed,
+# walked, sorted nor hashed): when none changed the scan stands another second.
 SCAN_STANDS_S = 1.0
 # Folder times are coarse (a kernel tick): a folder changed this close to a scan may change
 # again within the same tick unseen, so such a scan is not kept.
@@ -38,8 +41,20 @@ class _Snapshot:
     stale_copies: list[Path]  # older copies left by a crash between write and unlink
     fingerprint: str
     # Id sets already filtered out of these notes (NoteReads.ids), by their filters: a
-    # snapshot never changes, and stands a second at most
+    # snapshot never changes, and stands a second at most (one that stands longer is a new
+    # snapshot of the same notes each second: the filters read the clock, verify_by)
     id_sets: dict[tuple, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The last scan while it stands: its snapshot, each folder's mtime and each file's
+    signature as it saw them, and when it was made or last found unchanged."""
+
+    snapshot: _Snapshot
+    folders: dict[str, int]
+    files: list[tuple[str, tuple[int, int, int]]]
+    since: float
 
 
 class NoteCache:
@@ -50,8 +65,7 @@ class NoteCache:
         self._user_dir = os.fspath(user_dir)
         self._index = index
         self._parsed: dict[str, tuple[tuple[int, int, int], Note]] = {}
-        # The last scan while it stands: (snapshot, each folder's mtime, when it was made)
-        self._kept: tuple[_Snapshot, dict[str, int], float] | None = None
+        self._kept: _Kept | None = None  # the last scan, while it stands
 
     def forget(self) -> None:
         """Drop every parsed note (the tree was deleted)."""
@@ -90,26 +104,58 @@ class NoteCache:
 
     def load(self) -> _Snapshot:
         """The notes as the files say now: the last scan while no folder of the tree has
-        changed (for at most SCAN_STANDS_S), else a scan of the tree that parses only the
-        files changed since the last one.
+        changed (for SCAN_STANDS_S, then again each time no file it saw has changed
+        either), else a scan of the tree that parses only the files changed since the
+        last one.
 
         Runs on every read (the files are the truth): a scan stats every file (90 ms on
         10,000 notes), the check that the last one stands stats the folders only. It works
         on path strings: pathlib objects made it several times slower on a 50-note store.
         """
         kept = self._kept
-        if kept is not None and time.monotonic() - kept[2] < SCAN_STANDS_S \
-                and _folder_times(kept[1]) == kept[1]:
-            return kept[0]
+        if kept is not None and _folder_times(kept.folders) == kept.folders:
+            if time.monotonic() - kept.since < SCAN_STANDS_S:
+                return kept.snapshot
+            stands = self._still(kept)
+            if stands is not None:
+                return stands
         started, wall = time.monotonic(), time.time()
         folders: dict[str, int] = {}
-        snap = self._scan_tree(folders)
+        files: list[tuple[str, tuple[int, int, int]]] = []
+        snap = self._scan_tree(folders, files)
         newest = max(folders.values(), default=0) / 1e9
-        self._kept = (snap, folders, started) if wall - newest > COARSE_MTIME_S else None
+        self._kept = _Kept(snap, folders, files, started) \
+            if wall - newest > COARSE_MTIME_S else None
         return snap
 
-    def _scan_tree(self, folders: dict[str, int]) -> _Snapshot:
-        """Scan every note file, recording each folder's mtime in `folders`."""
+    def _still(self, kept: _Kept) -> _Snapshot | None:
+        """The kept scan again, a second later, when no folder changed (checked by the
+        caller) and every file it saw has its signature still: what a new scan would find,
+        from one stat a file, without listing, walking, sorting or hashing the tree again
+        (the overhead bench's users come back every 0.5-1.5 s: a scan each second was
+        about a sixth of a memory-on request's own CPU). None when a file changed (an
+        edit in place): then the tree is scanned."""
+        started, wall = time.monotonic(), time.time()
+        newest = 0
+        for path, signature in kept.files:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            if (st.st_ino, st.st_mtime_ns, st.st_size) != signature:
+                return None
+            newest = max(newest, st.st_mtime_ns)
+        # a new snapshot of the same notes: its id sets are filtered afresh (the clock)
+        snap = dataclasses.replace(kept.snapshot, id_sets={})
+        # a file changed this close to now may change again within its coarse tick unseen
+        self._kept = dataclasses.replace(kept, snapshot=snap, since=started) \
+            if wall - newest / 1e9 > COARSE_MTIME_S else None
+        return snap
+
+    def _scan_tree(self, folders: dict[str, int],
+                   files: list[tuple[str, tuple[int, int, int]]]) -> _Snapshot:
+        """Scan every note file, recording each folder's mtime in `folders` and each
+        file's signature in `files`."""
         user_dir = self._user_dir
         skip = len(user_dir) + 1  # path[skip:] is the path relative to the user folder
         stamps: list[str] = []  # hashed once at the end: one update a file cost 10% here
@@ -118,6 +164,7 @@ class NoteCache:
         seen: set[str] = set()
         for path, archived, st in self._scan(user_dir, folders):
             signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+            files.append((path, signature))
             stamps.append(f"{path[skip:]}\0{signature}\n")
             seen.add(path)
             note = self._parse_cached(path, signature)

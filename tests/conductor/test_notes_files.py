@@ -315,6 +315,70 @@ def test_a_scan_stands_until_a_folder_changes_or_a_second_passes(
     assert store.get(note.id).body == "Use polars."
 
 
+def test_a_lapsed_scan_of_an_unchanged_tree_lists_no_folder_and_stats_each_file_once(
+        store: NoteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once SCAN_STANDS_S has passed, while no folder has changed, a read stats each file
+    the last scan saw and lists no folder, and the scan stands again: a user's tree was
+    listed, walked, sorted and hashed afresh every second, a fifth of a memory-on
+    request's own work in the overhead bench (issue 58, item 4; red before: every folder
+    listed again)."""
+    import time
+
+    monkeypatch.setattr(snapshot, "SCAN_STANDS_S", 0.2)
+    made = [store.add(title="Prefers tea", kind="reference", scope="user").note,
+            store.add(title="Use uv", kind="gotcha", scope="project", project="/w/p").note,
+            store.add(title="Draft", kind="reference", scope="session", session="s1").note]
+    assert all(made)
+    files = sorted(str(n.path) for n in made if n and n.path)
+    time.sleep(2 * snapshot.COARSE_MTIME_S)  # past the folders' coarse time: a scan stands
+    assert store.get(made[0].id) is not None
+    listed: list[str] = []
+    statted: list[str] = []
+    real_listdir, real_stat = os.listdir, os.stat
+    monkeypatch.setattr(os, "listdir", lambda path: listed.append(path) or real_listdir(path))
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: statted.append(os.fspath(path))
+                        or real_stat(path, *a, **k))
+    for _ in range(2):  # it lapses, stands on the files' stats, lapses again
+        time.sleep(snapshot.SCAN_STANDS_S + 0.05)
+        statted.clear()
+        assert [store.get(n.id).title for n in made if n] == ["Prefers tea", "Use uv", "Draft"]
+        assert listed == []
+        assert sorted(p for p in statted if p.endswith(".md")) == files
+
+
+def test_a_lapsed_scan_still_sees_an_edit_in_place_and_a_note_going_stale(
+        store: NoteStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a lapsed scan's stats keep is what a scan would find: an edit made in place by
+    hand (no folder changes), one that keeps the file's size too, is seen once the scan
+    lapses; and the visible ids are filtered afresh each time it stands again (a note
+    past its verify_by leaves them, as it did when each second was a new scan)."""
+    import time
+
+    monkeypatch.setattr(snapshot, "SCAN_STANDS_S", 0.2)
+    note = store.add(title="Parquet files", body="Use pyarrow.", kind="reference",
+                     scope="user").note
+    due = store.add(title="Debugging the cache", kind="program_state", scope="user",
+                    verify_by="2025-03-11").note
+    assert note is not None and note.path is not None and due is not None
+    time.sleep(2 * snapshot.COARSE_MTIME_S)
+    assert store.get(note.id).body == "Use pyarrow."
+    assert due.id in store.ids(include_stale=False)
+    time.sleep(snapshot.SCAN_STANDS_S + 0.05)
+    assert store.get(note.id).body == "Use pyarrow."  # stands again on the files' stats
+    folder = os.stat(note.path.parent).st_mtime_ns
+    text = note.path.read_text()
+    with open(note.path, "r+", encoding="utf-8") as file:  # in place, the same size
+        file.write(text.replace("Use pyarrow.", "Use polars!"))
+    assert os.stat(note.path.parent).st_mtime_ns == folder  # no folder changed
+    time.sleep(snapshot.SCAN_STANDS_S + 0.05)
+    assert store.get(note.id).body == "Use polars!"
+    assert due.id in store.ids(include_stale=False)  # filtered with this scan
+    clock.advance(days=2)  # past verify_by
+    time.sleep(2 * (snapshot.SCAN_STANDS_S + 0.05))  # the scan lapses and stands again
+    assert store.get(note.id) is not None
+    assert due.id not in store.ids(include_stale=False)
+
+
 def test_the_visible_ids_are_the_listed_notes_ids_and_follow_each_write(
         root: Path, store: NoteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """visible_note_ids filters ids alone (no copy of each note: 43 ms a search on 10,000
