@@ -101,16 +101,24 @@ def test_recall_and_writer_figures_are_there(report):
 
 def test_new_sessions_find_the_shared_context_cached_even_right_after_a_write(report):
     """The tiny profile shows no index (the default): a write leaves the shared context
-    as it was, so even the session right after a write finds it cached and no prewarm
-    is due. (With an index a write changes it and the prewarm refreshes it:
-    tests/test_shared_context.py.)"""
+    as it was, so even the session right after a write finds it cached and no prewarm of
+    it is due. (With an index a write changes it and the prewarm refreshes it:
+    tests/test_shared_context.py.) The idle moment before a session prefills the likely
+    notes' branches: after the two writes, the written notes' alone; and a session whose
+    opener matches a note reads its tail from the cache (issue 58, item 3)."""
     results, _ = report
     rows = results["new_sessions"]
     assert [(r["session_number"], r["mode"]) for r in rows if r["mode"] == "on"] == [
         (n, "on") for n in range(1, 6)]
     on = {r["session_number"]: r for r in rows if r["mode"] == "on"}
     assert on[4]["step"] == "after_write" and on[5]["step"] == "after_write_prewarmed"
-    assert on[5]["prewarms"] == []
+    assert on[1]["prewarms"] and set(on[1]["prewarms"]) == {"note done"}
+    assert on[4]["prewarms"] == [] and on[5]["prewarms"] == ["note done"] * 2
+    block = results["environment"]["block_size"]
+    matched = [r for n, r in on.items() if r["matched_notes_end"] is not None and n != 4]
+    assert matched, "an opener matches a note"
+    for r in matched:  # its note's tail came cached, from the branch prefilled before
+        assert r["cached_tokens"] >= r["matched_notes_end"] - block, r
     assert all(r["shared_context_end"] is None for r in rows if r["mode"] == "off")
     for number in range(1, 6):  # everything up to the shared context came cached
         assert on[number]["cached_tokens"] >= on[number]["cached_floor"], on[number]

@@ -1,6 +1,9 @@
 """Part 5: new sessions. What memory on costs a session's first turn, against memory off
 with the same system prompt: with the notes unchanged since the last session, right after
 a note was written (the shared context changed), and after the prewarm ran for that write.
+Each step but the one right after a write follows the idle moment a server has between
+sessions: both lanes' prewarm ticks (in `on` it prefills, behind the head it knows, the
+shared context when it changed and a branch per likely note; `off` has nothing to do).
 
 Each step opens a new session in both lanes (the order rotates). The openers are the
 first messages of a working day, so the figure is about the shared context (card +
@@ -28,7 +31,7 @@ OPENERS = (
 )
 # (step, note written before it, prewarm run before it)
 STEPS: tuple[tuple[str, bool, bool], ...] = (
-    ("unchanged", False, False), ("unchanged", False, False), ("unchanged", False, False),
+    ("unchanged", False, True), ("unchanged", False, True), ("unchanged", False, True),
     ("after_write", True, False), ("after_write_prewarmed", True, True),
 )
 WRITES = (("runbook", "new session note one", "The staging deploy needs the VPN profile "
@@ -37,11 +40,12 @@ WRITES = (("runbook", "new session note one", "The staging deploy needs the VPN 
            "reports bucket is full; clear last month's folder first."))
 
 
-def _shared_end(lane: Lane, session: str) -> int | None:
-    """Where the shared context ends in the session's first prompt (None: it has none)."""
+def _span_end(lane: Lane, session: str, kind: str) -> int | None:
+    """Where the hidden part `kind` ends in the session's first prompt (None: it has none):
+    the shared context ("shared"), the opener's matched notes before it ("notes")."""
     record = lane.services.ledger.latest(USER, session)
-    shared = [s for s in record.spans if s.kind == "shared"] if record else []
-    return shared[0].end if shared else None
+    spans = [s for s in record.spans if s.kind == kind] if record else []
+    return spans[0].end if spans else None
 
 
 async def run_new_sessions(lanes: dict[str, Lane], script: bool, block_size: int,
@@ -57,17 +61,20 @@ async def run_new_sessions(lanes: dict[str, Lane], script: bool, block_size: int
                                              source="cli", has_user_message=True)
             if not result.ok:
                 raise RuntimeError(f"note {title!r} refused: {result.reason}")
-        if prewarm:
-            runs = await lanes["on"].app.state.tandem.prewarm.tick()
-            prewarms = [r.outcome for r in runs]
+        if prewarm:  # the idle moment before the session, in both lanes alike
+            for mode in ("off", "on"):
+                runs = await lanes[mode].app.state.tandem.prewarm.tick()
+                if mode == "on":  # each run's kind (shared, note) and outcome
+                    prewarms = [f"{r.kind} {r.outcome}" for r in runs]
         for mode in rotated(("off", "on"), number):
             lane = lanes[mode]
             conversation = lane.conversation(f"new{number}")
             result = await lane.ask(conversation, opener, number, script)
-            shared_end = _shared_end(lane, conversation.session)
+            shared_end = _span_end(lane, conversation.session, "shared")
             rows.append({**result.as_dict(), "step": step, "session_number": number,
                          "prewarms": prewarms if mode == "on" else [],
                          "shared_context_end": shared_end,
+                         "matched_notes_end": _span_end(lane, conversation.session, "notes"),
                          "cached_floor": None if shared_end is None else shared_end - block_size})
             progress(f"new session {number}/{len(STEPS)} ({step}) mode {mode}: ttft "
                      f"{result.ttft_s:.2f} s, prompt {result.prompt_tokens}, cached "
@@ -117,13 +124,15 @@ def by_session_number(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["", "New sessions (part 5), first turn, memory on against off:", "",
-             "| # | step | mode | prompt tok | cached tok | shared context ends at | TTFT s |",
-             "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+             "| # | step | mode | prompt tok | cached tok | shared context ends at | "
+             "matched note ends at | TTFT s |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         end = r["shared_context_end"] if r["shared_context_end"] is not None else "-"
+        notes = r.get("matched_notes_end")
         lines.append(f"| {r['session_number']} | {r['step']} | {r['mode']} | "
                      f"{r['prompt_tokens']} | {r['cached_tokens']} | {end} | "
-                     f"{r['ttft_s']:.3f} |")
+                     f"{notes if notes is not None else '-'} | {r['ttft_s']:.3f} |")
     return lines
 
 
