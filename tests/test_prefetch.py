@@ -227,3 +227,153 @@ def test_the_session_cap_stops_the_guess_once_the_session_was_given_as_many(serv
                 "consumer offsets reset runbook cover the rest.", headers={SESSION: "cap"})
     assert tick(capped, served) == []
     assert capped.memory.prefetch_limits.guess_room(1) == 0
+
+
+# Prefetch by branches (memory.prefetch.branches): after a turn, each note the next
+# message may match has its matched tail prefilled after the record, nothing recorded.
+BRANCHES = {"prefetch": (("branches", 8),)}  # the guess off: notes 0
+NOTES = (("restart the kafka consumer", "kafka consumer restarts with systemctl restart "
+          "consumer on the broker host, then check the lag board"),
+         ("staging database port", "the staging database listens on port 5433"),
+         ("office wifi", "the office wifi password is on the fridge"))
+
+
+def with_notes(lean: InProcessApp) -> InProcessApp:
+    for title, body in NOTES:
+        assert lean.memory.store("tester").add(title=title, body=body, kind="runbook",
+                                               scope="user", source="cli",
+                                               has_user_message=True).ok
+    return lean
+
+
+@pytest.fixture
+def branching(served, tmp_path) -> InProcessApp:
+    return with_notes(InProcessApp(served, tmp_path, memory_changes=BRANCHES))
+
+
+def notes_span(rec):
+    (span,) = [s for s in rec.spans if s.kind == "notes"]
+    return span
+
+
+def test_a_branch_prefetched_note_is_read_from_the_cache_before_the_message(
+        branching, served, tiny_profile):
+    history = two_turns(branching, "br")
+    before = record(branching, "br")
+    runs = tick(branching, served)
+    # every note the next message may match, the guess's choice first (the answer
+    # talked about the kafka consumer); each one background request, all finished
+    assert [r.outcome for r in runs] == ["done"] * 3 and all(r.branch for r in runs)
+    kafka = runs[0].note_ids[0]
+    assert "kafka" in branching.memory.store("tester").get(kafka).title
+    assert {r.note_ids[0] for r in runs} == {n.id for n in
+                                             branching.memory.store("tester").list()}
+    assert record(branching, "br") is before  # nothing recorded
+    assert tick(branching, served) == []  # once a record
+    _, usage, _ = branching.chat([*history, user("how do I restart the kafka consumer?")],
+                                 "Like that.", headers={SESSION: "br"})
+    after = record(branching, "br")
+    span = notes_span(after)
+    assert span.note_ids == (kafka,)
+    assert span.start == len(before.ids)  # right after the replayed record
+    # read from the cache to the note's end, but for the block the branch did not fill
+    # (branches off: to the record's last whole block, some 100 tokens short)
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= span.end - \
+        tiny_profile.block_size
+
+
+def test_a_message_matching_no_branch_gets_the_prompt_memory_on_gives_without_them(
+        branching, served, tmp_path):
+    plain = with_notes(InProcessApp(served, tmp_path / "plain"))
+    prompts = []
+    for lean in (branching, plain):
+        history = two_turns(lean, "none")
+        before = record(lean, "none")
+        runs = tick(lean, served)
+        _, usage, _ = lean.chat([*history, user("thanks, that is all for today")], "Bye.",
+                                headers={SESSION: "none"})
+        after = record(lean, "none")
+        assert list(after.ids[:len(before.ids)]) == list(before.ids)
+        assert not [s for s in after.spans if s.start >= len(before.ids)]  # nothing hidden
+        prompts.append((usage["prompt_tokens"], len(runs)))
+    assert prompts[0][0] == prompts[1][0]  # no prompt growth for the branches
+    assert (prompts[0][1], prompts[1][1]) == (3, 0)
+
+
+def test_branches_follow_an_answer_cut_by_its_length_as_the_next_render_closes_it(
+        branching, served, tiny_profile):
+    branching.chat([user("hello there")], "Hi.", headers={SESSION: "cut"})
+    history = [user("hello there"), assistant("Hi."), user("why is the queue lagging?")]
+    script = "The kafka consumer is behind; a consumer restart clears it, then more words"
+    content, _, _ = branching.chat(history, script, headers={SESSION: "cut"}, max_tokens=12)
+    before = record(branching, "cut")
+    assert not before.ended_cleanly
+    assert [r.outcome for r in tick(branching, served)] == ["done"] * 3
+    _, usage, _ = branching.chat([*history, assistant(content),
+                                  user("how do I restart the kafka consumer?")], "So.",
+                                 headers={SESSION: "cut"})
+    after = record(branching, "cut")
+    span = notes_span(after)
+    end_of_turn = branching.app.state.tandem.engine.tokens.end_of_turn
+    # the answer closed first, then the note: where the branch put it (before the fix,
+    # the note went inside the unclosed answer and the cache held only the record)
+    assert span.start == len(before.ids) + 1 and after.ids[span.start - 1] == end_of_turn
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= span.end - \
+        tiny_profile.block_size
+
+
+def test_a_client_request_ends_the_branches_and_the_rest_run_in_a_later_idle_moment(
+        served, tmp_path):
+    branching = with_notes(InProcessApp(served, tmp_path, memory_changes={
+        "prefetch": (("branches", 64),)}))
+    for n in range(17):  # 20 branches in all: the client comes while they run
+        assert branching.memory.store("tester").add(
+            title=f"runbook {n} of the night shift", body=f"step {n}: page the on-call",
+            kind="runbook", scope="user", source="cli", has_user_message=True).ok
+    two_turns(branching, "busy")
+    engine = branching.app.state.tandem.engine
+    long_answer = " ".join(["word"] * 150)
+
+    async def while_a_client_runs():
+        client = asyncio.create_task(asyncio.to_thread(branching.chat, [user("talk")],
+                                                       long_answer))
+        while not engine.running("client"):
+            await asyncio.sleep(0.005)
+        during = await branching.app.state.tandem.prefetch.tick()
+        await client
+        return during, client.result()
+
+    during, (content, _, _) = served.run(while_a_client_runs())
+    assert during == [] and content == long_answer  # none started beside the client
+    assert len(branching.memory.prefetch_due) == 1  # still due
+
+    script = "The client's answer, whole and in order."
+
+    async def a_client_during_the_branches():
+        branches = asyncio.create_task(branching.app.state.tandem.prefetch.tick())
+        while not engine.running("background") and not branches.done():
+            await asyncio.sleep(0.001)
+        answer, _, _ = await asyncio.to_thread(branching.chat, [user("quick question")],
+                                               script)
+        return answer, await branches
+
+    content, first = served.run(a_client_during_the_branches())
+    # A dense engine prefills a branch in one step (no chunked prefill): the client waits
+    # for the step under way, and the branch is done, or ended ("preempted") when the
+    # client came between its scheduling and its step; either way no other starts.
+    assert content == script and len(first) < 20
+    rest = tick(branching, served)
+    done = [r.note_ids[0] for r in [*first, *rest] if r.outcome == "done"]
+    # each candidate prefilled once in all: one that gave way again, none twice
+    assert sorted(done) == sorted(n.id for n in branching.memory.store("tester").list())
+    preempted = [r for r in first if r.outcome == "preempted"]
+    assert all(r.note_ids[0] in {x.note_ids[0] for x in rest} for r in preempted)
+    assert tick(branching, served) == []
+
+
+def test_branches_must_be_zero_or_more():
+    from conductor.hidden.prefetch import PrefetchLimits
+
+    with pytest.raises(ValueError, match="branches"):
+        PrefetchLimits(branches=-1)
+    assert PrefetchLimits(branches=4).after_turn and not PrefetchLimits(branches=4).on

@@ -72,6 +72,7 @@ BASE = "model: builtin:tiny-qwen3\ndevice: cpu\n"
     (BASE + "memory:\n  notes_shown: 0\n", "'memory.notes_shown'"),
     (BASE + "memory:\n  prefetch:\n    notes: -1\n", "'memory.prefetch.notes'"),
     (BASE + "memory:\n  prefetch:\n    when: idle\n", "'memory.prefetch.when'"),
+    (BASE + "memory:\n  prefetch:\n    branches: -1\n", "'memory.prefetch.branches'"),
     (BASE + "memory:\n  prewarm_notes: -1\n", "'memory.prewarm_notes'"),
     (BASE + "memory:\n  prewarm_notes: many\n", "'memory.prewarm_notes'"),
     (BASE + "memory:\n  prewarm_notes: true\n", "'memory.prewarm_notes'"),

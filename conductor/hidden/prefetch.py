@@ -52,15 +52,27 @@ class PrefetchLimits:
     # best match is the guess, and each note more is prefilled and replayed whether the
     # message needs it or not (bench/README.md, "Prefetch (issue 40)").
     hint_notes: int = HINT_NOTES
+    # Prefetch by branches (conductor/hidden/branches.py): after a turn, the tails of up
+    # to this many notes the next message may match, each prefilled after the record as
+    # that match would place it, nothing recorded (0: off). Needs matched notes placed
+    # before the message (`memory.notes_shown.match_place: before`, the default).
+    branches: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.notes, self.budget, self.session_cap, self.hint_notes) < 0:
-            raise ValueError("prefetch: notes, budget, session_cap and hint_notes must be 0 "
-                             "or more")
+        if min(self.notes, self.budget, self.session_cap, self.hint_notes,
+               self.branches) < 0:
+            raise ValueError("prefetch: notes, budget, session_cap, hint_notes and branches "
+                             "must be 0 or more")
 
     @property
     def on(self) -> bool:
+        """Whether the guess places notes in the record after a turn."""
         return self.notes > 0 and self.budget > 0 and self.session_cap > 0
+
+    @property
+    def after_turn(self) -> bool:
+        """Whether a recorded turn makes its session due: the guess, or branches."""
+        return self.on or self.branches > 0
 
     @property
     def hints_on(self) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from conductor.hidden.branches import branch_candidates
 from conductor.hidden.corrections import CORRECTION_KIND, HOLDS_TEXT, build_corrections
 from conductor.hidden.memory_refs import NOTE_ID, RefError, read_ref
 from conductor.hidden.prefetch import (
@@ -71,6 +72,7 @@ __all__ = [
     "Stale",
     "Tail",
     "TurnFacts",
+    "branch_candidates",
     "choose_hidden",
     "choose_prefetch",
     "goes_on",

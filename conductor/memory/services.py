@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from conductor.hidden.branches import BranchesDone
 from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits, goes_on
 from conductor.hidden.prewarm import PrewarmHeads, RecordsDue
 from conductor.hidden.shared_context import (
@@ -101,6 +102,8 @@ class MemoryServices:
     # Prefetch (server/background/prefetch.py): the sessions due, and how much a turn
     prefetch_due: PrefetchDue = field(default_factory=PrefetchDue)
     prefetch_limits: PrefetchLimits = PrefetchLimits()
+    # the notes branch-prefetched after each session's newest record (note ids only)
+    prefetch_branches: BranchesDone = field(default_factory=BranchesDone)
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
     records_due: RecordsDue = field(default_factory=RecordsDue)
@@ -201,6 +204,7 @@ class MemoryServices:
         shown = self.shown.forget_user(user)
         self.triggers.forget_user(user)
         self.prefetch_due.forget_user(user)
+        self.prefetch_branches.forget_user(user)
         self.prewarm.forget_user(user)
         self.records_due.forget_user(user)
         with self._lock:
@@ -336,7 +340,7 @@ class MemoryServices:
                     outcome.request_id)
             if outcome.blocks_written:  # blocks held back: notes may have been written
                 self.on_change(user)
-            if self.prefetch_limits.on and outcome.ledger_kept and memory.reads \
+            if self.prefetch_limits.after_turn and outcome.ledger_kept and memory.reads \
                     and user is not None \
                     and goes_on(memory.derived, [m.role for m in outcome.messages]):
                 self.prefetch_due.turn_recorded(user, session)

@@ -62,8 +62,9 @@ NOTES_SHOWN_KEYS: dict[str, tuple[str, ...] | None] = {
     "match_place": ("before", "after")}
 # memory.prefetch: the notes chosen after a turn and prefilled in idle time (the server's
 # conductor.hidden.prefetch.PrefetchLimits holds the defaults); 0 notes turns it off.
+# branches: the notes whose matched tail is prefilled after the record, nothing recorded.
 PREFETCH_KEYS: dict[str, tuple[str, ...] | None] = {
-    "notes": None, "budget": None, "session_cap": None, "hint_notes": None}
+    "notes": None, "budget": None, "session_cap": None, "hint_notes": None, "branches": None}
 JOBS_MODES = ("off", "on")
 
 

@@ -9,6 +9,18 @@ next engine step, never started while a client request is in flight. A prefetch 
 not finish leaves the record as it was and stays due; one whose session moved on
 meanwhile is dropped. A client's hint about its next message (POST /v1/memory/prefetch)
 makes the session due again: the notes the hint matches go after those already there.
+
+Prefetch by branches (`memory.prefetch.branches`, conductor/hidden/branches.py): after
+the guess, if any, the tails of the notes the next message may match are prefilled, one
+background request a note, each [the ids the next turn replays][that note's matched tail]
+as the next turn's prompt will hold them when its message matches that note (matched
+notes lead the message: `NotesShown.leads`). Nothing is recorded: a branch the message
+does not match costs idle compute and cache blocks, never prompt length. A branch is
+prefilled once a record; a client request ends the one running at the next engine step,
+and the session stays due for the rest. Not where the next turn renders the last answer
+afresh (a template that drops earlier reasoning: `next_turn_replays` is None) nor on a
+hybrid engine (`reuse_block`: the recurrent state is kept at one block boundary a request,
+640 tokens on tiny-hybrid, which a note's tail rarely reaches past the record).
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from dataclasses import dataclass
 from conductor.memory.hiding import (
     HOLDS_TEXT,
     PREFETCH_KIND,
+    branch_candidates,
     choose_prefetch,
     session_notes,
     shared_notes,
@@ -27,7 +40,8 @@ from conductor.memory.hiding import (
 )
 from conductor.memory.ledger import Record, Span, flat_ids
 from server.background.idle import IdleService
-from server.turn.prompt import IM_END_TEXT, data_ids
+from server.turn.prompt import IM_END_TEXT, data_ids, hidden_message_ids
+from server.turn.replay import next_turn_replays
 
 log = logging.getLogger("tandem.prefetch")
 
@@ -40,6 +54,8 @@ class PrefetchRun:
     tokens: int  # the hidden message's ids
     outcome: str  # "done", "preempted" or "moved_on" (a newer record: nothing kept)
     hinted: bool = False  # chosen by a client's hint rather than the guess
+    branch: bool = False  # a branch: one note's tail after the record, nothing recorded
+    prefilled: int | None = None  # a branch's tokens the engine prefilled (not cached)
 
 
 class PrefetchService(IdleService):
@@ -57,6 +73,8 @@ class PrefetchService(IdleService):
             run = await self._prefetch(user, session)
             if run is not None:
                 runs.append(run)
+            if run is None or run.outcome == "done":
+                runs += await self._branch(user, session)
         return self.kept(runs)
 
     async def _prefetch(self, user: str, session: str) -> PrefetchRun | None:
@@ -112,6 +130,51 @@ class PrefetchService(IdleService):
             self.memory.metrics.background_run("prefetch", outcome)
         return PrefetchRun(user, session, chosen.note_ids, len(part), outcome,
                            hinted=hint is not None)
+
+    async def _branch(self, user: str, session: str) -> list[PrefetchRun]:
+        """One background prefill a candidate note of the session's newest record not
+        branched for yet, most likely first, while nobody waits; one that gave way (or a
+        client's arrival) leaves the session due for the rest."""
+        limits, shown = self.memory.prefetch_limits, self.memory.notes_shown
+        if limits.branches <= 0 or not shown.leads or self.engine.reuse_block is not None:
+            return []
+        record = self.memory.ledger.latest(user, session)
+        if record is None or not _fits(record, after_prefetch=True):
+            return []
+        replays = next_turn_replays(self.engine.tokenizer, record)
+        if not replays:  # the next turn renders the last answer afresh: no known prefix
+            return []
+        done = self.memory.prefetch_branches.done(user, session, replays)
+        store = self.memory.store(user)
+        with store.one_scan():
+            allowed = [*shared_notes(store, record.project), *session_notes(store, session)]
+            already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
+            candidates = branch_candidates(store, _turn_text(record), allowed,
+                                           already | done, self.engine.count_tokens, shown,
+                                           limits.branches - len(done))
+        runs: list[PrefetchRun] = []
+        for note, text in candidates:
+            if self.client_busy():
+                self.memory.prefetch_due.turn_recorded(user, session)
+                break
+            tail = hidden_message_ids(self.engine.tokenizer, text)
+            prompt = [*replays, *tail]
+            if len(prompt) + 1 > self.engine.profile.max_model_len:
+                continue  # no room for the message after it either: never matched so
+            cached, outcome = await self.prefill(user, prompt)
+            runs.append(PrefetchRun(user, session, (note.id,), len(tail), outcome,
+                                    branch=True, prefilled=len(prompt) - cached))
+            if self.memory.metrics is not None:
+                self.memory.metrics.background_run("prefetch_branch", outcome)
+            if outcome != "done":  # a client came: the rest in a later idle moment
+                self.memory.prefetch_due.turn_recorded(user, session)
+                break
+            self.memory.prefetch_branches.branched(user, session, replays, (note.id,))
+        if runs:
+            log.info("prefetch branches: %d done of %d, %d tokens prefilled",
+                     sum(r.outcome == "done" for r in runs), len(runs),
+                     sum(r.prefilled or 0 for r in runs))
+        return runs
 
     def _hidden_after_answer(self, text: str) -> list[int]:
         """A hidden system message after the answer's end-of-turn token: the record goes

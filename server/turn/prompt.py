@@ -287,7 +287,14 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
             ids += shared_context_ids(tokenizer, head.text, start, block)
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if replay is not None else 0
-    spans += [_append_hidden(tokenizer, ids, tail) for tail in tails if tail.leads]
+    leading = [tail for tail in tails if tail.leads]
+    if leading and new_text.startswith(IM_END_TEXT):
+        # A replayed answer that did not end cleanly (cut by its length): the render
+        # closes it, and the notes that lead the message go after that, where the idle
+        # time prefilled them (server/turn/replay.next_turn_replays), not inside it.
+        ids += encode(IM_END_TEXT)
+        new_text = new_text[len(IM_END_TEXT):]
+    spans += [_append_hidden(tokenizer, ids, tail) for tail in leading]
     ids += encode(new_text)
     spans += [_append_hidden(tokenizer, ids, tail) for tail in tails if not tail.leads]
     ids += encode(rendered.generation_prompt)

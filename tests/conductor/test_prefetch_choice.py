@@ -170,3 +170,48 @@ def test_the_guess_over_a_whole_turn_wants_three_shared_stems_a_hint_two(tmp_pat
     assert chosen(from_turn=True) == ["database connection pool"]
     assert chosen(from_turn=False) == ["database connection pool",
                                        "flaky test_refund_race on slow machines"]
+
+
+def test_branch_candidates_put_the_guess_first_then_uses_then_the_newest(tmp_path):
+    from conductor.hidden.branches import branch_candidates
+    from conductor.hidden.tail_notes import matched_tail
+
+    store = NoteStore(tmp_path / "memory", "tester")
+    ids = {}
+    for title, body in (("kafka consumer restart", "restart the kafka consumer"),
+                        ("office wifi", "on the fridge"), ("staging port", "5433"),
+                        ("lunch order", "on fridays"), ("held", "in the record"),
+                        ("long", "word " * 150)):
+        result = store.add(title=title, body=body, kind="gotcha", scope="user", source="cli")
+        ids[title] = result.note.id
+    store.record_injection([ids["office wifi"]] * 1)
+    store.record_injection([ids["office wifi"], ids["staging port"]])
+    store.record_injection([ids["office wifi"]])
+    shown = dataclasses.replace(DEFAULT_SHOWN, match_budget=120)  # in words: "long" is past
+    found = branch_candidates(store, "why is it lagging?\nRestart the kafka consumer.",
+                              store.list(), {ids["held"]}, words, shown, limit=8)
+    # the guess's match first, then by uses (3, 1), then the newest; not a note the record
+    # holds, nor one whose tail alone is past the match budget
+    assert [n.title for n, _ in found] == ["kafka consumer restart", "office wifi",
+                                           "staging port", "lunch order"]
+    # each with the text its match puts before the message, byte for byte
+    assert [text for _, text in found] == [matched_tail([n], shown).text for n, _ in found]
+    assert len(branch_candidates(store, "", store.list(), set(), words, shown,
+                                 limit=2)) == 2
+
+
+def test_a_branch_is_remembered_once_a_record_and_the_sessions_are_bounded():
+    from conductor.hidden.branches import BranchesDone
+
+    done = BranchesDone(bound=2)
+    record = [1, 2, 3]
+    done.branched("u", "s", record, ["a"])
+    done.branched("u", "s", record, ["b"])
+    assert done.done("u", "s", record) == {"a", "b"}
+    assert done.done("u", "s", [1, 2, 3, 4]) == set()  # a new record: all due again
+    assert done.done("u", "s", [1, 2, 4]) == set()  # an edit of the same length too
+    done.branched("u", "t", record, ["a"])
+    done.branched("v", "s", record, ["a"])  # past the bound: the oldest session goes
+    assert done.done("u", "s", record) == set() and done.done("v", "s", record) == {"a"}
+    done.forget_user("v")
+    assert done.done("v", "s", record) == set() and done.done("u", "t", record) == {"a"}
