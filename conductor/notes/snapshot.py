@@ -193,9 +193,11 @@ class NoteCache:
     def _scan(user_dir: str, folders: dict[str, int]
               ) -> Iterator[tuple[str, bool, os.stat_result]]:
         """Every note file under the user folder: (path, archived, stat), in a fixed order;
-        each folder's mtime goes in `folders` (the user folder's too: a tree made later
-        changes it)."""
-        folders.update(_folder_times({user_dir: 0}))
+        each folder's mtime goes in `folders`. Not the user folder's own: a tree made
+        later is seen by its own entry (-1 until it is made), and the user folder changes
+        with every write of usage.json, INDEX.md and revisions/, which hold no note (in the
+        overhead bench, the usage counts written after the answers sent 45 of a round's
+        120 reads to a scan of the whole tree)."""
         for top, archived in _TREES:
             for path, st in _walk(os.path.join(user_dir, top), folders):
                 yield path, archived, st

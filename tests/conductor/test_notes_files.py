@@ -346,6 +346,33 @@ def test_a_lapsed_scan_of_an_unchanged_tree_lists_no_folder_and_stats_each_file_
         assert sorted(p for p in statted if p.endswith(".md")) == files
 
 
+def test_a_write_beside_the_notes_leaves_the_scan_standing_and_a_new_tree_is_seen(
+        root: Path, store: NoteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """usage.json and INDEX.md, written beside the note trees after answers and by the
+    nightly job, change the user folder but no folder of notes: the scan stands (red
+    before: the user folder's own mtime was watched, and each write sent the next read to
+    a scan of the whole tree). A tree made after the scan (the user's first project
+    note, written by another process) is still seen at once, by its own folder."""
+    import time
+
+    monkeypatch.setattr(snapshot, "SCAN_STANDS_S", 60.0)
+    note = store.add(title="Prefers tea", kind="reference", scope="user").note
+    assert note is not None and not (store.layout.user_dir / "projects").exists()
+    time.sleep(2 * snapshot.COARSE_MTIME_S)
+    assert store.get(note.id) is not None  # a scan that stands
+    user_dir = os.stat(store.layout.user_dir).st_mtime_ns
+    atomic.atomic_write(store.layout.usage_json, '{"uses": {}}')
+    atomic.atomic_write(store.layout.index_md, "# Index\n")
+    assert os.stat(store.layout.user_dir).st_mtime_ns != user_dir
+    walked: list[str] = []
+    real_walk = snapshot._walk
+    monkeypatch.setattr(snapshot, "_walk", lambda *a: walked.append(a[0]) or real_walk(*a))
+    assert store.get(note.id) is not None and walked == []  # no tree walked again
+    other = NoteStore(root, "alice").add(title="Use uv", kind="gotcha", scope="project",
+                                         project="/w/p").note
+    assert other is not None and store.get(other.id) is not None  # at once: a new tree
+
+
 def test_a_lapsed_scan_still_sees_an_edit_in_place_and_a_note_going_stale(
         store: NoteStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a lapsed scan's stats keep is what a scan would find: an edit made in place by
