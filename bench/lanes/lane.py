@@ -13,7 +13,6 @@ import httpx
 
 from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
 from bench.lanes.probe import EngineProbe
-from conductor.hidden.prefetch import ON_NOTES
 from conductor.hidden.tail_notes import build_matches
 from conductor.memory.services import MemorySettings
 from conductor.notes import NoteStore
@@ -23,14 +22,18 @@ from server.turn.memory import TOKEN_HEADER
 
 USER = "bench"
 # naive: memory off, every note in the system prompt; prefetch: memory on with the notes a
-# conversation is likely to need next prefilled in idle time after each turn (issue 40;
-# `on` runs without it); hinted: memory on, no guess of its own, and the client sends its
-# draft of each later message as a hint before it (POST /v1/memory/prefetch)
+# conversation may need next prefilled in idle time after each turn, as branches (issue
+# 58: each note's matched tail after the record, nothing recorded; `on` runs without it);
+# hinted: memory on, no guess of its own, and the client sends its draft of each later
+# message as a hint before it (POST /v1/memory/prefetch)
 MODES = ("off", "shadow", "on", "naive", "prefetch", "hinted")
 PREFETCHING = ("prefetch", "hinted")
 TAIL_KINDS = ("shared", "session", "notes", "prefetch")
 PREFETCH_OFF = (("notes", 0),)
-PREFETCH_ON = (("notes", ON_NOTES),)
+# Branches covering the store (its 50 notes), the guess's placing off: the lane measures
+# what a prefetch that costs no prompt length brings (issue 58, item 1). The guess alone
+# (notes 3) matched 0 of 12 notes on the topic-hopping conversation (bench/README.md).
+PREFETCH_ON = (("notes", 0), ("branches", 64))
 # The drafts a typing client sends: at half of the message's words, and with the last
 # tenth still untyped (a client sends one whenever the user pauses; the message itself
 # comes seconds later, time enough on this CPU for the ~100 tokens a hint prefills).
@@ -83,8 +86,16 @@ class PrefetchTally:
     hit_turns: list[int] = field(default_factory=list)  # every note they matched was there
     fresh: set[str] = field(default_factory=set)  # prefetched since the last message
 
-    def fetched(self, note_ids: tuple[str, ...], tokens: int, outcome: str) -> None:
-        self.runs.append({"notes": len(note_ids), "tokens": tokens, "outcome": outcome})
+    def fetched(self, note_ids: tuple[str, ...], tokens: int, outcome: str,
+                prefilled: int | None = None, branch: bool = False) -> None:
+        """A run: its notes, their hidden message's tokens, its outcome; a branch's
+        tokens the engine prefilled (`prefilled`: its tail and the record's part block)."""
+        run = {"notes": len(note_ids), "tokens": tokens, "outcome": outcome}
+        if prefilled is not None:
+            run["prefilled"] = prefilled
+        if branch:
+            run["branch"] = True
+        self.runs.append(run)
         if outcome == "done":
             for note_id in note_ids:
                 self.notes[note_id] = tokens / len(note_ids)
@@ -100,7 +111,8 @@ class PrefetchTally:
 
     def as_dict(self) -> dict[str, Any]:
         wasted = sum(t for n, t in self.notes.items() if n not in self.hits)
-        return {"runs": self.runs, "prefetched_notes": len(self.notes),
+        return {"runs": self.runs, "branches": sum(1 for r in self.runs if r.get("branch")),
+                "prefetched_notes": len(self.notes),
                 "hit_notes": len(self.hits),
                 "hit_rate": len(self.hits) / len(self.notes) if self.notes else None,
                 "prefetched_tokens": round(sum(self.notes.values())),
@@ -179,7 +191,8 @@ class Lane:
     async def _idle(self) -> None:
         """An idle moment: the server's prefetch runs, its notes are counted."""
         for run in await self.app.state.tandem.prefetch.tick():
-            self.prefetch.fetched(run.note_ids, run.tokens, run.outcome)
+            self.prefetch.fetched(run.note_ids, run.tokens, run.outcome, run.prefilled,
+                                  run.branch)
 
     async def _send_drafts(self, conversation: Conversation, message: str) -> None:
         """The hinted lane's client: each draft of the message as a hint, with the idle

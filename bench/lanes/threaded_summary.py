@@ -77,7 +77,7 @@ def threaded_markdown(threaded: dict[str, Any] | None) -> list[str]:
     return lines + prefetch_lines(threaded)
 
 
-WHAT_GUESSED = {"prefetch": "the guess after each turn",
+WHAT_GUESSED = {"prefetch": "branches after each turn",
                 "hinted": "the client's drafts as hints"}
 
 
@@ -86,7 +86,14 @@ def prefetch_lines(part: dict[str, Any]) -> list[str]:
     lines = []
     for mode, what in WHAT_GUESSED.items():
         tally = part.get(mode)
-        if tally:
+        if tally and tally.get("branches"):  # nothing recorded: no prompt pays for a miss
+            lines += ["", f"`{mode}` ({what}): {len(tally['runs'])} runs, "
+                      f"{tally['branches']} of them branches, over {tally['prefetched_notes']}"
+                      f" notes; {tally['hit_notes']} of them matched by a message after "
+                      f"them (hit rate {fmt(tally['hit_rate'], 2)}), every note it matched "
+                      f"prefetched on {len(tally['hit_turns'])} turns; a branch not matched "
+                      f"adds no token to a prompt."]
+        elif tally:
             lines += ["", f"`{mode}` ({what}): {len(tally['runs'])} runs, "
                       f"{tally['prefetched_notes']} notes ({tally['prefetched_tokens']} "
                       f"tokens) prefetched, {tally['hit_notes']} of them matched by the "
