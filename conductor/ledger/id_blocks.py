@@ -31,11 +31,15 @@ class BlockIds(Sequence[int]):
     def __len__(self) -> int:
         return len(self.blocks) * BLOCK_SIZE + len(self.tail)
 
-    def to_array(self) -> array:
+    def to_array(self, stop: int | None = None) -> array:
+        """The ids as one flat array: all of them, or the blocks (and the tail) holding
+        the first `stop` (the array may run past `stop`, to its block's end)."""
         flat = array("i")
-        for block in self.blocks:
+        wanted = len(self.blocks) if stop is None else -(-stop // BLOCK_SIZE)
+        for block in self.blocks[:wanted]:
             flat.extend(block)
-        flat.extend(self.tail)
+        if wanted >= len(self.blocks):
+            flat.extend(self.tail)
         return flat
 
     @overload
@@ -45,7 +49,11 @@ class BlockIds(Sequence[int]):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return self.to_array()[index]
+            start, stop, step = index.indices(len(self))
+            if step < 0:
+                return self.to_array()[index]
+            # a record's head (the prewarm's, a replay's cut): only the blocks it spans
+            return self.to_array(stop)[start:stop:step]
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):

@@ -43,6 +43,13 @@ def test_held_ids_read_back_and_each_shared_block_counts_once(stems, growth):
             if original:
                 assert blocks[len(original) - 1] == original[-1]
                 assert list(blocks[1:-1]) == original[1:-1]
+            # a slice flattens only the blocks it spans: still the same ids
+            for cut in {0, 1, BLOCK_SIZE - 1, BLOCK_SIZE, BLOCK_SIZE + 1, len(original) // 2,
+                        len(original), len(original) + 5}:
+                assert list(blocks[:cut]) == original[:cut]
+                assert list(blocks[cut // 3:cut:2]) == original[cut // 3:cut:2]
+                assert list(blocks[:-cut]) == original[:-cut]
+                assert list(blocks[cut::-1]) == original[cut::-1]
         assert store.ids_held == expected_held([ids for ids, _ in held])
     for _, blocks in held:
         store.release(blocks)
