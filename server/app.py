@@ -91,6 +91,10 @@ class ServerState:
         if dropped:
             log.info("ledger: %d saved records were made under another model, tokenizer or "
                      "chat template; their conversations are rendered afresh once", dropped)
+        # the heads the saved records ran: prewarmed in the first idle moment (counts only)
+        seeded = self.memory.seed_prewarm(self.profile.memory.mode)
+        if seeded:
+            log.info("prewarm: %d heads from the saved sessions", seeded)
         self.engine = engine
         engine.stats.observers.append(self.metrics.request_finished)
         if count_generation not in engine.stats.observers:  # the access log's tokens, once

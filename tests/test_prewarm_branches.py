@@ -118,3 +118,33 @@ def test_a_client_request_preempts_the_branch_prefills_and_the_rest_wait_for_idl
     assert all(r.outcome == "done" for r in after)
     assert len(done) == len(set(done)) == count  # each branch prefilled once
     assert tick(app, served) == []
+
+
+def test_after_a_restart_the_first_idle_tick_prewarms_the_saved_heads_and_their_branches(
+        served, tmp_path, tiny_profile):
+    """At start-up (issue 58, item 3): the heads come back from the saved ledger records,
+    each in the group its record ran in, with no shared context cached, so the first idle
+    tick after a restart prefills head + shared context and the note branches, and the
+    first session after the start whose opener matches a note reads its tail from the
+    cache. The restart is two apps on one home over the session's engine (as
+    tests/test_restart.py): the engine's cache outlives it, the prewarm's memory does
+    not."""
+    block, home = tiny_profile.block_size, tmp_path / "home"
+    first = InProcessApp(served, home)
+    notes = [add_note(first, title, body) for title, body in NOTES]
+    system = f"You help with this repository. [{uuid.uuid4().hex}]"
+    new_session(first, system, "before-restart", OPENER)
+    first.memory.ledger_saver.save_now()  # what the end of the app's lifespan does
+
+    second = InProcessApp(served, home)  # the restart
+    assert [(g.user, g.project) for g in second.memory.prewarm.groups()] == [("tester", None)]
+    runs = tick(second, served)
+    assert [(r.kind, r.outcome) for r in runs] == [("shared", "done")] + [
+        ("note", "done")] * len(NOTES)
+    assert sorted(r.note_id for r in runs[1:]) == sorted(n.id for n in notes)
+    assert tick(second, served) == []  # each once
+    usage = new_session(second, system, "after-restart", RELEASE)
+    span = matched_span(second, "after-restart")
+    assert span.note_ids == (notes[0].id,)
+    # the note's tail came cached, from the branch the first idle tick prefilled
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= span.end - block

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from conductor.hidden.shared_context import shared_notes
+from conductor.hidden.shared_context import SHARED_KIND, shared_notes
+from conductor.ledger.records import Record
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
@@ -36,6 +37,9 @@ MAX_GROUPS = 32
 # each costs about 90 tokens of idle prefill once per note and shared-context version,
 # and their KV blocks, which the prefix cache evicts first when it needs room.
 PREWARM_NOTES = 64
+# At start, the sessions whose latest saved record may seed a head, at most, newest first
+# (`Ledger.newest`): the start's work stays bounded however large the ledger is.
+SEED_SESSIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,45 @@ class PrewarmHeads:
                 heads.popitem(last=False)
             while len(self._groups) > self.max_groups:
                 self._groups.popitem(last=False)
+
+    def seed(self, records: Iterable[Record], reads: bool) -> int:
+        """At start: the heads of the ledger's saved records (`records`, most recent
+        first), as if seen before the restart but with no shared context cached (version
+        None), so the first idle tick prefills head + shared context, then the branches.
+        A head's group is its record's user, project and flags (`Record.shared_flags`):
+        it is prefilled under that user's salt, never another's. Skipped: a record
+        without flags (memory off, or saved before they were kept) or without a shared
+        context, one whose `reads` is not the profile's now (no session of today's shares
+        its context), a group or head past the bounds (the newest are kept, older than
+        any seen live). A head already known stays as it is. Returns the heads added."""
+        added = 0
+        with self._lock:
+            for record in records:
+                if self._full():  # the newest heads of every group it can hold: done
+                    break
+                flags = record.shared_flags
+                shared = next((s for s in record.spans if s.kind == SHARED_KIND), None)
+                if flags is None or shared is None or flags[1] != reads:
+                    continue
+                group = ContextGroup(record.user, record.project, card=flags[0], reads=flags[1])
+                heads = self._groups.get(group)
+                if heads is None:
+                    if len(self._groups) >= self.max_groups:
+                        continue
+                    heads = self._groups[group] = OrderedDict()
+                    self._groups.move_to_end(group, last=False)  # older than those before
+                if len(heads) >= self.heads_per_group:
+                    continue
+                head_ids = tuple(record.ids[: shared.start])  # its blocks only
+                if head_ids not in heads:
+                    heads[head_ids] = _Head(head_ids, None)
+                    heads.move_to_end(head_ids, last=False)
+                    added += 1
+        return added
+
+    def _full(self) -> bool:
+        return len(self._groups) >= self.max_groups and all(
+            len(heads) >= self.heads_per_group for heads in self._groups.values())
 
     def forget_user(self, user: str) -> None:
         """The user's delete: their heads (system prompts and tools) are not kept."""

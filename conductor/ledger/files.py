@@ -58,6 +58,7 @@ def encode_record(record: Record) -> dict[str, Any]:
         "fingerprint": record.fingerprint,
         "project": record.project,
         "bare": record.bare,
+        **({"shared_flags": list(record.shared_flags)} if record.shared_flags else {}),
     }
 
 
@@ -73,7 +74,15 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
                   ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
                   fingerprint=str(data.get("fingerprint") or ""),
                   project=str(data["project"]) if data.get("project") else None,
-                  bare=bool(data.get("bare")))
+                  bare=bool(data.get("bare")), shared_flags=_flags(data.get("shared_flags")))
+
+
+def _flags(value: Any) -> tuple[bool, bool] | None:
+    """A record's (card, reads); None when absent (a file saved before they were kept)."""
+    if value is None:
+        return None
+    card, reads = value  # anything else: an unreadable file (ValueError, TypeError)
+    return bool(card), bool(reads)
 
 
 class LedgerFiles:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import threading
 from collections import OrderedDict
@@ -87,6 +88,11 @@ class Record:
     # in it. A request with memory on replays only records with memory on, and the other
     # way round: neither loses nor gains memory's parts by a replay.
     bare: bool = False
+    # What the request's shared context showed, (card, reads): the card, the notes'
+    # index. The prewarm's group of the record's head after a restart
+    # (conductor/hidden/prewarm.py, `PrewarmHeads.seed`); None: memory off, or a record
+    # made before it was kept (such a record seeds nothing).
+    shared_flags: tuple[bool, bool] | None = None
 
     @functools.cached_property
     def digests(self) -> tuple[bytes, ...]:
@@ -296,6 +302,14 @@ class Ledger:
                 self._changed.discard(owner)
                 self._gone.add(owner)
             return dropped
+
+    def newest(self, sessions: int) -> list[Record]:
+        """The latest record of each of the `sessions` most recently used sessions, most
+        recent first (at start, the saved files' order): a bounded read, however many
+        the ledger holds."""
+        with self._lock:
+            return [next(reversed(records.values())) for records in
+                    itertools.islice(reversed(self._sessions.values()), sessions) if records]
 
     def latest(self, user: str, session: str) -> Record | None:
         """The session's most recent record: its end anchor."""

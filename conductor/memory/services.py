@@ -20,7 +20,7 @@ from typing import Any
 
 from conductor.hidden.branches import BranchesDone
 from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits, goes_on
-from conductor.hidden.prewarm import PrewarmHeads, RecordsDue
+from conductor.hidden.prewarm import SEED_SESSIONS, PrewarmHeads, RecordsDue
 from conductor.hidden.shared_context import (
     SHARED_KIND,
     SharedContext,
@@ -331,7 +331,8 @@ class MemoryServices:
                     user=user or "-relayed-", session=session, project=memory.project,
                     bare=memory.off_reason is not None, messages=outcome.messages,
                     ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
-                    spans=outcome.spans))
+                    spans=outcome.spans, shared_flags=None if memory.off_reason is not None
+                    else (memory.shows_card, memory.reads)))
                 self.records_due.turn_recorded(user or "-relayed-", session)
             self._note_head(outcome)
             if injections_to_record(memory, list(outcome.hidden)):
@@ -348,6 +349,15 @@ class MemoryServices:
                 self.triggers.turn_done(user, session, outcome.new_tokens)
         if outcome.gave_up and memory.writes:  # the writer looks at what was said
             self.triggers.give_up(user, session)
+
+    def seed_prewarm(self, mode: str) -> int:
+        """At start, once the ledger holds only the served model's records: the prewarm's
+        heads from the newest saved ones (`PrewarmHeads.seed`), so the first idle moment
+        prefills their shared context and likely notes rather than the first session
+        after the restart. `mode` is the profile's memory mode. Returns the heads."""
+        if mode == "off":  # no session gets a shared context
+            return 0
+        return self.prewarm.seed(self.ledger.newest(SEED_SESSIONS), reads=mode == "on")
 
     def _note_head(self, outcome: TurnOutcome) -> None:
         """The head and the shared context the turn ran are cached now: the prewarm keeps
