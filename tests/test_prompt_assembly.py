@@ -185,3 +185,28 @@ def test_a_generation_prompt_that_may_depend_on_the_conversation_is_rendered_bot
                 history, whole[len(history):])
         else:  # they never agreed: the whole render, nothing hidden in it (as before)
             assert (rendered.history, rendered.generation_prompt) == (whole, None)
+
+
+def test_in_a_fresh_render_a_leading_note_goes_right_before_the_last_user_message(
+        template_tokenizer):
+    """A miss or the continuous conversation renders every earlier turn after the head:
+    the matched note leads the message it matches, after those turns, so the ids up to
+    that message are the ones a prefix prefill put in the cache (red before: the note
+    went right after the shared context, before the first turn)."""
+    tokenizer = template_tokenizer
+    request = ChatCompletionRequest(model="tiny", messages=[
+        {"role": "system", "content": "Shared head."},
+        {"role": "user", "content": "where is the API?"},
+        {"role": "assistant", "content": "On port 8080."},
+        {"role": "user", "content": "and the staging host?"}])
+    rendered = render_chat(tokenizer, request, enable_thinking=False)
+    note = Tail("notes", "staging hostname: alpha.internal", ("n1",), leads=True)
+    plain = assemble(tokenizer, rendered, None, SHARED, [])
+    built = assemble(tokenizer, rendered, None, SHARED, [note])
+    _, span = built.spans
+    last_user = tokenizer.encode("<|im_start|>user\nand the staging host?",
+                                 add_special_tokens=False)
+    assert built.ids[span.end:span.end + len(last_user)] == last_user
+    assert built.ids[:span.start] == plain.ids[:span.start]  # the turns before, as they were
+    assert built.ids[span.start:span.end] == hidden_message_ids(tokenizer, note.text)
+    assert built.ids[span.end:] == plain.ids[span.start:]

@@ -288,6 +288,13 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
             spans.append(Span(start, len(ids), head.kind, head.note_ids))
     replayed = len(ids) if replay is not None else 0
     leading = [tail for tail in tails if tail.leads]
+    if leading and replay is None:
+        # A fresh render holds every earlier turn after the head: the notes lead the last
+        # user message (the one they match), after those turns, where a miss's or the
+        # continuous conversation's prefix prefill stops (continuous.conversation_prefix_ids).
+        at = max(new_text.rfind(IM_START_TEXT + "user"), 0)
+        ids += encode(new_text[:at])
+        new_text = new_text[at:]
     if leading and new_text.startswith(IM_END_TEXT):
         # A replayed answer that did not end cleanly (cut by its length): the render
         # closes it, and the notes that lead the message go after that, where the idle
