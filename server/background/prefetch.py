@@ -25,6 +25,7 @@ hybrid engine (`reuse_block`: the recurrent state is kept at one block boundary 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -145,13 +146,12 @@ class PrefetchService(IdleService):
         if not replays:  # the next turn renders the last answer afresh: no known prefix
             return []
         done = self.memory.prefetch_branches.done(user, session, replays)
-        store = self.memory.store(user)
-        with store.one_scan():
-            allowed = [*shared_notes(store, record.project), *session_notes(store, session)]
-            already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
-            candidates = branch_candidates(store, _turn_text(record), allowed,
-                                           already | done, self.engine.count_tokens, shown,
-                                           limits.branches - len(done))
+        already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
+        # file work (a scan, a search, usage.json) and some 50 tails counted: in a thread,
+        # off the event loop that serves the clients
+        candidates = await asyncio.to_thread(
+            self._candidates, user, session, record, already | done,
+            limits.branches - len(done))
         runs: list[PrefetchRun] = []
         for note, text in candidates:
             if self.client_busy():
@@ -175,6 +175,15 @@ class PrefetchService(IdleService):
                      sum(r.outcome == "done" for r in runs), len(runs),
                      sum(r.prefilled or 0 for r in runs))
         return runs
+
+    def _candidates(self, user: str, session: str, record: Record, skip: set[str],
+                    limit: int) -> list:
+        """The notes to branch for after `record`, each with its tail's text."""
+        store = self.memory.store(user)
+        with store.one_scan():
+            allowed = [*shared_notes(store, record.project), *session_notes(store, session)]
+            return branch_candidates(store, _turn_text(record), allowed, skip,
+                                     self.engine.count_tokens, self.memory.notes_shown, limit)
 
     def _hidden_after_answer(self, text: str) -> list[int]:
         """A hidden system message after the answer's end-of-turn token: the record goes
