@@ -115,8 +115,9 @@ def test_a_session_whose_history_changed_gets_no_stale_prefetch(app, served):
     assert [s for s in rec.spans if s.kind == "notes"]  # matched afresh, as without prefetch
 
 
-def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served):
-    two_turns(app, "busy")
+def tick_while_a_client_runs(app, served) -> tuple[list, str, str]:
+    """The prefetch's tick while a client's long answer is being generated: its runs, and
+    the client's answer with the answer it was scripted to give."""
     engine = app.app.state.tandem.engine
     long_answer = " ".join(["word"] * 150)
 
@@ -129,6 +130,12 @@ def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served
         return during, client.result()
 
     during, (content, _, _) = served.run(scenario())
+    return during, content, long_answer
+
+
+def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served):
+    two_turns(app, "busy")
+    during, content, long_answer = tick_while_a_client_runs(app, served)
     assert during == [] and content == long_answer
     assert [r.outcome for r in tick(app, served)] == ["done"]  # still due, done when idle
 
@@ -331,22 +338,11 @@ def test_a_client_request_ends_the_branches_and_the_rest_run_in_a_later_idle_mom
             title=f"runbook {n} of the night shift", body=f"step {n}: page the on-call",
             kind="runbook", scope="user", source="cli", has_user_message=True).ok
     two_turns(branching, "busy")
-    engine = branching.app.state.tandem.engine
-    long_answer = " ".join(["word"] * 150)
-
-    async def while_a_client_runs():
-        client = asyncio.create_task(asyncio.to_thread(branching.chat, [user("talk")],
-                                                       long_answer))
-        while not engine.running("client"):
-            await asyncio.sleep(0.005)
-        during = await branching.app.state.tandem.prefetch.tick()
-        await client
-        return during, client.result()
-
-    during, (content, _, _) = served.run(while_a_client_runs())
+    during, content, long_answer = tick_while_a_client_runs(branching, served)
     assert during == [] and content == long_answer  # none started beside the client
     assert len(branching.memory.prefetch_due) == 1  # still due
 
+    engine = branching.app.state.tandem.engine
     script = "The client's answer, whole and in order."
 
     async def a_client_during_the_branches():
