@@ -133,6 +133,21 @@ def tick_while_a_client_runs(app, served) -> tuple[list, str, str]:
     return during, content, long_answer
 
 
+def a_client_during_a_tick(app, served, script: str) -> tuple[str, list]:
+    """A client's request sent once the prefetch's tick has a background request running
+    (or the tick ended first): the client's answer, and the tick's runs."""
+    engine = app.app.state.tandem.engine
+
+    async def scenario():
+        fetching = asyncio.create_task(app.app.state.tandem.prefetch.tick())
+        while not engine.running("background") and not fetching.done():
+            await asyncio.sleep(0.001)
+        content, _, _ = await asyncio.to_thread(app.chat, [user("quick question")], script)
+        return content, await fetching
+
+    return served.run(scenario())
+
+
 def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served):
     two_turns(app, "busy")
     during, content, long_answer = tick_while_a_client_runs(app, served)
@@ -142,17 +157,8 @@ def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served
 
 def test_a_client_request_beside_a_prefetch_gets_its_whole_answer(app, served):
     two_turns(app, "race")
-    engine = app.app.state.tandem.engine
     script = "The client's answer, whole and in order."
-
-    async def scenario():
-        fetching = asyncio.create_task(app.app.state.tandem.prefetch.tick())
-        while not engine.running("background") and not fetching.done():
-            await asyncio.sleep(0.001)
-        content, _, _ = await asyncio.to_thread(app.chat, [user("quick question")], script)
-        return content, await fetching
-
-    content, runs = served.run(scenario())
+    content, runs = a_client_during_a_tick(app, served, script)
     assert content == script
     assert len(runs) == 1 and runs[0].outcome in ("done", "preempted")
     if runs[0].outcome == "preempted":  # ended at a step boundary: it stays due
@@ -342,18 +348,8 @@ def test_a_client_request_ends_the_branches_and_the_rest_run_in_a_later_idle_mom
     assert during == [] and content == long_answer  # none started beside the client
     assert len(branching.memory.prefetch_due) == 1  # still due
 
-    engine = branching.app.state.tandem.engine
     script = "The client's answer, whole and in order."
-
-    async def a_client_during_the_branches():
-        branches = asyncio.create_task(branching.app.state.tandem.prefetch.tick())
-        while not engine.running("background") and not branches.done():
-            await asyncio.sleep(0.001)
-        answer, _, _ = await asyncio.to_thread(branching.chat, [user("quick question")],
-                                               script)
-        return answer, await branches
-
-    content, first = served.run(a_client_during_the_branches())
+    content, first = a_client_during_a_tick(branching, served, script)
     # A dense engine prefills a branch in one step (no chunked prefill): the client waits
     # for the step under way, and the branch is done, or ended ("preempted") when the
     # client came between its scheduling and its step; either way no other starts.
