@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from conductor.hidden.prefetch import choose_prefetch
+from conductor.hidden.prewarm import most_likely_first
 from conductor.hidden.tail_notes import CountTokens, NotesShown, lone_match_tail
 from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
@@ -51,9 +52,8 @@ def branch_candidates(store: NoteStore, turn_text: str, allowed: Sequence[Note],
                               count_tokens, shown, room=limit, budget=RANK_BUDGET,
                               from_turn=True)
     first = [i for i in (guessed.note_ids if guessed else ()) if i in tails]
-    uses = store.totals()
-    rest = sorted((i for i in tails if i not in first),
-                  key=lambda i: (-uses.get(i, 0), -tails[i][0].updated.timestamp(), i))
+    rest = [n.id for n in most_likely_first(store, (n for i, (n, _) in tails.items()
+                                                    if i not in first))]
     return [tails[i] for i in [*first, *rest][:limit]]
 
 

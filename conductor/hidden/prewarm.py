@@ -64,9 +64,15 @@ def likely_notes(store: NoteStore, project: str | None, limit: int) -> list[Like
         notes = shared_notes(store, project)
     if not notes:
         return []
-    uses = store.totals()
-    ranked = sorted(notes, key=lambda n: (-uses.get(n.id, 0), -n.updated.timestamp(), n.id))
+    ranked = most_likely_first(store, notes)
     return [LikelyNote(n, f"{n.revision}@{n.updated.isoformat()}") for n in ranked[:limit]]
+
+
+def most_likely_first(store: NoteStore, notes: Iterable[Note]) -> list[Note]:
+    """`notes`, the most used first (usage.json's totals), then the most recently updated:
+    the order the idle services prefill notes in, for new sessions and after a turn."""
+    uses = store.totals()
+    return sorted(notes, key=lambda n: (-uses.get(n.id, 0), -n.updated.timestamp(), n.id))
 
 
 @dataclass(frozen=True)
