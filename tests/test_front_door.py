@@ -201,10 +201,10 @@ def test_the_hiding_decision_copies_no_note_to_match_when_no_index_is_shown(tmp_
     assert [t.note_ids for t in hidden.tails if t.kind == "notes"] == [(lag.id,)]
 
 
-def test_a_memory_command_for_another_replicas_user_is_a_503_from_inside_the_call(
+def test_a_memory_command_for_another_replicas_user_is_a_409_from_inside_the_call(
         served, tmp_path):
     """The command is carried out inside `plan_turn` now; where another replica holds the
-    user's lease it is still the whole request's retryable 503, naming the writer, and
+    user's lease it is still the whole request's retryable 409, naming the writer, and
     nothing is written (the in-memory lease service; the replicas lane runs etcd)."""
     from conductor.memory.lease import LeaseKeeper, MemoryLeases
 
@@ -215,7 +215,7 @@ def test_a_memory_command_for_another_replicas_user_is_a_503_from_inside_the_cal
     response = app.request("POST", "/v1/chat/completions", json={
         "model": "tiny", "script": "Noted.",
         "messages": [{"role": "user", "content": "remember that deploys run on fridays"}]})
-    assert response.status_code == 503, response.text
+    assert response.status_code == 409, response.text
     assert response.json()["error"]["code"] == "lease_busy"
     assert response.headers["X-Tandem-Writer"] == "replica-a"
     assert int(response.headers["Retry-After"]) >= 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +75,19 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def engine_dead_error() -> APIError:
     return APIError(503, "the engine core process stopped; the server is exiting so that its "
                     "supervisor restarts it", code="engine_dead", kind="server_error")
+
+
+def not_the_writer(reason: str, retry_after: float | None, holder: str | None) -> APIError:
+    """Replicas: another replica writes this user's memory now (`lease_busy`), or this
+    replica's lease went stale (`stale_lease`). A retryable **409** with `Retry-After`, not
+    a 503: vllm-router retries a 503 five times and counts each as the replica failing, so
+    two refusals of one user's write opened its circuit breaker and took the replica out
+    for every user for a minute. The SDKs (OpenAI's, Anthropic's) retry a 409 themselves,
+    honouring `Retry-After`."""
+    return APIError(409, f"another replica writes this user's memory now: {reason}; retry",
+                    code=reason, kind="conflict_error",
+                    headers={"Retry-After": str(max(1, math.ceil(retry_after or 1))),
+                             **({"X-Tandem-Writer": holder} if holder else {})})
 
 
 def backend_error(exc: BackendFailed) -> APIError:

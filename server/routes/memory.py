@@ -7,7 +7,6 @@ card the model sees); a request without a known token is answered 403.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from typing import Literal
 
@@ -20,7 +19,7 @@ from conductor.memory.search import COLLECTIONS, MODES, SourceError
 from conductor.memory.services import MemoryServices
 from conductor.memory.writing import NoteIdRequired, NoteNotVisible, note_json, write_note
 from server.background.search import SearchService
-from server.http.errors import APIError
+from server.http.errors import APIError, not_the_writer
 from server.turn.memory import TOKEN_HEADER, request_user
 
 
@@ -162,13 +161,7 @@ async def hybrid_search(service: SearchService | None, user: str, query: str, mo
 
 def _result_json(result: WriteResult) -> dict:
     if not result.ok and result.reason in ("lease_busy", "stale_lease"):
-        # replicas: another replica is the user's writer now; retryable, and the router
-        # sends the user's next request to the writer once affinity settles
-        raise APIError(503, f"another replica writes this user's memory now: "
-                       f"{result.reason}; retry", code=result.reason, kind="server_error",
-                       headers={"Retry-After": str(math.ceil(result.retry_after or 1)),
-                                **({"X-Tandem-Writer": result.holder} if result.holder
-                                   else {})})
+        raise not_the_writer(result.reason, result.retry_after, result.holder)
     if not result.ok:
         raise APIError(422, f"refused: {result.reason}", code=result.reason, param=None)
     return {"ok": True, "op": result.op, "revised_existing": result.revised_existing,

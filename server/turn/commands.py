@@ -11,13 +11,11 @@ is never read for commands). The command runs where memory may write (not with
 
 from __future__ import annotations
 
-import math
-
 from conductor.memory.context import status_line
 from conductor.memory.lease import LeaseBusy, LeaseUnavailable
 from conductor.memory.writing import CommandOutcome
 from engine.profiles import Profile
-from server.http.errors import APIError
+from server.http.errors import APIError, not_the_writer
 
 HEADER = "X-Tandem-Memory-Command"
 
@@ -25,12 +23,9 @@ HEADER = "X-Tandem-Memory-Command"
 def lease_busy(exc: LeaseBusy | LeaseUnavailable) -> APIError:
     """Replicas: a command writes only where this replica holds the user's lease
     (`MemoryServices.plan_turn` carries it out); elsewhere the whole request is a
-    retryable 503 before the engine sees it (the router brings the user back to their
-    writer, or the lease frees within its ttl)."""
-    return APIError(503, "another replica writes this user's memory now; retry",
-                    code="lease_busy", kind="server_error",
-                    headers={"Retry-After": str(math.ceil(exc.retry_after)),
-                             **({"X-Tandem-Writer": exc.holder} if exc.holder else {})})
+    retryable 409 before the engine sees it (the lease frees within its ttl, or the router
+    brings the user back to their writer)."""
+    return not_the_writer("lease_busy", exc.retry_after, exc.holder)
 
 
 def status_lines(profile: Profile, outcome: CommandOutcome | None) -> tuple[str, ...]:

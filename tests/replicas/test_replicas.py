@@ -31,7 +31,7 @@ def _chat(cluster: Cluster, user: str, messages: list[dict], url: str | None = N
 
 def _remember(cluster: Cluster, user: str, fact: str, url: str | None = None,
               deadline_s: float = 60) -> tuple[httpx.Response, float]:
-    """'remember that ...' until acknowledged, honouring each 503's Retry-After; the
+    """'remember that ...' until acknowledged, honouring each 409's Retry-After; the
     answer and the seconds it took."""
     started = time.monotonic()
     while True:
@@ -47,7 +47,7 @@ def _remember(cluster: Cluster, user: str, fact: str, url: str | None = None,
                                  f"{answer.status_code if answer else 'no answer'} "
                                  f"{answer.text[:300] if answer else ''}")
         wait = 0.5
-        if answer is not None and answer.status_code == 503:
+        if answer is not None and answer.status_code == 409:
             wait = min(float(answer.headers.get("Retry-After", "1")), 5)
         time.sleep(wait)
 
@@ -106,12 +106,35 @@ def test_two_replicas_asked_to_write_one_user_at_once_one_wins(cluster):
     for thread in threads:
         thread.join()
     statuses = sorted(r.status_code for r in answers.values())
-    assert statuses == [200, 503], {k: r.text[:200] for k, r in answers.items()}
-    busy = next(r for r in answers.values() if r.status_code == 503)
+    assert statuses == [200, 409], {k: r.text[:200] for k, r in answers.items()}
+    busy = next(r for r in answers.values() if r.status_code == 409)
     assert busy.json()["error"]["code"] == "lease_busy"
     assert int(busy.headers["Retry-After"]) >= 1
     winner = next(name for name, r in answers.items() if r.status_code == 200)
     assert busy.headers["X-Tandem-Writer"] == winner == cluster.holder("user49")
+
+
+def test_a_refused_write_leaves_its_replica_in_the_router(cluster):
+    """A user whose lease another replica holds is refused on the replica the router
+    hashes them to, again and again; that replica stays in the router. (With a 503 the
+    router retried each refusal five times and counted each as the replica failing: two
+    refusals opened its circuit breaker, and with one replica left no one was served for
+    a minute; here the third write would reach the writer instead.)"""
+    user = USERS[40]
+    _remember(cluster, user, f"{user} parks on level one")  # through the router
+    hashed_to = cluster.node(cluster.holder(user))  # the replica the router sends them to
+    writer = next(n for n in cluster.nodes if n is not hashed_to)
+    # the other replica takes the lease once the first lets it go (idle past its
+    # TANDEM_LEASE_IDLE_S)
+    _remember(cluster, user, f"{user} parks on level two", writer.url)
+    for _ in range(4):
+        busy = _chat(cluster, user, [{"role": "user", "content": f"remember that {user} "
+                                      "parks on level three"}])
+        assert busy.status_code == 409, busy.text[:300]
+        assert busy.json()["error"]["code"] == "lease_busy"
+        assert busy.headers["X-Tandem-Writer"] == writer.name
+        assert int(busy.headers["Retry-After"]) >= 1
+    assert cluster.holder(user) == writer.name
 
 
 def test_a_killed_replicas_users_fail_over_and_lose_no_acknowledged_note(cluster):
