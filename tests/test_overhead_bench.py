@@ -45,6 +45,8 @@ def test_the_overhead_bench_measures_every_request_of_both_modes(built_models, t
         assert 0 < share["p50_ms"] <= share["p95_ms"] <= share["max_ms"]
     assert {"on", "off", "idle"} <= set(results["stalls"])
     assert results["stalls"]["idle"]["beats"] > 0
+    assert population["frozen_objects"] > 0  # the loaded heap, as the server freezes it
+    assert all("collections" in results["stalls"][mode] for mode in ("on", "off"))
     text = "\n".join(summary_lines(results))
     assert "server share of TTFT under load, p95" in text and "< 5 ms" in text
     assert isinstance(results["met"], bool)

@@ -40,7 +40,7 @@ from conductor.ledger.id_blocks import BLOCK_SIZE
 from conductor.ledger.records import Record, VisibleMessage
 from conductor.memory.services import MemorySettings
 from engine.profiles import Profile
-from server.app import create_app
+from server.app import create_app, freeze_loaded_heap
 from server.turn.memory import SESSION_HEADER, USER_HEADER
 
 RESULTS = RESULTS_DIR / "overhead"
@@ -183,6 +183,9 @@ async def measure(profile: Profile, model_path: str, config: OverheadConfig,
         say(f"{config.users} users: notes, stores and {config.sessions_per_user} x "
             f"{config.turns_per_session} ledger records each")
         population = await asyncio.to_thread(populate, on, engine, config)
+        # what a loaded server does before serving (server/app.py): its heap out of the
+        # collector's walk (the harness's ASGI transport runs no lifespan)
+        population["frozen_objects"] = freeze_loaded_heap()
         say(f"populated: {population}")
         await _drive(on, engine, profile.name, dataclasses.replace(config, clients=2), 99,
                      "warm")  # first-run costs (the template's compile) out of the figures
@@ -248,6 +251,14 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
               f" of {s['idle']['beats']}) | {s['on']['stalls_over_bound']} of "
               f"{s['on']['beats']} | 0 beyond the idle loop's | "
               f"{'yes' if r['stalls_met'] else '**no**'} |", ""]
+    lines += [f"Garbage collections while measured, memory {mode} (generation: runs, ms in all, "
+              f"longest ms): " + "; ".join(
+                  f"{gen}: {c['n']}, {c['total_ms']:.0f}, {c['max_ms']:.1f}"
+                  for gen, c in s[mode].get("collections", {}).items()) + "."
+              for mode in ("off", "on")]
+    lines.append(f"Objects frozen out of the collector's walk after the load: "
+                 f"{r['population'].get('frozen_objects', 0):,}.")
+    lines.append("")
     if s["on"]["where"]:
         lines += ["Where the loop's stalls were spent, memory on (samples of our innermost "
                   "frame while a beat was overdue):", ""]

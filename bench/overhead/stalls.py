@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import sys
 import threading
 import time
@@ -35,8 +36,13 @@ class StallWatcher:
     _task: asyncio.Task | None = None
     _thread: threading.Thread | None = None
     _loop_thread: int = 0
+    # the garbage collector's runs meanwhile, by generation: (seconds each); a full
+    # collection walks every tracked object the server holds (issue 58, item 4)
+    collections: dict[int, list[float]] = field(default_factory=dict)
+    _gc_started: float = 0.0
 
     async def __aenter__(self) -> StallWatcher:
+        gc.callbacks.append(self._collected)
         self._running, self._beat = True, time.perf_counter()
         self._loop_thread = threading.get_ident()
         self._task = asyncio.create_task(self._beats())
@@ -50,6 +56,14 @@ class StallWatcher:
             await self._task
         if self._thread is not None:
             self._thread.join()
+        gc.callbacks.remove(self._collected)
+
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.collections.setdefault(info["generation"], []).append(
+                time.perf_counter() - self._gc_started)
 
     async def _beats(self) -> None:
         while self._running:
@@ -82,6 +96,9 @@ class StallWatcher:
             "p99_ms": _quantile(lags, 0.99) * 1000, "p999_ms": _quantile(lags, 0.999) * 1000,
             "stalled_s": sum(stalls),
             "where": [{"frame": k, "samples": n} for k, n in self.samples.most_common(top)],
+            "collections": {str(gen): {"n": len(times), "total_ms": sum(times) * 1000,
+                                       "max_ms": max(times) * 1000}
+                            for gen, times in sorted(self.collections.items())},
         }
 
 
