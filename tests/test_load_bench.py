@@ -38,6 +38,21 @@ def test_a_round_sends_every_client_and_times_the_streamed_ones(served):
     assert all(r["prompt_tokens"] > 100 for r in detail)  # the server's own count
 
 
+def test_a_round_counts_what_each_request_read_from_the_prefix_cache(served, tiny_profile):
+    """The same round twice: the second's prompts are the first's, so each request (the
+    streamed ones too) reads all but its last block from the cache, and the round's
+    prefilled mean falls by that much (the index bench's load prefilled column)."""
+    plan = LoadPlan(clients=4, max_tokens=4)
+    headers = {"X-Tandem-Memory": "off"}
+    first = served.run(run_round(served.base_url, "tiny", plan, seed=8, headers=headers))
+    again = served.run(run_round(served.base_url, "tiny", plan, seed=8, headers=headers))
+    block = tiny_profile.block_size
+    for r in again["requests_detail"]:
+        assert r["cached_tokens"] >= r["prompt_tokens"] - block, r
+    assert again["uncached_tokens_mean"] <= block
+    assert first["uncached_tokens_mean"] > again["uncached_tokens_mean"] + 50
+
+
 def test_the_lanes_take_turns_and_the_report_holds_each_and_its_ratio_to_vllm(served,
                                                                              tmp_path):
     said: list[str] = []

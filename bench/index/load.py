@@ -5,6 +5,7 @@ interleaved as the load bench's are, ratios to vLLM as paired medians."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,14 +59,25 @@ def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Var
 
 def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per lane and client count: the paired medians of wall and p95 TTFT over vLLM's,
-    every paired wall ratio (the spread) and the mean prompt the server counted."""
+    every paired wall ratio (the spread), the mean prompt the server counted, and what
+    the engine prefilled a request (the prompt less its cached tokens; rounds' median)
+    beside vLLM's own: a lane's extra prefill, apart from what attention reads cached."""
     out: dict[str, dict[str, Any]] = {}
+    vllm = servers["vllm"]
     for lane, by_clients in servers.items():
         if lane == "vllm":
             continue
         out[lane] = {}
         for clients, figures in by_clients.items():
-            walls, ttfts = paired_ratios(figures["rounds"], servers["vllm"][clients]["rounds"])
+            walls, ttfts = paired_ratios(figures["rounds"], vllm[clients]["rounds"])
             out[lane][clients] = {**ratio_medians(walls, ttfts), "wall_ratios": walls,
-                                  "prompt_tokens_mean": figures["best"]["prompt_tokens_mean"]}
+                                  "prompt_tokens_mean": figures["best"]["prompt_tokens_mean"],
+                                  "uncached_tokens": _uncached(figures["rounds"]),
+                                  "vllm_uncached_tokens": _uncached(vllm[clients]["rounds"])}
     return out
+
+
+def _uncached(rounds: list[dict[str, Any]]) -> float | None:
+    values = [r["uncached_tokens_mean"] for r in rounds
+              if r.get("uncached_tokens_mean") is not None]
+    return statistics.median(values) if values else None

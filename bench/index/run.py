@@ -70,9 +70,10 @@ def markdown(results: dict[str, Any]) -> str:
              f"{bench['rounds']} rounds, paired medians over plain vLLM. Bars: load within "
              f"{LOAD_TARGET:.2f}x, accuracy within {ACCURACY_MARGIN:.2f} of `{DEFAULT}`.", "",
              "| variant | strict accuracy | single | updated | several notes | copies "
-             "markup | prompt tokens (accuracy) | load prompt tokens | wall / vLLM | "
-             "p95 TTFT / vLLM | meets both |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "markup | prompt tokens (accuracy) | load prompt tokens | load prefilled "
+             "tokens | wall / vLLM | p95 TTFT / vLLM | meets both |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| --- |"]
     accuracy = results["accuracy"]["by_variant"]
     for name, verdict in results["verdicts"].items():
         lane = accuracy[name]
@@ -83,6 +84,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"{lane['copies_markup']} | {lane['prompt_tokens_mean']:.0f} | "
             + " | ".join([
                 "/".join(f"{r['prompt_tokens_mean']:.0f}" for r in load) or "-",
+                "/".join(_tokens(r.get("uncached_tokens")) for r in load) or "-",
                 "/".join(_ratio(r.get("wall_ratio_median")) for r in load) or "-",
                 "/".join(_ratio(r.get("ttft_p95_ratio_median")) for r in load) or "-",
                 "yes" if verdict["meets_both"] else "no"]) + " |")
@@ -92,12 +94,21 @@ def markdown(results: dict[str, Any]) -> str:
                   + "/".join(_ratio(r.get("wall_ratio_median")) for r in empty.values())
                   + ", p95 TTFT "
                   + "/".join(_ratio(r.get("ttft_p95_ratio_median")) for r in empty.values())
-                  + " of vLLM."]
+                  + " of vLLM; prefilled "
+                  + "/".join(_tokens(r.get("uncached_tokens")) for r in empty.values())
+                  + " tokens a request, vLLM "
+                  + "/".join(_tokens(r.get("vllm_uncached_tokens")) for r in empty.values())
+                  + " (the load prefilled column: the prompt less what the prefix cache"
+                  " held)."]
     return "\n".join(lines) + "\n"
 
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _ratio(value: float | None) -> str:

@@ -69,6 +69,7 @@ class RequestResult:
     ttft_s: float | None  # streamed requests: the first chunk with text
     output_tokens: int
     prompt_tokens: int = 0  # as the server counted them (its usage)
+    cached_tokens: int = 0  # of them read from the prefix cache (usage's prompt_tokens_details)
 
 
 def prompts(plan: LoadPlan, seed: int) -> list[str]:
@@ -111,7 +112,8 @@ async def one_request(session: aiohttp.ClientSession, url: str, model: str, prom
     latency = time.perf_counter() - started
     return RequestResult(streamed, status, latency,
                          (ttft if ttft is not None else latency) if streamed else None,
-                         usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0))
+                         usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0),
+                         (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
 
 
 async def run_round(base_url: str, model: str, plan: LoadPlan, seed: int,
@@ -153,6 +155,9 @@ def round_figures(results: list[RequestResult], wall: float) -> dict[str, Any]:
         "output_tokens": tokens,
         "prompt_tokens_mean": statistics.fmean(r.prompt_tokens for r in results)
         if results else None,
+        # what the engine prefilled a request: the prompt less what the cache held
+        "uncached_tokens_mean": statistics.fmean(r.prompt_tokens - r.cached_tokens
+                                                 for r in results) if results else None,
         "output_tokens_per_s": tokens / wall if wall else None,
         "latency_p50_s": percentile(latencies, 50), "latency_p95_s": percentile(latencies, 95),
         "latency_p99_s": percentile(latencies, 99),

@@ -33,7 +33,8 @@ def engine_args_of(profile: Profile) -> tuple[list[str], dict[str, str]]:
     `engine.Engine.start` sets them (prefix caching is on by default in both)."""
     args = ["--max-model-len", str(profile.max_model_len), "--block-size",
             str(profile.block_size), "--dtype", profile.dtype,
-            "--max-num-seqs", str(profile.max_num_seqs)]
+            "--max-num-seqs", str(profile.max_num_seqs),
+            "--enable-prompt-tokens-details"]  # cached tokens in usage, as ours report them
     if profile.enforce_eager:
         args.append("--enforce-eager")
     env: dict[str, str] = {}
