@@ -109,9 +109,17 @@ def _added_token_texts(tokenizer) -> re.Pattern[str]:
 
 def hidden_message_ids(tokenizer, text: str) -> list[int]:
     """A hidden system message around `text`, which is data (see data_ids)."""
-    return [*tokenizer.encode("<|im_start|>system\n", add_special_tokens=False),
-            *data_ids(tokenizer, text),
-            *tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False)]
+    return [*constant_ids(tokenizer, IM_START_TEXT + "system\n"), *data_ids(tokenizer, text),
+            *constant_ids(tokenizer, IM_END_TEXT + "\n")]
+
+
+@functools.lru_cache(maxsize=64)
+def constant_ids(tokenizer, text: str) -> tuple[int, ...]:
+    """The ids of a piece of the template's structure that every request encodes alike (the
+    generation prompt, a hidden message's opening and end), memoised per tokenizer and
+    text: three of a memory-on request's five calls into the tokenizer were these (issue
+    58, item 4). A template has a handful of such pieces; the bound holds a few models'."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False)) if text else ()
 
 
 @dataclass(frozen=True)
@@ -230,9 +238,8 @@ def shared_context_ids(tokenizer, text: str, start: int = 0,
     return [*ids[:-end], *[filler_id(tokenizer)] * pad, *ids[-end:]]
 
 
-@functools.lru_cache(maxsize=8)
 def _end_ids(tokenizer) -> tuple[int, ...]:
-    return tuple(tokenizer.encode(IM_END_TEXT + "\n", add_special_tokens=False))
+    return constant_ids(tokenizer, IM_END_TEXT + "\n")
 
 
 @functools.lru_cache(maxsize=8)
@@ -304,7 +311,9 @@ def assemble(tokenizer, rendered: RenderedChat, replay, head: Tail | None,
     spans += [_append_hidden(tokenizer, ids, tail) for tail in leading]
     ids += encode(new_text)
     spans += [_append_hidden(tokenizer, ids, tail) for tail in tails if not tail.leads]
-    ids += encode(rendered.generation_prompt)
+    # the generation prompt is the template's, never data: the same ids every request
+    ids += encode(rendered.generation_prompt) if rendered.data \
+        else constant_ids(tokenizer, rendered.generation_prompt)
     return BuiltPrompt(ids, spans, replayed)
 
 
