@@ -60,12 +60,20 @@ def likely_notes(store: NoteStore, project: str | None, limit: int) -> list[Like
     most `limit`. File work (a scan, usage.json): the server calls it in a thread."""
     if limit <= 0:
         return []
+    # The idle loop asks every idle second, and the answer changes only with the store:
+    # kept until a note or a use changes (listing and ranking were a tick's file work).
+    return list(store.while_unchanged(("likely_notes", project, limit),
+                                      lambda: _ranked_likely(store, project, limit)))
+
+
+def _ranked_likely(store: NoteStore, project: str | None, limit: int
+                   ) -> tuple[LikelyNote, ...]:
     with store.one_scan():
         notes = shared_notes(store, project)
     if not notes:
-        return []
+        return ()
     ranked = most_likely_first(store, notes)
-    return [LikelyNote(n, f"{n.revision}@{n.updated.isoformat()}") for n in ranked[:limit]]
+    return tuple(LikelyNote(n, f"{n.revision}@{n.updated.isoformat()}") for n in ranked[:limit])
 
 
 def most_likely_first(store: NoteStore, notes: Iterable[Note]) -> list[Note]:

@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -110,6 +110,8 @@ class StoreCore:
         self._index = NoteIndex(self.layout.index_dir)
         self._cache = NoteCache(self.layout.user_dir, self._index)
         self._pinned = threading.local()  # .snapshot: the scan reads share inside one_scan()
+        # key -> (the store's stamp, valid until, value): NoteReads.while_unchanged
+        self._derived: dict[Hashable, tuple[tuple, datetime | None, Any]] = {}
         # Replicas (conductor/memory/lease.py): the user's fencing token, taken (or the
         # lease acquired) at each write; None on one machine, where no write is fenced.
         self.fence: Callable[[], int] | None = None

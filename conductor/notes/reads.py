@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
+from typing import TypeVar
 
 from conductor.notes import dedupe
 from conductor.notes.core import StoreCore
 from conductor.notes.filters import _filters, _matches, _scope_filters
 from conductor.notes.helpers import _copy
-from conductor.notes.note_format import Note, clean_tags
+from conductor.notes.note_format import Note, clean_tags, verify_deadline
 from conductor.notes.rules import Refusal, resolve_scope
 from conductor.notes.snapshot import _Snapshot
 from conductor.search.notes_bm25 import note_text
+
+T = TypeVar("T")
+MAX_DERIVED = 64  # values kept a store by while_unchanged (a few a project and kind)
+
+
+def _next_deadline(notes: Iterable[Note], now: datetime) -> datetime | None:
+    """The first moment after `now` that one of `notes` turns stale (its verify_by)."""
+    deadlines = [verify_deadline(n.verify_by) for n in notes if n.verify_by and not n.stale]
+    return min((d for d in deadlines if d > now), default=None)
 
 
 class NoteReads(StoreCore):
@@ -35,6 +46,25 @@ class NoteReads(StoreCore):
 
     def _read_snapshot(self) -> _Snapshot:
         return getattr(self._pinned, "snapshot", None) or self._cache.load()
+
+    def while_unchanged(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`'s value for `key`, kept until this store's reads could give another:
+        a note's file changed (the scan's fingerprint), a use counted or usage.json
+        rewritten, or a note's verify_by passed. For what is derived from the store alone
+        and asked for far more often than the store changes (the idle loop's ranking of a
+        group's likely notes, every idle second: issue 58, item 4). The value is shared:
+        `compute` returns something its callers do not change (a tuple)."""
+        snap = self._read_snapshot()
+        stamp = (snap.fingerprint, self._usage.stamp())
+        now = self._now()
+        kept = self._derived.get(key)
+        if kept is not None and kept[0] == stamp and (kept[1] is None or now < kept[1]):
+            return kept[2]
+        value = compute()
+        if len(self._derived) >= MAX_DERIVED:
+            self._derived.clear()
+        self._derived[key] = (stamp, _next_deadline(snap.notes.values(), now), value)
+        return value
 
     def get(self, note_id: str) -> Note | None:
         """A note by id, live or archived."""

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -32,11 +33,22 @@ class UsageBook:
         self._kept: list[tuple[list[str], datetime]] = []
         self._kept_lock = threading.Lock()
         self.flushing = threading.Lock()  # one batch written at a time
+        self._changes = 0  # uses kept and rewrites made by this process (see `stamp`)
 
     def keep(self, note_ids: list[str], when: datetime) -> None:
         with self._kept_lock:
             self._kept.append((note_ids, when))
             del self._kept[:-MAX_KEPT]
+            self._changes += 1
+
+    def stamp(self) -> tuple[int, int, int]:
+        """Changes when the counts could: a use kept or a rewrite by this process, or the
+        file's mtime and size (another process's rewrite). One stat, no read."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._changes, 0, -1
+        return self._changes, st.st_mtime_ns, st.st_size
 
     def take(self) -> list[tuple[list[str], datetime]]:
         with self._kept_lock:
@@ -57,6 +69,7 @@ class UsageBook:
         return notes if isinstance(notes, dict) else {}
 
     def save(self, notes: dict[str, dict[str, Any]]) -> None:
+        self._changes += 1
         atomic_write(self.path, json.dumps({"version": 1, "notes": notes}, indent=1) + "\n",
                      kind="usage")
 

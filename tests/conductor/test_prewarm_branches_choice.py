@@ -64,3 +64,39 @@ def test_a_note_over_the_match_budget_has_no_branch(store: NoteStore):
     assert lone_match_tail(note, shown, count) is not None
     assert lone_match_tail(note, NotesShown(match_budget=count(shown.frame) + 2), count) \
         is None
+
+
+def test_an_unchanged_store_is_ranked_once_for_many_idle_ticks_and_a_change_ranks_it_again(
+        store: NoteStore, clock: FakeClock, monkeypatch):
+    """The idle loop asks for a group's likely notes every idle second: while no note and
+    no use changes, the notes are listed once (red before: once a tick); a use counted, a
+    note written and a note's verify_by passing each rank them again (issue 58, item 4)."""
+    ids = []
+    for i in range(3):
+        clock.advance(minutes=1)
+        ids.append(add_distinct(store, i).note.id)
+    listed: list[dict] = []
+    real_list = store.list
+    monkeypatch.setattr(store, "list", lambda **kw: listed.append(kw) or real_list(**kw))
+
+    def ranked() -> list[str]:
+        return [n.note_id for n in likely_notes(store, None, limit=10)]
+
+    first = ranked()
+    for _ in range(5):
+        assert ranked() == first
+    assert len(listed) == 1
+    store.record_injection([ids[0]])  # a use: kept for the write-behind, not yet written
+    assert ranked()[0] == ids[0] and len(listed) == 2
+    for _ in range(5):
+        ranked()
+    assert len(listed) <= 3  # once more at most: the use written to usage.json
+    settled = len(listed)
+    clock.advance(minutes=1)
+    new = add_distinct(store, 7, verify_by=clock.now.date().isoformat()).note.id
+    assert new in ranked() and len(listed) == settled + 1
+    for _ in range(5):
+        assert new in ranked()
+    assert len(listed) == settled + 1
+    clock.advance(days=1)  # its verify_by passed: it leaves the likely notes
+    assert new not in ranked() and len(listed) == settled + 2
