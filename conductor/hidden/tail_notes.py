@@ -21,6 +21,7 @@ later turn; this module only chooses and renders. Token counts come from the cal
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
@@ -147,7 +148,15 @@ def match_words(text: str) -> set[str]:
     return stems(topic_words(text))
 
 
-def bears_on(shared: set[str], note: Note, best: bool, about_the_user: bool,
+@functools.lru_cache(maxsize=8192)
+def note_match_words(text: str) -> frozenset[str]:
+    """`match_words` of a note's text (`note_text`), memoised by the text itself: every
+    request read its search hits into stems again (issue 58, item 4). A write changes the
+    text: an edited note is read afresh, and no store change has to be watched for."""
+    return frozenset(match_words(text))
+
+
+def bears_on(shared: AbstractSet[str], note: Note, best: bool, about_the_user: bool,
              min_shared: int = MIN_SHARED_WORDS) -> bool:
     """Whether a note bears on a message it shares `shared` stems with: `min_shared` of
     them (two for a message), or one that names the note (a word of its title) when the
@@ -241,7 +250,8 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
     allowed_ids = allowed if isinstance(allowed, AbstractSet) else {n.id for n in allowed}
     if not allowed_ids:  # no note to match: skip reading the message (on every request)
         return None
-    words = match_words(message)
+    topic = topic_words(message)
+    words = stems(topic)  # match_words(message), from the one reading of its topic words
     if not words:
         return None
     about_the_user = bool(_FIRST_PERSON.search(message))
@@ -252,14 +262,14 @@ def build_matches(store: NoteStore, message: str, allowed: Iterable[Note] | Abst
     first = True  # the best hit the message may see (one injected before still counts)
     # The search reads the topic words only: "name" in "what is my dog's name?" would
     # rank a note titled "laptop name" above the dog's in a small store.
-    topic = " ".join(topic_words(message))
-    for note, _score in store.search(topic, limit=SEARCH_DEPTH, include_stale=False):
+    for note, _score in store.search(" ".join(topic), limit=SEARCH_DEPTH,
+                                     include_stale=False):
         if note.id not in allowed_ids:
             continue
         best, first = first, False
         if note.id in already and note.id not in in_place:
             continue
-        if not bears_on(words & match_words(note_text(note)), note, best, about_the_user,
+        if not bears_on(words & note_match_words(note_text(note)), note, best, about_the_user,
                         min_shared):
             continue
         if note.id in in_place:

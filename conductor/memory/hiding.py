@@ -15,6 +15,7 @@ server's way into `conductor/hidden/`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -150,12 +151,20 @@ def _correct(store, replay: Replayed, decode: Callable[[list[int]], str],
     def span_text(span) -> str:
         nonlocal flat
         flat = flat if flat is not None else flat_ids(replay.ids)
-        return decode(list(flat[span.start:span.end]))
+        return _decoded(decode, tuple(flat[span.start:span.end]))
 
     found = build_corrections(store, replay.spans, span_text)
     if found is not None:
         hidden.tails.insert(0, Tail(CORRECTION_KIND, found.text, found.note_ids,
                                     found.versions))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(decode: Callable[[list[int]], str], ids: tuple[int, ...]) -> str:
+    """A replayed note span's text, memoised by its ids (a record's ids never change):
+    every replayed turn decoded each note it holds to compare it with the note now, half
+    of the corrections' CPU (issue 58, item 4). The note is read afresh every time."""
+    return decode(list(ids))
 
 
 def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,

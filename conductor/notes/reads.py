@@ -200,6 +200,8 @@ class NoteReads(StoreCore):
                 continue
             if include_stale or not note.is_stale(now):
                 out.append((_copy(note), score))
+                if 0 < limit <= len(out):  # the rest would be copied to be dropped
+                    break
         return out[:limit]
 
     def dedupe_match(
