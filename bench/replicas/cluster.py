@@ -244,12 +244,15 @@ class Cluster:
         port = free_port()
         self.router_url = f"http://127.0.0.1:{port}"
         log = self.root / "router.log"
+        # one failed check takes a replica out (a killed one refuses the connection at
+        # once); a live one gets 3 s to answer, as a 2-core machine running two engines
+        # and their idle jobs can be slow to, and one slow answer would take it out
         with log.open("w") as out:
             self._router = subprocess.Popen(
                 [str(router), "--host", "127.0.0.1", "--port", str(port), "--worker-urls",
                  *[n.url for n in self.nodes], "--policy", "consistent_hash",
                  "--health-check-interval-secs", str(self.health_interval_s),
-                 "--health-failure-threshold", "1", "--health-check-timeout-secs", "1",
+                 "--health-failure-threshold", "1", "--health-check-timeout-secs", "3",
                  "--health-check-endpoint", "/health"],
                 stdout=out, stderr=subprocess.STDOUT)
         wait_ready(f"{self.router_url}/health", self._router, log, 120)
