@@ -45,7 +45,9 @@ def test_the_accuracy_half_asks_every_question_in_every_variant(served, engine, 
 def _load(walls: dict[str, float]) -> dict:
     return {"to_vllm": {name: {"32": {"wall_ratio_median": wall, "ttft_p95_ratio_median": wall,
                                       "wall_ratios": [wall - 0.02, wall, wall + 0.03],
-                                      "prompt_tokens_mean": 900.0}}
+                                      "prompt_tokens_mean": 900.0, "uncached_tokens": 210.0,
+                                      "server_cpu_s": 0.2, "engine_cpu_s": 2.6,
+                                      "vllm_server_cpu_s": 0.1, "vllm_engine_cpu_s": 2.5}}
                         for name, wall in walls.items()}}
 
 
@@ -70,6 +72,8 @@ def test_a_variant_meets_the_bar_only_fast_enough_and_accurate_enough(tmp_path):
                          "rounds": 3}, "accuracy": accuracy, "load": load, "verdicts": found}
     text = markdown(results)
     assert "| fast-and-good | 0.27 |" in text and "| 1.08x |" in text
+    assert "| 900 | 210 | 1.08x |" in text  # prompt, then what the engine prefilled
+    assert "| fast-and-good | 32 | 0.20 | 2.60 | 0.10 | 2.50 |" in text  # the CPU split
     plot(results, tmp_path / "index.png")
     assert (tmp_path / "index.png").stat().st_size > 1000
 

@@ -62,6 +62,9 @@ def test_the_lanes_take_turns_and_the_report_holds_each_and_its_ratio_to_vllm(se
     assert [m.split()[0] for m in said] == ["vllm", "memory_off", "memory_off", "vllm"]
     assert servers["vllm"]["2"]["best"]["requests"] == 2
     assert len(servers["memory_off"]["2"]["rounds"]) == 2
+    for figures in servers["memory_off"]["2"]["rounds"]:
+        # the round's CPU, split: the server's process (here this one) and its engine's
+        assert figures["server_cpu_s"] >= 0 and figures["engine_cpu_s"] > 0
     results = {"environment": {"profile": "tiny"}, "servers": servers,
                "config": {"max_tokens": 16, "prompt_words": "100-250"},
                "ratios": ratios(servers)}

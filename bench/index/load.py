@@ -59,9 +59,10 @@ def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Var
 
 def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per lane and client count: the paired medians of wall and p95 TTFT over vLLM's,
-    every paired wall ratio (the spread), the mean prompt the server counted, and what
-    the engine prefilled a request (the prompt less its cached tokens; rounds' median)
-    beside vLLM's own: a lane's extra prefill, apart from what attention reads cached."""
+    every paired wall ratio (the spread), the mean prompt the server counted, and beside
+    vLLM's own (rounds' medians): what the engine prefilled a request (the prompt less its
+    cached tokens) and the CPU a round of the server and of its engine, which split a
+    lane's extra wall into the server's Python and the engine's work."""
     out: dict[str, dict[str, Any]] = {}
     vllm = servers["vllm"]
     for lane, by_clients in servers.items():
@@ -72,12 +73,17 @@ def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
             walls, ttfts = paired_ratios(figures["rounds"], vllm[clients]["rounds"])
             out[lane][clients] = {**ratio_medians(walls, ttfts), "wall_ratios": walls,
                                   "prompt_tokens_mean": figures["best"]["prompt_tokens_mean"],
-                                  "uncached_tokens": _uncached(figures["rounds"]),
-                                  "vllm_uncached_tokens": _uncached(vllm[clients]["rounds"])}
+                                  **_medians(figures["rounds"], ""),
+                                  **_medians(vllm[clients]["rounds"], "vllm_")}
     return out
 
 
-def _uncached(rounds: list[dict[str, Any]]) -> float | None:
-    values = [r["uncached_tokens_mean"] for r in rounds
-              if r.get("uncached_tokens_mean") is not None]
-    return statistics.median(values) if values else None
+def _medians(rounds: list[dict[str, Any]], prefix: str) -> dict[str, float | None]:
+    """A lane's rounds' medians: tokens prefilled a request, and the CPU seconds a round
+    of the server's own process and of its engine (bench/load/cpu.py)."""
+    out: dict[str, float | None] = {}
+    for name, key in (("uncached_tokens", "uncached_tokens_mean"),
+                      ("server_cpu_s", "server_cpu_s"), ("engine_cpu_s", "engine_cpu_s")):
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        out[prefix + name] = statistics.median(values) if values else None
+    return out

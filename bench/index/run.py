@@ -88,6 +88,7 @@ def markdown(results: dict[str, Any]) -> str:
                 "/".join(_ratio(r.get("wall_ratio_median")) for r in load) or "-",
                 "/".join(_ratio(r.get("ttft_p95_ratio_median")) for r in load) or "-",
                 "yes" if verdict["meets_both"] else "no"]) + " |")
+    lines += _cpu_table(results)
     empty = (results.get("load") or {}).get("to_vllm", {}).get(EMPTY)
     if empty:
         lines += ["", "Memory on with an empty store: wall "
@@ -101,6 +102,26 @@ def markdown(results: dict[str, Any]) -> str:
                   + " (the load prefilled column: the prompt less what the prefix cache"
                   " held)."]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_table(results: dict[str, Any]) -> list[str]:
+    """Where a round's time goes, per lane beside its vLLM (rounds' medians): CPU seconds
+    of the server's own process and of its engine processes."""
+    to = (results.get("load") or {}).get("to_vllm", {})
+    rows = [(lane, clients, r) for lane, by in to.items() for clients, r in by.items()
+            if r.get("server_cpu_s") is not None]
+    if not rows:
+        return []
+    lines = ["", "CPU seconds a round (medians; the server's own process, its engine's; "
+             "on this CPU machine both share the cores, so a round's wall is about their "
+             "sum over the cores):", "",
+             "| lane | clients | server CPU s | engine CPU s | vLLM's server CPU s | "
+             "vLLM's engine CPU s |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for lane, clients, r in rows:
+        lines.append(f"| {lane} | {clients} | {_num(r['server_cpu_s'])} | "
+                     f"{_num(r['engine_cpu_s'])} | {_num(r.get('vllm_server_cpu_s'))} | "
+                     f"{_num(r.get('vllm_engine_cpu_s'))} |")
+    return lines
 
 
 def _num(value: float | None) -> str:

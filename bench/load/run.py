@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.load.clients import PLAIN, LoadPlan, RequestShape, run_round
+from bench.load.cpu import cpu_seconds, server_tree
 from bench.load.plain_vllm import engine_args_of, free_port, plain_vllm, server_process
 from bench.paths import RESULTS_DIR
 from bench.quality.facts import FACTS, Fact, load_facts
@@ -145,12 +146,19 @@ def measure_interleaved(bases: Mapping[str, Lane | str], model: str,
                                   LoadPlan(clients=min(clients, 8)), seed=0,
                                   shape=by_name[lane].shape))
         measured: dict[str, list[dict[str, Any]]] = {lane: [] for lane in lanes}
+        trees = {lane: server_tree(by_name[lane].base) for lane in lanes}
         for r in range(rounds):
             for lane in lanes[r % len(lanes):] + lanes[:r % len(lanes)]:
                 time.sleep(settle_s)  # the lane before goes quiet first
+                tree = trees[lane]
+                before = cpu_seconds(tree) if tree is not None else None
                 figures = asyncio.run(run_round(by_name[lane].base, model, plan,
                                                 seed=1000 * clients + r,
                                                 shape=by_name[lane].shape))
+                if tree is not None and before is not None:
+                    after = cpu_seconds(tree)
+                    figures["server_cpu_s"] = after[0] - before[0]  # the server's Python
+                    figures["engine_cpu_s"] = after[1] - before[1]  # its engine processes
                 progress(f"{lane} {clients} clients, round {r + 1}/{rounds}: wall "
                          f"{figures['wall_s']:.2f} s, p95 TTFT {figures['ttft_p95_s']:.2f} s,"
                          f" {figures['errors']} errors")
