@@ -30,6 +30,33 @@ class CountingTokenizer:
         return getattr(self._real, name)
 
 
+def test_a_matched_notes_tail_is_encoded_once_until_its_text_changes(template_tokenizer):
+    """Every request that matches a note carries the same tail text: the second request's
+    assembly encodes none of it, with the same ids; an edited note (a new text) is encoded
+    afresh, as the tokenizer encodes it."""
+    from conductor.memory.hiding import Tail
+    from server.http.schema import ChatCompletionRequest
+    from server.turn.prompt import assemble, hidden_message_ids, render_chat
+
+    tokenizer = CountingTokenizer(template_tokenizer)
+    request = ChatCompletionRequest(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    rendered = render_chat(tokenizer, request, enable_thinking=False)
+    note = Tail("notes", "the deploy window: fridays after 16:00, never on a holiday", ("n1",))
+    first = assemble(tokenizer, rendered, None, None, [note]).ids
+    tokenizer.encoded.clear()
+    assert assemble(tokenizer, rendered, None, None, [note]).ids == first
+    assert not any(text and text in note.text for text in tokenizer.encoded), tokenizer.encoded
+    edited = Tail("notes", "the deploy window: mondays before noon", ("n1",))
+    tokenizer.encoded.clear()
+    ids = assemble(tokenizer, rendered, None, None, [edited]).ids
+    assert any("mondays" in text for text in tokenizer.encoded)
+    assert hidden_message_ids(tokenizer, edited.text) == [
+        *template_tokenizer.encode("<|im_start|>system\n", add_special_tokens=False),
+        *template_tokenizer.encode(edited.text, add_special_tokens=False),
+        *template_tokenizer.encode("<|im_end|>\n", add_special_tokens=False)]
+    assert ids != first
+
+
 def test_the_templates_constant_pieces_are_encoded_once_as_the_tokenizer_encodes_them(
         template_tokenizer):
     """The generation prompt (thinking on and off), a hidden message's opening and its end

@@ -109,8 +109,16 @@ def _added_token_texts(tokenizer) -> re.Pattern[str]:
 
 def hidden_message_ids(tokenizer, text: str) -> list[int]:
     """A hidden system message around `text`, which is data (see data_ids)."""
-    return [*constant_ids(tokenizer, IM_START_TEXT + "system\n"), *data_ids(tokenizer, text),
-            *constant_ids(tokenizer, IM_END_TEXT + "\n")]
+    return list(_hidden_message_ids(tokenizer, text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _hidden_message_ids(tokenizer, text: str) -> tuple[int, ...]:
+    """Memoised by text: a matched note's tail is the same text in every request that
+    matches it until the note changes (a new text, a new entry), and encoding it was the
+    note lane's largest piece of assembly under load (issue 58, item 2)."""
+    return (*constant_ids(tokenizer, IM_START_TEXT + "system\n"), *data_ids(tokenizer, text),
+            *constant_ids(tokenizer, IM_END_TEXT + "\n"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -252,7 +260,7 @@ def filler_id(tokenizer) -> int:
 @functools.lru_cache(maxsize=32)
 def _shared_context_ids(tokenizer, text: str) -> tuple[int, ...]:
     """Memoised: every new session encodes the same shared context, about 1,200 tokens."""
-    return tuple(hidden_message_ids(tokenizer, text))
+    return _hidden_message_ids(tokenizer, text)
 
 
 @functools.lru_cache(maxsize=64)
