@@ -60,12 +60,16 @@ class Conversation:
         self.previous: dict | None = None
 
     def send(self, messages: list[dict], script: str, extends: bool = True,
-             **extra) -> tuple[dict, dict]:
-        """(the answer as a message to send back, usage); `extends`: the cache floor."""
+             project: str | None = None, **extra) -> tuple[dict, dict]:
+        """(the answer as a message to send back, usage); `extends`: the cache floor;
+        `project`: sent as X-Tandem-Project."""
         body = {**self.body, **extra}
         kwargs = {k: body.pop(k) for k in ("tools", "stop") if k in body}
+        headers = {"X-Tandem-Session": self.session}
+        if project is not None:
+            headers["X-Tandem-Project"] = project
         call = dict(model="tiny", messages=messages, extra_body={"script": script, **body},
-                    extra_headers={"X-Tandem-Session": self.session}, **kwargs)
+                    extra_headers=headers, **kwargs)
         before = self.memory.ledger.records(self.user, self.session)
         message, usage = (self._streamed(call) if self.stream else self._plain(call))
         if extends and self.previous is not None:
@@ -259,6 +263,21 @@ def test_a_real_compaction_hands_the_writer_the_dropped_history(talk, memory):
     chat.send([*summary, {"role": "assistant", "content": "Going on."},
                {"role": "user", "content": "More."}], "More.")
     assert chat.due() == ["compaction"]  # once
+
+
+def test_the_same_session_name_in_another_project_is_no_compaction_of_the_first(talk):
+    """A client naming its sessions alike in two projects: beta's short first turn drops
+    nothing of alpha's long history (red when the dropped history was read from the
+    session's newest record of any project: alpha's three turns counted as compacted)."""
+    chat = talk()
+    history: list[dict] = []
+    for turn in range(3):
+        history.append({"role": "user", "content": f"Tell me about part {turn}. " * 20})
+        message, _ = chat.send(history, f"Part {turn} is long. " * 60, project="/w/alpha")
+        history.append(message)
+    chat.send([{"role": "user", "content": "Hello."}], "Hi.", extends=False,
+              project="/w/beta")
+    assert chat.due() == []
 
 
 def test_a_stop_string_ends_the_record_where_the_client_text_ends(talk):

@@ -317,6 +317,14 @@ class Ledger:
             records = self._sessions.get((user, session))
             return next(reversed(records.values())) if records else None
 
+    def latest_in(self, user: str, session: str, project: str | None) -> Record | None:
+        """The session's most recent record made in `project`: one session name used in
+        two projects holds two conversations, and a request of one is no change to the
+        other's history."""
+        with self._lock:
+            records = self._sessions.get((user, session)) or {}
+            return next((r for r in reversed(records.values()) if r.project == project), None)
+
     def take_changes(self) -> tuple[dict[SessionKey, list[Record]], set[SessionKey]]:
         """The sessions whose records changed (with their records, oldest first) and the
         sessions evicted, since the last call."""

@@ -218,7 +218,7 @@ def note_miss(services: MemoryServices, memory: MemoryContext,
     client sending its last N messages drops too little."""
     if not memory.writes:
         return
-    latest = services.ledger.latest(memory.user, memory.session)
+    latest = services.ledger.latest_in(memory.user, memory.session, memory.project)
     if latest is None:
         return
     kept = {m.digest() for m in visible}

@@ -147,3 +147,20 @@ def test_one_session_name_in_two_projects_and_with_memory_off_keeps_a_record_of_
         assert match is not None and list(match.record.ids) == ids, (project, bare)
         assert match.matched_messages == 2 and not match.partial
     assert len(ledger.records("u", "same")) == 4
+
+
+def test_the_latest_record_in_a_project_skips_the_same_session_name_in_another():
+    """The session's newest record of the asking project, not of another project using
+    the same session name (red when note_miss read `latest` alone: beta's record stood
+    for alpha's history)."""
+    from dataclasses import replace
+
+    ledger = Ledger()
+    shown = [msg("user", "a"), msg("assistant", "b")]
+    ledger.record(replace(record("u", shown, [1, 2], session="same"), project="/w/alpha"))
+    ledger.record(replace(record("u", [msg("user", "x"), msg("assistant", "y")], [3, 4],
+                                 session="same"), project="/w/beta"))
+    assert list(ledger.latest_in("u", "same", "/w/alpha").ids) == [1, 2]
+    assert list(ledger.latest_in("u", "same", "/w/beta").ids) == [3, 4]
+    assert ledger.latest_in("u", "same", None) is None
+    assert ledger.latest_in("u", "other", "/w/alpha") is None
