@@ -3,6 +3,8 @@ half on the session's engine, and the verdicts, report and plot from the figures
 
 from __future__ import annotations
 
+import pytest
+
 from bench.index.run import DEFAULT, markdown, plot, verdicts
 from bench.index.variants import LEADING, QUICK_VARIANTS, VARIANTS, profile_file
 
@@ -108,3 +110,50 @@ def test_pooling_takes_every_paired_round_of_every_run_and_each_runs_accuracy(tm
     assert f"| {DEFAULT} | 0.30, 0.20 | 600 | 1.20x | 1.20x | 3 |" in text
     assert (tmp_path / "pooled.png").stat().st_size > 1000
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def _rounds(*walls: float) -> dict:
+    return {"rounds": [{"wall_s": w, "ttft_p95_s": w} for w in walls],
+            "best": {"prompt_tokens_mean": 600.0}}
+
+
+def test_a_lane_is_also_read_over_vllm_sent_memorys_tokens():
+    """vLLM given memory's hidden tokens is a yardstick of its own: a Tandem lane's wall
+    over it is what is left once the engine's work on those tokens is taken out; the
+    yardstick itself is only read over vLLM."""
+    from bench.index.load import MEMORY_TOKENS, to_vllm
+    from bench.index.run import _memory_tokens_lines
+
+    servers = {"vllm": {"32": _rounds(1.0, 1.0, 1.0)},
+               MEMORY_TOKENS: {"32": _rounds(1.05, 1.06, 1.04)},
+               DEFAULT: {"32": _rounds(1.10, 1.12, 1.07)}}
+    to = to_vllm(servers)
+    assert to[MEMORY_TOKENS]["32"]["wall_ratio_median"] == pytest.approx(1.05)
+    assert "wall_over_memory_tokens" not in to[MEMORY_TOKENS]["32"]
+    # paired: 1.10/1.05, 1.12/1.06, 1.07/1.04; their median
+    assert to[DEFAULT]["32"]["wall_over_memory_tokens"] == pytest.approx(1.10 / 1.05)
+    (line,) = [x for x in _memory_tokens_lines({"load": {"to_vllm": to}}) if x]
+    assert "wall 1.05x of vLLM" in line and f"{DEFAULT} 1.05x" in line
+
+
+def test_pooling_reads_each_lane_over_vllm_sent_memorys_tokens_where_a_run_has_it(tmp_path):
+    import json
+
+    from bench.index.load import MEMORY_TOKENS
+    from bench.index.pool import main
+
+    with_tokens = {"accuracy": {"by_variant": {DEFAULT: {"accuracy": 0.5}}},
+                   "load": {"groups": [{"vllm": {"32": _rounds(1.0, 1.0)},
+                                        MEMORY_TOKENS: {"32": _rounds(1.1, 1.2)},
+                                        DEFAULT: {"32": _rounds(1.21, 1.2)}}]}}
+    without = {"accuracy": {"by_variant": {DEFAULT: {"accuracy": 0.5}}},
+               "load": {"groups": [{"vllm": {"32": _rounds(1.0)},
+                                    DEFAULT: {"32": _rounds(1.3)}}]}}
+    for name, body in (("a", with_tokens), ("b", without)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(body))
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = (tmp_path / "pooled.md").read_text()
+    # over vLLM: 1.21, 1.2, 1.3 (median 1.21); over memory's tokens: 1.1 and 1.0, run a only
+    assert f"| {DEFAULT} | 0.50, 0.50 | 600 | 1.21x | 1.21x | 3 | 1.05x (2) |" in text
+    assert f"| {MEMORY_TOKENS} | - | 600 | 1.15x | 1.15x | 2 | - (0) |" in text

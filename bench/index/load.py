@@ -1,7 +1,10 @@
 """The index bench's load half: the load bench's clients (bench/load/clients.py) against
-plain vLLM, Tandem memory on with an empty store, and Tandem memory on for a user with the
-quality bench's 40 notes once per variant of what the hidden context shows; the rounds
-interleaved as the load bench's are, ratios to vLLM as paired medians."""
+plain vLLM, plain vLLM sent the tokens memory on hides in every prompt (the engine's tools
+and the memory card, as plain request parts), Tandem memory on with an empty store, and
+Tandem memory on for a user with the quality bench's 40 notes once per variant of what the
+hidden context shows; the rounds interleaved as the load bench's are, ratios to vLLM as
+paired medians, and each Tandem lane also over vLLM given memory's tokens: what is left
+of its cost once the engine's work on those tokens is taken out."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from bench.index.variants import Variant, profile_file
 from bench.load.run import (
     Lane,
     measure_interleaved,
+    memory_tokens_shape,
     paired_ratios,
     ratio_medians,
     tandem_server,
@@ -24,6 +28,9 @@ from bench.quality.facts import Fact
 from engine.profiles import Profile
 
 EMPTY = "memory_on_empty"  # memory on, no notes: the floor every variant stands on
+# vLLM's own server sent memory's hidden tokens: what they cost the engine, not the server
+MEMORY_TOKENS = "vllm_memory_tokens"
+YARDSTICKS = ("vllm", MEMORY_TOKENS)
 GROUP = 3  # variants up at once, beside vLLM (and, first, memory on with no notes)
 
 
@@ -32,8 +39,9 @@ def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Var
                  progress: Callable[[str], None]) -> dict[str, Any]:
     """The variants in groups of `GROUP`, each group beside its own plain vLLM (a tiny
     server and its engine take about 3 GB: nine at once would not fit in 24); the first
-    group also beside memory on with an empty store. Each lane's rounds
-    (bench.load.run.measure_interleaved) and its paired ratio to its group's vLLM."""
+    group also beside memory on with an empty store and vLLM sent memory's tokens (the
+    same vLLM server). Each lane's rounds (bench.load.run.measure_interleaved) and its
+    paired ratio to its group's vLLM."""
     groups: list[dict[str, Any]] = []
     to: dict[str, dict[str, Any]] = {}
     for first in range(0, len(variants), GROUP):
@@ -50,6 +58,8 @@ def measure_load(profile: Profile, facts: Sequence[Fact], variants: Sequence[Var
             for name, start in starts:
                 progress(f"starting {name}")
                 lanes[name] = Lane(stack.enter_context(start()))
+            if first == 0:
+                lanes[MEMORY_TOKENS] = Lane(lanes["vllm"].base, memory_tokens_shape())
             servers = measure_interleaved(lanes, profile.name, client_counts, rounds,
                                           progress)
         groups.append(servers)
@@ -62,9 +72,11 @@ def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
     every paired wall ratio (the spread), the mean prompt the server counted, and beside
     vLLM's own (rounds' medians): what the engine prefilled a request (the prompt less its
     cached tokens) and the CPU a round of the server and of its engine, which split a
-    lane's extra wall into the server's Python and the engine's work."""
+    lane's extra wall into the server's Python and the engine's work. Where the group
+    has vLLM sent memory's tokens, a Tandem lane's paired wall median over that lane too
+    (`wall_over_memory_tokens`)."""
     out: dict[str, dict[str, Any]] = {}
-    vllm = servers["vllm"]
+    vllm, tokens = servers["vllm"], servers.get(MEMORY_TOKENS)
     for lane, by_clients in servers.items():
         if lane == "vllm":
             continue
@@ -75,6 +87,9 @@ def to_vllm(servers: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                   "prompt_tokens_mean": figures["best"]["prompt_tokens_mean"],
                                   **_medians(figures["rounds"], ""),
                                   **_medians(vllm[clients]["rounds"], "vllm_")}
+            if tokens is not None and lane not in YARDSTICKS:
+                over, _ = paired_ratios(figures["rounds"], tokens[clients]["rounds"])
+                out[lane][clients]["wall_over_memory_tokens"] = statistics.median(over)
     return out
 
 

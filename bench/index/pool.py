@@ -2,7 +2,8 @@
 `pooled.md` and `pooled.png` beside the runs. Per variant: its strict accuracy in each run
 (greedy: the same replies unless the set moved) and its wall and p95 TTFT over plain vLLM
 as the median of every paired round of every run (one run's 8-12 rounds resolve about
-0.05). Each group's lanes are paired with that group's own vLLM."""
+0.05). Each group's lanes are paired with that group's own vLLM, and where the group has
+it with vLLM sent memory's hidden tokens (runs from 2026-12-05 05:00 on)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.index.load import EMPTY
+from bench.index.load import EMPTY, MEMORY_TOKENS
 from bench.index.run import ACCURACY_MARGIN, LOAD_TARGET
 from bench.index.variants import DEFAULT
 from bench.load.run import paired_ratios
@@ -35,16 +36,19 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     entry["walls"] += walls
                     entry["ttfts"] += ttfts
                     entry["prompts"].append(figures["best"]["prompt_tokens_mean"])
+                    if MEMORY_TOKENS in group and lane != MEMORY_TOKENS:
+                        entry["over_tokens"] += paired_ratios(
+                            figures["rounds"], group[MEMORY_TOKENS][clients]["rounds"])[0]
     for entry in out.values():
-        entry["wall_ratio_median"] = (statistics.median(entry["walls"])
-                                      if entry["walls"] else None)
-        entry["ttft_p95_ratio_median"] = (statistics.median(entry["ttfts"])
-                                          if entry["ttfts"] else None)
+        for key, values in (("wall_ratio_median", entry["walls"]),
+                            ("ttft_p95_ratio_median", entry["ttfts"]),
+                            ("wall_over_memory_tokens", entry["over_tokens"])):
+            entry[key] = statistics.median(values) if values else None
     return out
 
 
 def _empty() -> dict[str, Any]:
-    return {"accuracy": [], "walls": [], "ttfts": [], "prompts": []}
+    return {"accuracy": [], "walls": [], "ttfts": [], "prompts": [], "over_tokens": []}
 
 
 def markdown(table: dict[str, dict[str, Any]], sources: list[str]) -> str:
@@ -53,12 +57,15 @@ def markdown(table: dict[str, dict[str, Any]], sources: list[str]) -> str:
              f"Bars: wall and p95 TTFT within {LOAD_TARGET:.2f}x of vLLM, accuracy within "
              f"{ACCURACY_MARGIN:.2f} of `{DEFAULT}` (lowest run: {min(base):.2f}).", "",
              "| lane | strict accuracy (each run) | load prompt tokens | wall / vLLM | "
-             "p95 TTFT / vLLM | paired rounds |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+             "p95 TTFT / vLLM | paired rounds | wall / vLLM sent memory's tokens (rounds) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, entry in table.items():
         accuracy = ", ".join(f"{a:.2f}" for a in entry["accuracy"]) or "-"
         prompt = f"{statistics.fmean(entry['prompts']):.0f}" if entry["prompts"] else "-"
         lines.append(f"| {name} | {accuracy} | {prompt} | {_ratio(entry['wall_ratio_median'])}"
-                     f" | {_ratio(entry['ttft_p95_ratio_median'])} | {len(entry['walls'])} |")
+                     f" | {_ratio(entry['ttft_p95_ratio_median'])} | {len(entry['walls'])} | "
+                     f"{_ratio(entry['wall_over_memory_tokens'])} "
+                     f"({len(entry['over_tokens'])}) |")
     return "\n".join(lines) + "\n"
 
 

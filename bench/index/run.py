@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.index.accuracy import measure_accuracy
-from bench.index.load import EMPTY, measure_load
+from bench.index.load import EMPTY, MEMORY_TOKENS, measure_load
 from bench.index.variants import DEFAULT, QUICK_VARIANTS, VARIANTS, Variant, variant_named
 from bench.paths import RESULTS_DIR
 from bench.quality.facts import FACTS, ITEM_KINDS, load_facts
@@ -101,7 +101,29 @@ def markdown(results: dict[str, Any]) -> str:
                   + "/".join(_tokens(r.get("vllm_uncached_tokens")) for r in empty.values())
                   + " (the load prefilled column: the prompt less what the prefix cache"
                   " held)."]
+    lines += _memory_tokens_lines(results)
     return "\n".join(lines) + "\n"
+
+
+def _memory_tokens_lines(results: dict[str, Any]) -> list[str]:
+    """vLLM sent memory's hidden tokens, and each Tandem lane over it: a lane's wall over
+    vLLM split into what those tokens cost the engine and what is left (the server's own
+    work and the tokens past them: the index, the matched notes)."""
+    to = (results.get("load") or {}).get("to_vllm", {})
+    tokens = to.get(MEMORY_TOKENS)
+    if not tokens:
+        return []
+    over = [f"{lane} " + "/".join(_ratio(r.get("wall_over_memory_tokens"))
+                                  for r in by.values())
+            for lane, by in to.items() if lane != MEMORY_TOKENS]
+    return ["", "vLLM sent the tokens memory on hides in every prompt (the engine's tools "
+            "and the memory card, as plain request parts: "
+            + "/".join(f"{r['prompt_tokens_mean']:.0f}" for r in tokens.values())
+            + " prompt tokens a request): wall "
+            + "/".join(_ratio(r.get("wall_ratio_median")) for r in tokens.values())
+            + " of vLLM, what those tokens cost the engine. Each lane's wall over that "
+            "lane (paired medians), what is left: the server's own work and the tokens "
+            "past them: " + ", ".join(over) + "."]
 
 
 def _cpu_table(results: dict[str, Any]) -> list[str]:
