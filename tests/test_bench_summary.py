@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.index.load import EMPTY
+from bench.index.load import EMPTY, MEMORY_TOKENS
 from bench.index.variants import DEFAULT
 from bench.lanes.agent_costs import other_benches
 from bench.lanes.lane import MODES, PrefetchTally
@@ -150,12 +150,28 @@ def test_items_2_and_4_come_from_the_other_benches_results_with_their_run(tmp_pa
     text = markdown(r)
     for item in (1, 2, 3, 4):
         assert f"issue 58, item {item}" in text
+    assert "vLLM sent memory's tokens" not in text  # neither run measured it
     assert "; from `tandem bench --overhead`, synthetic (2026-12-03) | 4.500 |" in text
 
     empty = summarise(results(), other=other_benches(tmp_path / "none", "synthetic"))
     missing = _target(empty, "index_lived_in_wall_over_vllm")
     assert (missing["measured"], missing["met"], missing["source"]) == (
         None, None, "no committed run")
+
+
+def test_item_2_splits_off_what_vllm_sent_memorys_tokens_costs_where_a_run_has_it(
+        tmp_path):
+    """A run with vLLM sent memory's tokens (the index bench's yardstick since run 9): the
+    item 2 row says what those tokens cost vLLM itself and the variant over them."""
+    _index_run(tmp_path, "run-1", "2026-12-05", {DEFAULT: 0.30, "good": 0.50},
+               {DEFAULT: 1.30, "good": 1.14, MEMORY_TOKENS: 1.09, EMPTY: 1.05})
+    other = other_benches(tmp_path, "synthetic")
+    assert other["index"]["memory_tokens"] == pytest.approx(1.09)
+    assert other["index"]["over_memory_tokens"] == pytest.approx(1.14 / 1.09)
+    r = results()
+    r["summary"] = summarise(r, other=other)
+    assert ("no notes 1.05; vLLM sent memory's tokens 1.09, the variant over it 1.05)"
+            in markdown(r))
 
 
 def test_the_committed_index_and_overhead_results_still_read():

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.index.load import EMPTY
+from bench.index.load import EMPTY, MEMORY_TOKENS
 from bench.index.pool import pooled
 from bench.index.variants import DEFAULT as OLD_DEFAULT
 from bench.lanes.lane import PREFETCHING
@@ -77,6 +77,9 @@ def index_figure(folder: Path) -> dict[str, Any] | None:
             "accuracy_floor": floor, "ttft_p95_ratio": entry["ttft_p95_ratio_median"],
             "rounds": len(entry["walls"]),
             "empty_store": (table.get(EMPTY) or {}).get("wall_ratio_median"),
+            # vLLM sent memory's fixed tokens, and the variant over it (runs that have it)
+            "memory_tokens": (table.get(MEMORY_TOKENS) or {}).get("wall_ratio_median"),
+            "over_memory_tokens": entry.get("wall_over_memory_tokens"),
             "source": f"`tandem bench --index`, {', '.join(p.parent.name for p in paths)} "
                       f"({_dates(dates)})"}
 
@@ -95,6 +98,14 @@ def overhead_figure(path: Path) -> dict[str, Any] | None:
             "stall_share": on["stall_share"], "idle_stall_share": idle["stall_share"],
             "stalls_met": r["stalls_met"],
             "source": f"`tandem bench --overhead`, {path.parent.name} ({date})"}
+
+
+def _memory_tokens_split(index: dict[str, Any]) -> str:
+    """"; vLLM sent memory's tokens X, the variant over it Y" where the runs measured it."""
+    tokens, over = index.get("memory_tokens"), index.get("over_memory_tokens")
+    if tokens is None or over is None:
+        return ""
+    return f"; vLLM sent memory's tokens {tokens:.2f}, the variant over it {over:.2f}"
 
 
 def _dates(dates: list[str]) -> str:
@@ -140,7 +151,8 @@ def other_targets(other: dict[str, dict[str, Any] | None]) -> list[dict[str, Any
                 f"lower than `{OLD_DEFAULT}`'s" + (
                     f" (`{index['variant']}`, accuracy {index['accuracy']:.2f} against "
                     f"{index['accuracy_floor']:.2f}, {index['rounds']} rounds; no notes "
-                    f"{index['empty_store']:.2f})" if index else "") + " (issue 58, item 2)")
+                    f"{index['empty_store']:.2f}{_memory_tokens_split(index)})" if index
+                    else "") + " (issue 58, item 2)")
     stalls = ("event-loop stalls past 1 ms, memory on, share of beats" + (
         f" (idle loop {overhead['idle_stall_share']:.3f})" if overhead else "")
         + " (issue 58, item 4)")
