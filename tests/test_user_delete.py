@@ -51,6 +51,17 @@ def hashed_names(user: str) -> list[bytes]:
     return [digest.encode()]
 
 
+def text_memos(app: InProcessApp) -> list:
+    """The process's memos keyed by text a user wrote or kept."""
+    from conductor.hidden.tail_notes import note_match_words
+    from conductor.memory import hiding
+    from server.turn import prompt
+
+    return [note_match_words, hiding._decoded, prompt._hidden_message_ids,
+            prompt._shared_context_ids, prompt._head_ids,
+            app.app.state.tandem.engine.count_tokens]
+
+
 def chat_body(content: str, script: str) -> dict:
     return {"model": "tiny", "messages": [{"role": "user", "content": content}],
             "script": script}
@@ -102,6 +113,7 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     held = app.memory  # what the process holds of the user, besides the files
     assert user in {g.user for g in held.prewarm.groups()}
     assert user in {u for u, _ in held.triggers._sessions}
+    assert sum(memo.cache_info().currsize for memo in text_memos(app)) > 0
 
     wrong = app.request("POST", DELETE, headers=bearer(admin),
                         json={"user": user, "confirm": "someone"})
@@ -120,6 +132,8 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     assert user not in {g.user for g in held.prewarm.groups()}
     assert user not in {u for u, _ in held.triggers._sessions}
     assert user not in {u for u, _ in held.prefetch_due.take()}
+    # the memos keyed by text (a note's tail and words, a head, token counts) hold none
+    assert [memo.cache_info().currsize for memo in text_memos(app)] == [0] * 6
     assert not held.ledger.user_records(user) and not held.shown.take_changes().get(user)
     left = files_holding(tmp_path, needles)
     assert left == {"memory/journal.jsonl": [user]}, left  # only the delete's entry, below

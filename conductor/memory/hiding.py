@@ -46,7 +46,12 @@ from conductor.hidden.shared_context import (
     visible_hits,
     visible_note_ids,
 )
-from conductor.hidden.tail_notes import NotesShown, build_matches, lone_match_tail
+from conductor.hidden.tail_notes import (
+    NotesShown,
+    build_matches,
+    lone_match_tail,
+    note_match_words,
+)
 from conductor.ledger.id_blocks import flat_ids
 from conductor.ledger.records import Record, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
@@ -165,6 +170,14 @@ def _decoded(decode: Callable[[list[int]], str], ids: tuple[int, ...]) -> str:
     every replayed turn decoded each note it holds to compare it with the note now, half
     of the corrections' CPU (issue 58, item 4). The note is read afresh every time."""
     return decode(list(ids))
+
+
+def drop_note_memos() -> None:
+    """Empty the memos keyed by a note's text (its match words, a replayed span's text):
+    a user's delete leaves none of their notes' words in this process. Every user's go
+    (they are keyed by text, not by user); the next requests fill them again."""
+    note_match_words.cache_clear()
+    _decoded.cache_clear()
 
 
 def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,

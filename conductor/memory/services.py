@@ -40,6 +40,7 @@ from conductor.memory.hiding import (
     HiddenContext,
     Replayed,
     choose_hidden,
+    drop_note_memos,
     injections_to_record,
     note_miss,
     record_injections,
@@ -210,6 +211,7 @@ class MemoryServices:
         with self._lock:
             self._stores.pop(user, None)
             self._layers.pop(user, None)
+        drop_note_memos()
         self.ledger_saver.save_now()  # a save in progress ends, the dropped files go
         return erase_user(self.root, user, via=via, responses=self.responses, also={
             **also, "session_tokens": tokens, "records": records, "shown_answers": shown})

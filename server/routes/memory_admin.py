@@ -32,6 +32,7 @@ from starlette.background import BackgroundTask
 
 from server.access.keys import KeyStore
 from server.http.errors import APIError
+from server.turn.prompt import drop_text_memos
 
 log = logging.getLogger("tandem.memory")
 
@@ -162,8 +163,13 @@ def _delete_user(state, name: str) -> dict[str, int]:
     collections = state.search.forget(name) if state.search is not None else 0
     if state.jobs is not None:
         state.jobs.prewarm_due.discard(name)
-    return state.memory.delete_user(name, via="dashboard", also={
+    removed = state.memory.delete_user(name, via="dashboard", also={
         "api_keys": keys, "search_collections": collections})
+    drop_text_memos()  # the prompt's memos keyed by text, and the token counts'
+    cache_clear = getattr(getattr(state.engine, "count_tokens", None), "cache_clear", None)
+    if cache_clear is not None:  # (an engine still loading has counted nothing)
+        cache_clear()
+    return removed
 
 
 def _settings(state) -> dict:

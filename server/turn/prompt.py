@@ -121,6 +121,15 @@ def _hidden_message_ids(tokenizer, text: str) -> tuple[int, ...]:
             *constant_ids(tokenizer, IM_END_TEXT + "\n"))
 
 
+def drop_text_memos() -> None:
+    """Empty the memos keyed by text a user wrote or kept (a note's tail, a shared context
+    with their index, a client's system prompt): a user's delete leaves none of it in this
+    process. Every user's go; the next requests fill them again."""
+    _hidden_message_ids.cache_clear()
+    _shared_context_ids.cache_clear()
+    _head_ids.cache_clear()
+
+
 @functools.lru_cache(maxsize=64)
 def constant_ids(tokenizer, text: str) -> tuple[int, ...]:
     """The ids of a piece of the template's structure that every request encodes alike (the
