@@ -160,11 +160,14 @@ def plain_vllm_server(built_models):
     """The endpoint session's one engine: plain vLLM's own server on the tiny model, with
     compact JSON (as a small model's endpoint should be) and Tandem's logits processors
     loaded (they act only on a request that names them in `vllm_xargs`: the proxy's
-    scripted answers and tool-call ban)."""
+    scripted answers and tool-call ban). Its usage carries each request's cached tokens
+    (`VLLM_FLAGS`, as tests/data/vllm_shapes.json was recorded)."""
     import kernels
     from bench.load.plain_vllm import plain_vllm
+    from tests.record_vllm_shapes import VLLM_FLAGS
 
-    with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", "--structured-outputs-config",
+    with plain_vllm(built_models / "tiny-qwen3", "tiny-plain", *VLLM_FLAGS,
+                    "--structured-outputs-config",
                     '{"backend": "xgrammar", "disable_any_whitespace": true}',
                     "--logits-processors", *kernels.ALL) as url:
         yield url

@@ -9,6 +9,12 @@ import httpx
 
 from tests.shapes import VLLM_SHAPES, shape, stream_events
 
+# The switches of plain vLLM's server that change its responses' shapes, the same in the
+# record and in the endpoint session's live server (tests/conftest.py::plain_vllm_server):
+# the prompt's cached tokens in usage, as Tandem reports them and as a test reads one
+# request's own (the server's counters count every request).
+VLLM_FLAGS = ("--enable-prompt-tokens-details",)
+
 REQUESTS = {
     "chat": ("/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                    "max_tokens": 4}),
@@ -46,7 +52,7 @@ if __name__ == "__main__":
     from engine.home import tandem_home
     from engine.model_builder import models_dir
 
-    with plain_vllm(models_dir(tandem_home()) / "tiny-qwen3", "tiny") as url:
+    with plain_vllm(models_dir(tandem_home()) / "tiny-qwen3", "tiny", *VLLM_FLAGS) as url:
         shapes = responses(url, "tiny")
     VLLM_SHAPES.write_text(json.dumps(shapes, indent=1, sort_keys=True) + "\n")
     print(f"wrote {VLLM_SHAPES}")

@@ -16,15 +16,20 @@ def ours(served) -> dict[str, object]:
     return responses(f"{served.base_url}/v1", "tiny", {"X-Tandem-Memory": "off"})
 
 
-# Where Tandem differs on purpose: OpenAI's own stream ends with an empty delta beside the
-# finish reason, as Tandem's does (vLLM puts the last token there); the usage carries the
-# cached tokens (vLLM does with --enable-prompt-tokens-details).
+# Where Tandem differs: OpenAI's own stream ends with an empty delta beside the finish
+# reason, as Tandem's does (vLLM puts the last token there), on purpose; and vLLM's chat
+# usage (recorded with --enable-prompt-tokens-details, as tests.record_vllm_shapes starts
+# it) counts beside the cached tokens those its prefill wrote to the prefix cache
+# (`created_cache_tokens`, vLLM's own field, not OpenAI's), which Tandem does not report.
+CREATED_CACHE_TOKENS = ".usage.prompt_tokens_details.created_cache_tokens: only in vLLM's"
 ALLOWED = {
+    "chat": {CREATED_CACHE_TOKENS},
     "chat_chunk_last": {".choices[0].delta.content: only in vLLM's"},
-    "chat_chunk_usage": {".usage.prompt_tokens_details: only in ours"},
+    "chat_chunk_usage": {CREATED_CACHE_TOKENS},
+    "chat_logprobs": {CREATED_CACHE_TOKENS},
     "chat_logprobs_chunk_last": {".choices[0].delta.content: only in vLLM's",
                                  ".choices[0].logprobs: only in vLLM's"},
-    "chat_logprobs_chunk_usage": {".usage.prompt_tokens_details: only in ours"},
+    "chat_logprobs_chunk_usage": {CREATED_CACHE_TOKENS},
 }
 
 
