@@ -31,6 +31,16 @@ def test_home(tmp_path_factory, built_models: Path) -> Path:
     return home
 
 
+@pytest.fixture
+def serve_home(tmp_path: Path, built_models: Path) -> Path:
+    """A TANDEM_HOME of this test's own for a `tandem serve` process it starts, sharing the
+    built models read-only."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(built_models, target_is_directory=True)
+    return home
+
+
 @pytest.fixture(scope="session")
 def tiny_profile():
     from engine.profiles import load_profile

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.load.app_thread import wait_ready
 from bench.load.plain_vllm import free_port
 from server.cli.main import ENGINE_DEAD_EXIT
 
@@ -78,10 +79,8 @@ EXIT_LINE = "exiting with 3 so a supervisor restarts the server"
 
 
 def test_a_killed_engine_core_is_noticed_within_a_quarter_second_and_serve_stops_2_s_later(
-        tmp_path: Path, built_models: Path):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "models").symlink_to(built_models, target_is_directory=True)
+        serve_home: Path):
+    home = serve_home
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
@@ -118,16 +117,11 @@ def test_a_killed_engine_core_is_noticed_within_a_quarter_second_and_serve_stops
     threads = [threading.Thread(target=f, daemon=True) for f in (read_output, stamp_exit)]
     for thread in threads:
         thread.start()
+    def still_serving() -> None:
+        assert not exited, "".join(t for _, t in lines)
+
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert not exited and time.monotonic() < deadline, "".join(t for _, t in lines)
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        wait_ready(base, READY_TIMEOUT_S, still_serving)
         streamer = threading.Thread(target=stream_a_long_answer, daemon=True)
         streamer.start()
         assert streaming.wait(timeout=120)
@@ -196,16 +190,14 @@ LOAD_FAILURE_BOUND_S = 180
 
 
 def test_a_model_that_cannot_load_makes_serve_exit_non_zero_with_the_reason(
-        tmp_path: Path, built_models: Path):
+        tmp_path: Path, serve_home: Path):
     """A profile whose max_model_len is past the model's positions (8,192 on tiny): the
     engine cannot load, and `tandem serve` exits with ENGINE_LOAD_FAILED_EXIT and the
     reason on stderr, rather than answering /readyz 503 for ever (which a supervisor
     never restarts, and a user never reads)."""
     from server.cli.serve import ENGINE_LOAD_FAILED_EXIT
 
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "models").symlink_to(built_models, target_is_directory=True)
+    home = serve_home
     tiny = (Path(__file__).resolve().parents[1] / "profiles" / "tiny.yaml").read_text()
     assert "max_model_len: 4096\n" in tiny
     profile = tmp_path / "too-long.yaml"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.load.app_thread import wait_ready
 from bench.load.plain_vllm import free_port
 from server.mcp import discovery
 from tests.mcp_clients import call, over_stdio, refusal
@@ -36,31 +37,26 @@ def test_a_file_left_by_a_dead_server_names_no_server(tmp_path):
 
 
 def test_tandem_mcp_forwards_to_the_running_server_and_works_alone_after_it_stops(
-        tmp_path: Path, built_models: Path):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "models").symlink_to(built_models, target_is_directory=True)
+        serve_home: Path):
+    home = serve_home
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "serve", "--profile", "tiny", "--port", str(port),
          "--user", "tester"], env={**os.environ, "TANDEM_HOME": str(home)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def still_serving() -> None:
+        assert server.poll() is None, "serve stopped before it was ready"
+
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not (home / discovery.FILE).exists() and time.monotonic() < deadline:
-            assert server.poll() is None, "serve stopped before it announced itself"
+            still_serving()
             time.sleep(0.2)
         announced = json.loads((home / discovery.FILE).read_text())
         assert announced == {"url": base, "pid": server.pid, "user": "tester", "uds": None}
         assert (home / discovery.FILE).stat().st_mode & 0o777 == 0o600
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+        wait_ready(base, max(deadline - time.monotonic(), 1.0), still_serving)
 
         async def through_the_server():
             async with over_stdio(home) as s:

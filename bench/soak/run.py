@@ -10,14 +10,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
+from bench.load.app_thread import wait_ready
 from bench.load.plain_vllm import free_port
 from bench.paths import RESULTS_DIR
 from bench.report import write_run
@@ -58,17 +57,11 @@ def soak_profile(profile: Profile, folder: Path) -> Path:
 
 
 def _wait_ready(process: subprocess.Popen, base: str, log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def still_serving() -> None:
         if process.poll() is not None:
             raise RuntimeError(f"tandem serve exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    raise TimeoutError("tandem serve was not ready in time")
+
+    wait_ready(base, READY_TIMEOUT_S, still_serving)
 
 
 def run_soak_bench(profile: Profile, plan: SoakPlan, out_dir: Path | None = None
