@@ -5,10 +5,11 @@ GGUF (a script there is a grammar of the script's ids), through its completions 
 its chat route. The memory path is the one `tandem serve` runs; only the engine is an HTTP
 backend (`engine/proxy/`).
 
-How much of a prompt a backend served from its cache: vLLM's own counters
-(`vllm:prefix_cache_hits_total` on its /metrics; it reports no cached count in usage
-unless started with --enable-prompt-tokens-details), llama.cpp's usage
-(`prompt_tokens_details.cached_tokens`), which the proxy passes on."""
+How much of a prompt a backend served from its cache: each request's usage
+(`prompt_tokens_details.cached_tokens`: llama.cpp's always, vLLM's as the endpoint session
+starts it, with --enable-prompt-tokens-details), which the proxy passes on; and vLLM's own
+counters (`vllm:prefix_cache_hits_total` on its /metrics), which count every request,
+background ones included."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from tests.proxy.conftest import (
     vllm_backend,
 )
 from tests.served import ServedApp
+from tests.shapes import stream_events
 
 pytestmark = pytest.mark.endpoint
 
@@ -160,31 +161,34 @@ def test_a_cognition_job_runs_on_the_backend_over_the_conversations_cached_ids(
 def test_two_users_through_a_trusted_proxy_keep_their_own_notes_and_cache(
         plain_vllm_server, tmp_path):
     """X-Tandem-User from a trusted proxy, as in serve: each user's notes and prefix-cache
-    salt (vLLM's cache_salt) are their own."""
+    salt (vLLM's cache_salt) are their own. Each request's cached tokens are its own usage
+    (the backend's, passed on, streamed and not), so the prewarm runs as it does for users:
+    its prefill for ann (her head, her new note's branch) sent while bob asks is not counted
+    as his, as the backend's counters would count it."""
     backend = vllm_backend(plain_vllm_server)
     app = proxy_app(backend, tmp_path, trusted_proxies=frozenset({"127.0.0.1"}))
     memory = app.state.tandem.memory
-    # The backend's cache counters count every request: the prewarm's branch for ann's new
-    # note (her salt, her head) run while bob asks would read as his hits.
-    memory.prewarm.notes = 0
     served = ServedApp(app)
     served.start(ready_timeout=60)
 
-    def ask(user: str) -> float:
-        """The backend's cache hits for this user's request (tokens)."""
-        before, _ = cache_counters(backend.base)
+    def ask(user: str, stream: bool = False) -> int:
+        """The prompt tokens the backend served from its cache for this user's request."""
+        body = {"model": "tiny", "max_tokens": 120, "script": BLOCK, "messages": [
+            {"role": "user", "content": "my kettle is blue " + "word " * 80}]}
+        if stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         response = httpx.post(f"{served.base_url}/v1/chat/completions", timeout=120,
                               headers={"X-Tandem-User": user, "X-Tandem-Session": "s"},
-                              json={"model": "tiny", "max_tokens": 120, "script": BLOCK,
-                                    "messages": [{"role": "user", "content": "my kettle is "
-                                                  "blue " + "word " * 80}]})
+                              json=body)
         assert response.status_code == 200, response.text
-        return cache_counters(backend.base)[0] - before
+        usage = (stream_events(response.text)[-1] if stream else response.json())["usage"]
+        return usage["prompt_tokens_details"]["cached_tokens"]
 
     try:
         assert ask("ann") == 0
-        assert ask("ann") > 64  # her own prompt, again: cached
-        assert ask("bob") == 0  # the same prompt, another user: nothing of hers
+        assert ask("ann", stream=True) > 64  # her own prompt, again: cached
+        assert ask("bob", stream=True) == 0  # the same prompt, another user: nothing of hers
+        assert ask("bob") > 64  # his own, again
         assert [n.title for n in memory.store("ann").list()] == ["the kettle is blue"]
         assert [n.title for n in memory.store("bob").list()] == ["the kettle is blue"]
         assert memory.store(USER).list() == []
