@@ -240,20 +240,15 @@ def completions_router(state) -> APIRouter:
             done = await asyncio.gather(*(
                 _complete(engine, f"{completion_id}-{index}", one, run_params)
                 for index, one, run_params in runs))
-        choices, completion_tokens, cached = [], 0, 0
+        choices, completion_tokens = [], 0
         for (index, one, _), out in zip(runs, done, strict=True):
             choices.append(_full_choice(engine, request, index, one, out))
             completion_tokens += len(out.token_ids)
-            if index % request.n == 0 and out.last is not None:
-                cached += out.last.cached_tokens
         prompt_tokens = sum(len(one) for one in ids)  # n choices read a prompt once
-        # a beam search reads its prompt once a step: no one count of its cached tokens
-        details = None if request.use_beam_search else {"cached_tokens": cached}
         return JSONResponse({**head, "system_fingerprint": SYSTEM_FINGERPRINT,
                              "choices": choices, "usage": {
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": details}})
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": None}})
 
     return router
 
@@ -328,18 +323,13 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
                   runs: list[tuple[int, list[int], GenerationParams]], include_usage: bool,
                   continuous: bool) -> AsyncIterator[str]:
     """The runs' chunks as they come; the usage (the prompts once, every answer) last."""
-    generated, cached = [0] * len(runs), [0] * len(runs)
+    generated = [0] * len(runs)
     prompt_tokens = sum(len(one) for index, one, _ in runs if index % request.n == 0)
 
-    def usage(final: bool = False) -> dict:
+    def usage() -> dict:
         total = sum(generated)
-        out: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": total,
-                               "total_tokens": prompt_tokens + total}
-        if final:  # as vLLM's (--enable-prompt-tokens-details): in the last usage only
-            out["prompt_tokens_details"] = {"cached_tokens": sum(
-                c for c, (index, _, _) in zip(cached, runs, strict=True)
-                if index % request.n == 0)}
-        return out
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": total,
+                "total_tokens": prompt_tokens + total}
 
     def event(body: dict) -> str:
         if continuous and body["choices"]:
@@ -353,8 +343,6 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
         offset, echo_due = len(echo), request.echo
         async for delta in engine.generate(ids, params, request_id=f"{head['id']}-{index}"):
             generated[at] += len(delta.token_ids)
-            if delta.finished:  # the backend's count comes with its last delta
-                cached[at] = delta.cached_tokens
             text, logprobs = delta.text, None
             if params.top_logprobs is not None:
                 logprobs = completion_logprobs(delta.token_logprobs, offset, as_ids)
@@ -382,5 +370,5 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
         yield chunk
     if include_usage:
         yield event({**head, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
-                     "usage": usage(final=True)})
+                     "usage": usage()})
     yield "data: [DONE]\n\n"
