@@ -166,9 +166,8 @@ def _delete_user(state, name: str) -> dict[str, int]:
     removed = state.memory.delete_user(name, via="dashboard", also={
         "api_keys": keys, "search_collections": collections})
     drop_text_memos()  # the prompt's memos keyed by text, and the token counts'
-    cache_clear = getattr(getattr(state.engine, "count_tokens", None), "cache_clear", None)
-    if cache_clear is not None:  # (an engine still loading has counted nothing)
-        cache_clear()
+    if state.engine is not None:  # (an engine still loading has counted nothing)
+        state.engine.count_tokens.cache_clear()  # memoised in both engines (lru_cache)
     return removed
 
 
