@@ -28,13 +28,6 @@ from server.access.auth import Auth
 from server.access.browser_guard import BrowserGuard, BrowserPolicy
 from server.access.key_check import KeyCheckAndCount
 from server.access.keys import KeyStore
-from server.background.jobs import JobService
-from server.background.prefetch import PrefetchService
-from server.background.prewarm import PrewarmService
-from server.background.record_prefill import RecordPrefillService
-from server.background.search import SearchService
-from server.background.writer import WriterService
-from server.background.writer_budget import WriterPolicy
 from server.http.access_log import AccessLog, count_generation
 from server.http.errors import (
     APIError,
@@ -44,6 +37,13 @@ from server.http.errors import (
 from server.http.load_tracking import ServerLoad, TrackServerLoad
 from server.http.metrics import HTTPCounters, TandemMetrics, render_metrics
 from server.http.orca import OrcaLoadReport
+from server.idle.jobs import JobService
+from server.idle.prefetch import PrefetchService
+from server.idle.prewarm import PrewarmService
+from server.idle.record_prefill import RecordPrefillService
+from server.idle.search import SearchService
+from server.idle.writer import WriterService
+from server.idle.writer_budget import WriterPolicy
 from server.mcp.http import mount_mcp
 from server.routes.chat import answerer, chat_router
 from server.routes.chat_batch import chat_batch_router

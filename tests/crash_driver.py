@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.background.artifacts import write_artifacts
+from conductor.cognition.artifacts import write_artifacts
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.notes import NoteStore

@@ -71,7 +71,7 @@ def test_the_server_uses_the_profiles_endpoint_and_falls_back_to_bm25_without_it
     import asyncio
 
     from conductor.memory.services import MemoryServices
-    from server.background.search import SearchService
+    from server.idle.search import SearchService
 
     library(tmp_path / "memory")
     memory = MemoryServices(tmp_path)

@@ -286,7 +286,7 @@ def test_an_engine_memory_search_is_one_answer_and_the_turns_after_read_it_cache
         continuation.prompt_tokens - 1) // BLOCK * BLOCK
 
 
-# The record's prefill (server/background/record_prefill.py): after an answer, in idle
+# The record's prefill (server/idle/record_prefill.py): after an answer, in idle
 # time, the session's record and one token more, so the next turn reads its replayed ids
 # from the cache to the last boundary before its own tokens, not before the answer.
 

@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conductor.background.job import Caps
-from conductor.background.jobs import JOBS
-from conductor.background.runner import run_job
+from conductor.cognition.job import Caps
+from conductor.cognition.jobs import JOBS
+from conductor.cognition.runner import run_job
 from conductor.layers.conversation import WindowBounds
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import SECTIONS
-from server.background.job_backends import EndpointJobBackend
+from server.idle.job_backends import EndpointJobBackend
 
 pytestmark = pytest.mark.endpoint
 VERIFY, CONSOLIDATE, EXTRACT = JOBS

@@ -14,14 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conductor.background import consolidation
-from conductor.background.job import JobOutput, JobSpec
-from conductor.background.jobs import JOBS
-from conductor.background.runner import run_job
+from conductor.cognition import consolidation
+from conductor.cognition.job import JobOutput, JobSpec
+from conductor.cognition.jobs import JOBS
+from conductor.cognition.runner import run_job
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic
 from conductor.layers.working import SECTIONS, parse_working_memory
 from engine.engine import GenerationParams
-from server.background.job_backends import EngineJobBackend
+from server.idle.job_backends import EngineJobBackend
 from server.turn.continuous import conversation_prefix_ids, window_bounds
 from tests.inprocess import InProcessApp, eventually
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conductor.background.jobs import JOBS
+from conductor.cognition.jobs import JOBS
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from server.cli.main import main

@@ -24,14 +24,14 @@ FORBIDDEN = {
     # the CLI included, imports the bench
     "server": ("bench",),
     # past the engine seam: engine.backend.EngineBackend, never the vLLM engine itself
-    "server.http": ("server.access", "server.turn", "server.routes", "server.background",
+    "server.http": ("server.access", "server.turn", "server.routes", "server.idle",
                     "server.cli", "server.mcp",
                     "server.app", "engine.engine"),
-    "server.access": ("server.turn", "server.routes", "server.background", "server.cli",
+    "server.access": ("server.turn", "server.routes", "server.idle", "server.cli",
                       "server.mcp", "server.app", "engine.engine"),
-    "server.turn": ("server.routes", "server.background", "server.cli", "server.app",
+    "server.turn": ("server.routes", "server.idle", "server.cli", "server.app",
                     "server.mcp", "engine.engine"),
-    "server.background": ("server.routes", "server.cli", "server.app", "engine.engine",
+    "server.idle": ("server.routes", "server.cli", "server.app", "engine.engine",
                           "server.mcp"),
     "server.routes": ("server.cli", "server.app", "server.mcp", "engine.engine"),
     # the memory tools over MCP: beside the routes, calling what they call, never them
@@ -42,7 +42,7 @@ FORBIDDEN = {
 # The packages inside conductor, lowest first: each imports only the ones before it (and
 # its own modules). A new package takes its place here (ARCHITECTURE.md states the same).
 CONDUCTOR_ORDER = ("storage", "layers", "ledger", "search", "notes", "hidden", "writing",
-                   "background", "memory")
+                   "cognition", "memory")
 
 
 def source_modules() -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""Prefetch on the real engine (server/background/prefetch.py): after a turn, in idle time,
+"""Prefetch on the real engine (server/idle/prefetch.py): after a turn, in idle time,
 the notes the conversation is likely to need next go in right after the answer, in the
 session's record, prefilled; the next turn replays them from the cache."""
 
@@ -211,7 +211,7 @@ def test_a_prefetched_note_edited_since_reaches_the_next_turn_as_a_correction(ap
 
 def test_an_answer_that_calls_a_tool_gets_no_prefetch():
     from conductor.ledger.records import Record, VisibleMessage
-    from server.background.prefetch import _fits
+    from server.idle.prefetch import _fits
 
     def ending_with(answer: VisibleMessage) -> Record:
         return Record(user="u", session="s", messages=(

@@ -82,7 +82,7 @@ def test_special_token_text_in_a_note_never_opens_a_turn(served, tmp_path):
 def test_a_job_endpoint_takes_its_key_only_from_a_variable_meant_for_it(served, tmp_path):
     """`PUT /v1/conductor/jobs/{job}/model` with api_key_env AWS_SECRET_ACCESS_KEY and any
     URL would send that secret, and the user's memory, there."""
-    from conductor.background.jobs import JOBS
+    from conductor.cognition.jobs import JOBS
 
     app = InProcessApp(served, tmp_path)
     job = next(iter(JOBS))

@@ -146,13 +146,13 @@ NIGHTLY_HOUR = 5
 
 
 def start_at_nightly_hour_less(monkeypatch, lead_s: float) -> float:
-    """Moves the wall clock the nightly scheduler reads (`conductor.background.nightly.datetime`) so
+    """Moves the wall clock the nightly scheduler reads (`conductor.cognition.nightly.datetime`) so
     that it reads NIGHTLY_HOUR:00 local in `lead_s` seconds; returns that moment on the
     monotonic clock. (The app offers no clock of its own for its nightly loop.)"""
     import time
     from datetime import datetime, timedelta
 
-    import conductor.background.nightly
+    import conductor.cognition.nightly
 
     real = datetime.now()
     hour_at = time.monotonic() + lead_s
@@ -164,7 +164,7 @@ def start_at_nightly_hour_less(monkeypatch, lead_s: float) -> float:
         def now(cls, tz=None):
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr(conductor.background.nightly, "datetime", Shifted)
+    monkeypatch.setattr(conductor.cognition.nightly, "datetime", Shifted)
     return hour_at
 
 

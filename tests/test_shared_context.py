@@ -350,7 +350,7 @@ def test_a_client_request_beside_a_prewarm_gets_its_whole_answer(embedded_app, s
 
 
 def test_a_dense_engine_makes_no_record_prefill_after_an_answer(served, tmp_path):
-    """The record's idle-time prefill (server/background/record_prefill.py) is a hybrid
+    """The record's idle-time prefill (server/idle/record_prefill.py) is a hybrid
     model's: a dense engine caches every block of the answer as it is read, so nothing is
     queued after a turn and the idle moment sends the engine nothing more. (Proxy mode's
     backend has no reuse_block either: the same switch, HttpEngine.reuse_block = None.)"""

@@ -11,13 +11,13 @@ import stat
 import pytest
 
 from engine.profiles import ProfileError
-from server.background.writer_budget import (
+from server.cli.proxy import is_paid, writer_setup
+from server.idle.writer_budget import (
     WRITER_CLIENT,
     RequestUsage,
     WriterBudget,
     WriterPolicy,
 )
-from server.cli.proxy import is_paid, writer_setup
 
 DAY = 86_400.0
 

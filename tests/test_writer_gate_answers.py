@@ -1,6 +1,6 @@
 """The writer's gate reads a backend's answer as a chat API gives it ("Yes.", "No, ...",
 or anything else) as well as a constrained engine's exact "yes"/"no"
-(server/background/writer.py): pure logic, the engine's deltas stood in for."""
+(server/idle/writer.py): pure logic, the engine's deltas stood in for."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from engine.generation import Delta
-from server.background.writer import EngineWriterBackend
+from server.idle.writer import EngineWriterBackend
 
 
 class OneAnswer:

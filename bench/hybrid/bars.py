@@ -17,7 +17,7 @@ blocks). Two parts, each turn's figures from `usage.prompt_tokens_details.cached
   `on` and `on` with the lever; the engine's context is raised past the profile's 4,096
   for it (the tiny model's weights are random: its answers are scripted).
 
-The lever, the server's record prefill (server/background/record_prefill.py): after each
+The lever, the server's record prefill (server/idle/record_prefill.py): after each
 answer, in idle time, a background request prefills the session's record (prompt and
 answer, as the next turn replays them) and one token more, as the prewarm does for the
 shared context, so vLLM keeps the recurrent state at the last block boundary before the
@@ -65,7 +65,7 @@ DETAIL = (" In more detail: the service reads its settings from the environment 
 
 class LeverLane(Lane):
     """Memory on, and after each answer the idle moment in which the server's record
-    prefill runs (server/background/record_prefill.py): the record + one token."""
+    prefill runs (server/idle/record_prefill.py): the record + one token."""
 
     prefills: list[dict[str, int]]
 

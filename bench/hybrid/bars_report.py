@@ -153,7 +153,7 @@ def _prefill_note(results: dict[str, Any]) -> list[str]:
     runs = [r for k in ("with_layout", "without_layout")
             for r in results["lanes_bar"][k]["lever_prefills"]]
     done = sum(1 for r in runs if r.get("outcome", "done") == "done")
-    return ["The answer prefill is the server's record prefill (server/background/"
+    return ["The answer prefill is the server's record prefill (server/idle/"
             "record_prefill.py: after an answer on a hybrid engine, the session's record as "
             "the next turn replays it and one token more, a background request), its tick "
             f"run in the idle moment after each answer: {len(runs)} runs, {done} done.", ""]

@@ -19,8 +19,8 @@ from typing import Any
 from bench.lanes.conversation import TURNS
 from bench.lanes.lane import USER, Lane
 from bench.lanes.writer import DECODING_BEFORE_CLIENT, client_ids, client_ttft
-from conductor.background.job import Caps
-from conductor.background.jobs import JOBS
+from conductor.cognition.job import Caps
+from conductor.cognition.jobs import JOBS
 from conductor.layers.semantic import SEMANTIC_FILES
 from conductor.layers.working import SECTIONS
 

@@ -24,7 +24,7 @@ from conductor.ledger.records import Ledger, Record, VisibleMessage
 from conductor.notes import NoteStore
 from conductor.writing.writer import Writer
 from engine.engine import Engine, GenerationParams
-from server.background.writer import EngineWriterBackend
+from server.idle.writer import EngineWriterBackend
 
 Progress = Callable[[str], None]
 

@@ -69,8 +69,8 @@ def served_app(home: Path):
     from server.access.auth import Auth
     from server.access.browser_guard import BrowserGuard, BrowserPolicy
     from server.access.key_check import KeyCheckAndCount
-    from server.background.search import SearchService
     from server.http.metrics import HTTPCounters
+    from server.idle.search import SearchService
     from server.mcp.http import mount_mcp
 
     class BenchMemory(MemoryServices):

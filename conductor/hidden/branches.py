@@ -12,7 +12,7 @@ places its choice in the record, where a wrong one lengthens every later prompt)
 Candidates: the notes the session may match and does not hold yet, the guess's choice
 over the finished turn first (ranked as it ranks them), then the rest by their uses, then
 the most recently updated (the prewarm's order for a new session's likely notes).
-Prefilled and measured by the server (server/background/prefetch.py).
+Prefilled and measured by the server (server/idle/prefetch.py).
 """
 
 from __future__ import annotations

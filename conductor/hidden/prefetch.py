@@ -8,7 +8,7 @@ talked about, not yet in the conversation, within a small budget a turn and a ca
 session. A client may also say what comes next (a hint: the draft being typed, the
 files open in an editor; `POST /v1/memory/prefetch`): the same rule over the hint
 chooses notes placed after the ones already there. Chosen here; placed, prefilled and
-measured by the server (server/background/prefetch.py).
+measured by the server (server/idle/prefetch.py).
 """
 
 from __future__ import annotations

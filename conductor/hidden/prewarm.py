@@ -238,7 +238,7 @@ RECORDS_DUE = 16  # sessions whose record waits for its idle-time prefill, newes
 @dataclass
 class RecordsDue:
     """The sessions whose newest record a hybrid-attention engine should prefill in idle
-    time (server/background/record_prefill.py): vLLM keeps such a model's recurrent state
+    time (server/idle/record_prefill.py): vLLM keeps such a model's recurrent state
     at one block boundary a request, the last one before its prompt's last token, so the
     next turn, which replays the record, reads the cache only to the boundary before the
     answer; a prefill of the record and one token more moves it to the last boundary

@@ -100,7 +100,7 @@ class MemoryServices:
     settings: MemorySettings = field(default_factory=MemorySettings)
     ledger: Ledger = field(default_factory=Ledger)
     notes_shown: NotesShown = DEFAULT_SHOWN  # the index's budget, the matches' size and format
-    # Prefetch (server/background/prefetch.py): the sessions due, and how much a turn
+    # Prefetch (server/idle/prefetch.py): the sessions due, and how much a turn
     prefetch_due: PrefetchDue = field(default_factory=PrefetchDue)
     prefetch_limits: PrefetchLimits = PrefetchLimits()
     # the notes branch-prefetched after each session's newest record (note ids only)

@@ -13,7 +13,7 @@ User side (dashboard and CLI, ``via=``): ``edit`` (a ratified revision), ``ratif
 ``reject``, ``pin``, ``user_archive``, ``delete``, ``delete_all``.
 
 Reading: ``get``, ``list``, ``search``; usage: ``record_injection``, ``uses_in_days``;
-upkeep: ``regenerate_index`` and the nightly helpers used by ``conductor.background.nightly``.
+upkeep: ``regenerate_index`` and the nightly helpers used by ``conductor.cognition.nightly``.
 
 Every write returns a ``WriteResult``. A write that breaks a rule is refused with a
 machine-readable ``reason`` (``conductor.notes.rules.Reason``), never raised; an I/O failure is

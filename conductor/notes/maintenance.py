@@ -67,7 +67,7 @@ def render_index_md(
 
 
 class Maintenance(StoreCore):
-    """The nightly job's helpers (``conductor.background.nightly``) and the user's export."""
+    """The nightly job's helpers (``conductor.cognition.nightly``) and the user's export."""
 
     def regenerate_index(self, now: datetime | None = None) -> Path:
         """Write ``INDEX.md``: one line per live note."""

@@ -138,7 +138,7 @@ async def _run_on_own_engine(profile_name: str, home: Path, user: str, job: str)
     from conductor.memory.services import MemoryServices, MemorySettings
     from engine.engine import Engine
     from engine.profiles import load_profile
-    from server.background.jobs import JobService
+    from server.idle.jobs import JobService
 
     profile = load_profile(profile_name)
     engine = await Engine.start(profile, home, progress=lambda m: print(f"[tandem] {m}",

@@ -28,13 +28,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.profiles import ProfileError
-from server.background.writer_budget import (
+from server.cli.serve import add_serve_arguments, run_serve
+from server.idle.writer_budget import (
     DAILY_USD,
     MAX_PROMPT_TOKENS,
     RUNS_PER_DAY,
     WriterPolicy,
 )
-from server.cli.serve import add_serve_arguments, run_serve
 
 
 def register(subparsers: Any) -> None:

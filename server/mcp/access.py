@@ -24,7 +24,7 @@ from conductor.memory.search import Embedder, Hit, IndexBusy, Registry, SearchIn
 
 if TYPE_CHECKING:
     from conductor.memory.services import MemoryServices
-    from server.background.search import SearchService
+    from server.idle.search import SearchService
 
 log = logging.getLogger("tandem.mcp")
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from conductor.memory.services import MemoryServices
-    from server.background.search import SearchService
+    from server.idle.search import SearchService
 
 PATH = "/mcp"
 # One call's body: a note is at most 8,000 characters (up to 6 bytes each once escaped in

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from conductor.memory.jobs import INHERIT, JOBS, endpoint_model, read_job_state, recent_runs
 from conductor.memory.storage import valid_user
-from server.background.jobs import JobBusy, JobService, profile_key_envs
 from server.http.errors import APIError
+from server.idle.jobs import JobBusy, JobService, profile_key_envs
 
 MAX_RUNS_PAGE = 200
 

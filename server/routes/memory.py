@@ -18,8 +18,8 @@ from conductor.memory.notes import WriteResult
 from conductor.memory.search import COLLECTIONS, MODES, SourceError
 from conductor.memory.services import MemoryServices
 from conductor.memory.writing import NoteIdRequired, NoteNotVisible, note_json, write_note
-from server.background.search import SearchService
 from server.http.errors import APIError, not_the_writer
+from server.idle.search import SearchService
 from server.turn.memory import TOKEN_HEADER, request_user
 
 

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from conductor.background import consolidation, extraction, verification
-from conductor.background.artifacts import ArtifactRefused, version_dir, write_artifacts
-from conductor.background.backend import JobAnswer
-from conductor.background.job import Caps
-from conductor.background.job_state import Flag, JobState
-from conductor.background.runner import gather, run_job
+from conductor.cognition import consolidation, extraction, verification
+from conductor.cognition.artifacts import ArtifactRefused, version_dir, write_artifacts
+from conductor.cognition.backend import JobAnswer
+from conductor.cognition.job import Caps
+from conductor.cognition.job_state import Flag, JobState
+from conductor.cognition.runner import gather, run_job
 from conductor.layers.conversation import WindowBounds
 from conductor.layers.sections import Entry
 from conductor.layers.user_layers import UserLayers

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from conductor.background.controller import JobController
-from conductor.background.job_state import iso, read_job_state, write_job_state
-from conductor.background.jobs import JOBS
+from conductor.cognition.controller import JobController
+from conductor.cognition.job_state import iso, read_job_state, write_job_state
+from conductor.cognition.jobs import JOBS
 from conductor.layers.paths import LayerFiles
 from conductor.layers.state import ConversationState, write_state
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from notes_helpers import FakeClock
 
-from conductor.background.nightly import run_nightly
+from conductor.cognition.nightly import run_nightly
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.write_behind import AFTER_ANSWER

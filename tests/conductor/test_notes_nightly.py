@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from notes_helpers import FakeClock
 
-from conductor.background.nightly import nightly_loop, run_nightly, run_nightly_all, seconds_until
+from conductor.cognition.nightly import nightly_loop, run_nightly, run_nightly_all, seconds_until
 from conductor.notes import NoteStore
 
 

@@ -78,7 +78,7 @@ def test_a_client_request_closes_the_writers_stream_before_it_reaches_the_backen
 
 
 def paid_proxy(backend: str, tmp_path, **limits):
-    from server.background.writer_budget import WriterPolicy
+    from server.idle.writer_budget import WriterPolicy
 
     policy = WriterPolicy(price_in=1.0, price_out=4.0, backend="test", **limits)
     served = ServedApp(proxy_app(vllm_backend(backend), tmp_path, writer_policy=policy))
@@ -197,7 +197,7 @@ def test_two_users_through_a_trusted_proxy_keep_their_own_notes_and_cache(
 
 
 def test_proxy_mode_queues_no_record_prefill_and_sends_the_backend_nothing_more(proxy):
-    """A hybrid engine's record prefill (server/background/record_prefill.py) is not proxy
+    """A hybrid engine's record prefill (server/idle/record_prefill.py) is not proxy
     mode's: the backend's cache is its own (HttpEngine.reuse_block is None), so after an
     answer nothing is queued and an idle moment sends no request."""
     tandem = proxy.app.state.tandem

@@ -109,7 +109,7 @@ class EngineToolbox:
     def __init__(self, memory: MemoryServices, search, tokenizer,
                  limits: ToolLimits = ToolLimits()) -> None:
         self.memory = memory
-        self.search = search  # server.background.search.SearchService
+        self.search = search  # server.idle.search.SearchService
         self.tokenizer = tokenizer
         self.limits = limits
 

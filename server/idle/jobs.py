@@ -27,9 +27,9 @@ from conductor.memory.jobs import (
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
-from server.background.idle import IdleService
-from server.background.job_backends import EndpointJobBackend, EngineJobBackend
-from server.background.prewarm import PrewarmRun
+from server.idle.idle import IdleService
+from server.idle.job_backends import EndpointJobBackend, EngineJobBackend
+from server.idle.prewarm import PrewarmRun
 from server.turn.continuous import conversation_prefix_ids, window_bounds
 
 log = logging.getLogger("tandem.jobs")

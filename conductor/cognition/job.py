@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.background.job_state import Flag, JobState
+from conductor.cognition.job_state import Flag, JobState
 from conductor.layers.conversation import turn_messages
 from conductor.layers.sections import UNVERIFIED, Entry, all_entries, entry_id
 from conductor.layers.state import ConversationState

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from conductor.background.job import JobSpec
-from conductor.background.job_state import JobState, iso, read_job_state, write_job_state
-from conductor.background.jobs import JOBS
-from conductor.background.schedule import last_slot, schedule_due
+from conductor.cognition.job import JobSpec
+from conductor.cognition.job_state import JobState, iso, read_job_state, write_job_state
+from conductor.cognition.jobs import JOBS
+from conductor.cognition.schedule import last_slot, schedule_due
 from conductor.layers.history import HistoryStore
 from conductor.layers.paths import LayerFiles, layer_users
 from conductor.layers.state import read_state

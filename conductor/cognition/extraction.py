@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conductor.background.job import (
+from conductor.cognition.job import (
     Caps,
     JobInputs,
     JobOutput,
@@ -18,7 +18,7 @@ from conductor.background.job import (
     sections_schema,
     turns_text,
 )
-from conductor.background.job_state import JobState
+from conductor.cognition.job_state import JobState
 from conductor.layers.sections import all_entries
 from conductor.layers.semantic import SEMANTIC_FILES, render_semantic
 from conductor.layers.state import ConversationState

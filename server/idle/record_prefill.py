@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from server.background.idle import IdleService
+from server.idle.idle import IdleService
 from server.turn.prompt import filler_id
 from server.turn.replay import next_turn_replays
 

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 import jsonschema
 
-from conductor.background.artifacts import ArtifactRefused, write_artifacts
-from conductor.background.backend import JobBackend, JobPrompt
-from conductor.background.job import Caps, JobInputs, JobSpec
-from conductor.background.job_state import JobState, iso, read_job_state, write_job_state
+from conductor.cognition.artifacts import ArtifactRefused, write_artifacts
+from conductor.cognition.backend import JobBackend, JobPrompt
+from conductor.cognition.job import Caps, JobInputs, JobSpec
+from conductor.cognition.job_state import JobState, iso, read_job_state, write_job_state
 from conductor.layers.conversation import CountTokens, WindowBounds, conversation_messages
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic, read_semantic
 from conductor.layers.state import ConversationState

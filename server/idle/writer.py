@@ -13,8 +13,8 @@ from conductor.memory.services import MemoryServices
 from conductor.memory.writing import GenerationPiece, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
-from server.background.idle import IdleService
-from server.background.writer_budget import RequestUsage, WriterBudget, WriterPolicy
+from server.idle.idle import IdleService
+from server.idle.writer_budget import RequestUsage, WriterBudget, WriterPolicy
 
 
 class EngineWriterBackend:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conductor.background import consolidation, extraction, verification
-from conductor.background.job import JobSpec
+from conductor.cognition import consolidation, extraction, verification
+from conductor.cognition.job import JobSpec
 
 JOBS: dict[str, JobSpec] = {spec.name: spec for spec in (
     verification.SPEC, consolidation.SPEC, extraction.SPEC)}

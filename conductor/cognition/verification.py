@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conductor.background.job import (
+from conductor.cognition.job import (
     PROBLEMS,
     Caps,
     JobInputs,
@@ -14,7 +14,7 @@ from conductor.background.job import (
     JobSpec,
     entries_text,
 )
-from conductor.background.job_state import Flag, JobState
+from conductor.cognition.job_state import Flag, JobState
 from conductor.layers.sections import all_entries
 from conductor.layers.state import ConversationState
 from conductor.notes.secrets import has_secret

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from conductor.memory.context import ContextGroup
 from conductor.memory.hiding import Branch, Stale, likely_notes, lone_match_tail
-from server.background.idle import IdleService
+from server.idle.idle import IdleService
 from server.turn.prompt import filler_id, hidden_message_ids, shared_context_ids
 
 log = logging.getLogger("tandem.prewarm")

@@ -40,7 +40,7 @@ from conductor.memory.hiding import (
     trailing_prefetch,
 )
 from conductor.memory.ledger import Record, Span, flat_ids
-from server.background.idle import IdleService
+from server.idle.idle import IdleService
 from server.turn.prompt import IM_END_TEXT, data_ids, hidden_message_ids
 from server.turn.replay import next_turn_replays
 

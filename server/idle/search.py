@@ -27,7 +27,7 @@ from conductor.memory.search import (
 )
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
-from server.background.idle import IdleService
+from server.idle.idle import IdleService
 
 log = logging.getLogger("tandem.search")
 

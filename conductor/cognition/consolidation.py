@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conductor.background.job import (
+from conductor.cognition.job import (
     Caps,
     JobInputs,
     JobOutput,
@@ -19,7 +19,7 @@ from conductor.background.job import (
     sections_schema,
     turns_text,
 )
-from conductor.background.job_state import JobState
+from conductor.cognition.job_state import JobState
 from conductor.layers.sections import all_entries
 from conductor.layers.state import ConversationState
 from conductor.layers.working import ID_PREFIX, SECTIONS, render_working_memory
