@@ -23,10 +23,11 @@ class BlockIds(Sequence[int]):
     """A record's ids: shared blocks, then its own tail. Read as one sequence; slicing or
     `to_array` makes a flat copy (a request's, not the ledger's)."""
 
-    __slots__ = ("keys", "blocks", "tail")
+    __slots__ = ("keys", "blocks", "tail", "held")
 
     def __init__(self, keys: tuple[bytes, ...], blocks: tuple[array, ...], tail: array) -> None:
         self.keys, self.blocks, self.tail = keys, blocks, tail
+        self.held = True  # until IdBlocks.release: a second release is a ledger bug
 
     def __len__(self) -> int:
         return len(self.blocks) * BLOCK_SIZE + len(self.tail)
@@ -106,6 +107,9 @@ class IdBlocks:
                 block.frombytes(raw[start:start + step])
                 entry = self._blocks[key] = [block, 0]
                 self.ids_held += BLOCK_SIZE
+            # a key names its content and every id before it: a block found under it
+            # holds these very ids, or two records would read each other's tokens
+            assert entry[0].tobytes() == raw[start:start + step], "block key collision"
             entry[1] += 1
             keys.append(key)
             blocks.append(entry[0])
@@ -115,13 +119,18 @@ class IdBlocks:
 
     def release(self, ids: BlockIds) -> None:
         """A record's ids are gone: blocks no other record uses go too."""
+        # a second release of one record would free blocks other records still use
+        assert ids.held, "a record's ids released twice"
+        ids.held = False
         for key in ids.keys:
-            entry = self._blocks[key]
+            entry = self._blocks.get(key)
+            assert entry is not None and entry[1] > 0, "ids never held by these blocks"
             entry[1] -= 1
             if entry[1] == 0:
                 del self._blocks[key]
                 self.ids_held -= BLOCK_SIZE
         self.ids_held -= len(ids.tail)
+        assert self.ids_held >= 0, "more ids released than held"
 
     @property
     def blocks(self) -> int:

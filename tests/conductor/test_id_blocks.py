@@ -4,6 +4,7 @@ many records share it, and releasing every record leaves nothing held."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,3 +65,19 @@ def test_a_conversation_of_ten_turns_holds_its_ids_about_once():
         store.hold(ids)
     # ten records of 3k..30k ids (165k in all) cost the last one's ids and nine tails
     assert store.ids_held <= len(ids) + 9 * BLOCK_SIZE
+
+
+def test_a_record_released_twice_is_refused_before_it_frees_a_block_another_record_holds():
+    store = IdBlocks()
+    shared = list(range(2 * BLOCK_SIZE))
+    first, second = store.hold(shared), store.hold([*shared, 7])
+    store.release(first)
+    with pytest.raises(AssertionError, match="released twice"):
+        store.release(first)
+    assert store.blocks == 2 and list(second) == [*shared, 7]
+
+
+def test_ids_from_other_blocks_are_refused_on_release():
+    elsewhere = IdBlocks().hold(range(BLOCK_SIZE))
+    with pytest.raises(AssertionError, match="never held"):
+        IdBlocks().release(elsewhere)
