@@ -149,6 +149,7 @@ class LeaseKeeper:
         self.idle_s = idle_s
         self.clock = clock
         self._kept: dict[str, _Kept] = {}
+        self._last_token: dict[str, int] = {}  # user: the token of this keeper's last lease
         self._refused: dict[str, tuple[float, FenceRefused]] = {}  # user: (until, refusal)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -163,6 +164,7 @@ class LeaseKeeper:
         with self._lock:
             kept = self._kept.get(user)
             if kept is not None and now - kept.renewed < self.ttl_s * 2 / 3:
+                assert kept.lease.user == user, "a lease kept under another user's name"
                 kept.used = now
                 return kept.lease.token
             if kept is not None:
@@ -195,6 +197,10 @@ class LeaseKeeper:
             raise LeaseBusy(f"the user's writer is {got.holder}",
                             retry_after=max(1.0, got.ttl_left_s), holder=got.holder)
         with self._lock:
+            # every new holder's token is higher, this replica's own next lease too: a
+            # lower one would let the store take a late write of the lease before it
+            assert got.token > self._last_token.get(user, 0), "a lease token that fell"
+            self._last_token[user] = got.token
             self._kept[user] = _Kept(got, now, now)
             self._refused.pop(user, None)
         log.info("lease taken, token %d", got.token)

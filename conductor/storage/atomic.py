@@ -252,6 +252,7 @@ class FileLock:
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
+        self._owner: int | None = None  # the thread inside the outermost `with`
 
     def __enter__(self) -> FileLock:
         self._thread_lock.acquire()
@@ -265,6 +266,7 @@ class FileLock:
                     os.close(fd)
                     raise
                 self._fd = fd
+                self._owner = threading.get_ident()
             self._depth += 1
         except BaseException:
             self._thread_lock.release()
@@ -280,10 +282,14 @@ class FileLock:
         try:
             self._depth -= 1
             if self._depth == 0 and self._fd is not None:
-                fd, self._fd = self._fd, None
+                fd, self._fd, self._owner = self._fd, None, None
                 try:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 finally:
                     os.close(fd)
         finally:
             self._thread_lock.release()
+
+    def held_here(self) -> bool:
+        """Whether the calling thread is inside this lock's ``with`` (for asserts)."""
+        return self._depth > 0 and self._owner == threading.get_ident()

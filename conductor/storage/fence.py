@@ -59,9 +59,12 @@ def seen_token(user_dir: Path) -> int:
     return token if isinstance(token, int) and token > 0 else 0
 
 
-def check_token(user_dir: Path, token: int) -> None:
+def check_token(root: Path, user: str, token: int) -> None:
     """Refuse ``token`` (StaleToken) when a higher one was seen; record it when it is
-    the highest. The caller holds the user's write lock."""
+    the highest. The caller holds the user's fence lock (`fenced`)."""
+    # unlocked, a second writer's record could come between this check and the write
+    assert _fence_lock(root, user).held_here(), "the fence check outside the fence lock"
+    user_dir = Layout(root, user).user_dir
     if not isinstance(token, int) or token <= 0:
         raise StaleToken("a write without a fencing token", retry_after=1.0)
     seen = seen_token(user_dir)
@@ -71,6 +74,8 @@ def check_token(user_dir: Path, token: int) -> None:
     if token > seen:
         atomic_write(user_dir / FENCE_FILE, json.dumps({"token": token}) + "\n",
                      kind="fence")
+        # the highest token only ever rises, and the next check reads this one back
+        assert seen_token(user_dir) == token, "the fence did not keep the token it let in"
 
 
 def _fence_lock(root: Path, user: str) -> FileLock:
@@ -87,7 +92,7 @@ def fenced(root: Path, user: str, token: int) -> Iterator[None]:
     """Hold the user's fence lock over the write in the ``with`` block, after refusing
     ``token`` (StaleToken) when a higher one was seen by any part of the user's memory."""
     with _fence_lock(root, user):
-        check_token(Layout(root, user).user_dir, token)
+        check_token(root, user, token)
         yield
 
 

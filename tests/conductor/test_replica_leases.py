@@ -5,6 +5,7 @@ same keeper over a real etcd: tests/replicas (the replicas lane)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import pytest
 from conductor.layers.state import ConversationState
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
-from conductor.memory.lease import LeaseBusy, LeaseKeeper, MemoryLeases
+from conductor.memory.lease import Lease, LeaseBusy, LeaseKeeper, MemoryLeases
 from conductor.memory.services import MemoryServices, MemorySettings
 from conductor.notes import NoteStore
-from conductor.storage.fence import StaleToken
+from conductor.storage.fence import StaleToken, check_token, fenced, seen_token
+from conductor.storage.paths import Layout
 
 
 class Clock:
@@ -241,3 +243,30 @@ def test_a_refusal_is_answered_again_without_a_call_for_a_moment(tmp_path):
     calls = service.acquires
     asyncio.run(mine.ahead("bo"))  # kept and fresh: no call at all
     assert service.acquires == calls
+
+
+class _FallingTokens(MemoryLeases):
+    """A service whose revision went back (a restored etcd snapshot): each lease's token
+    is lower than the one before."""
+
+    def acquire(self, user: str, holder: str, ttl_s: float):
+        got = super().acquire(user, holder, ttl_s)
+        return replace(got, token=100 - got.token) if isinstance(got, Lease) else got
+
+
+def test_a_keeper_refuses_a_new_lease_whose_token_is_not_higher_than_its_last(tmp_path):
+    clock = Clock()
+    keeper = LeaseKeeper(_FallingTokens(clock), "replica-a", ttl_s=10, idle_s=5, clock=clock)
+    assert keeper.token("ana") == 99
+    clock.now += 6
+    keeper.tick()  # idle: let go
+    with pytest.raises(AssertionError, match="token that fell"):
+        keeper.token("ana")
+
+
+def test_the_fence_check_runs_only_under_the_users_fence_lock(tmp_path):
+    with fenced(tmp_path, "ana", 3):
+        pass
+    with pytest.raises(AssertionError, match="outside the fence lock"):
+        check_token(tmp_path, "ana", 4)
+    assert seen_token(Layout(tmp_path, "ana").user_dir) == 3
