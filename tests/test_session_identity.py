@@ -87,3 +87,49 @@ def latest(app: InProcessApp, project: str):
     (record, *_) = [r for r in reversed(app.memory.ledger.user_records("tester"))
                     if r.project == project]
     return record
+
+
+PROXY = "10.9.9.9"
+
+
+def test_relayed_users_whose_names_are_no_folder_keep_their_own_cache_and_memory(
+        served, tmp_path, tiny_profile):
+    """`josé` and `o'brien` from a trusted proxy: each a user of their own (a folder named
+    by a slug and a hash), never one shared "nobody" with one prefix-cache salt."""
+    app = InProcessApp(served, tmp_path, trusted_proxies=frozenset({PROXY}), client_host=PROXY)
+    tag = uuid.uuid4().hex
+    private = [{"role": "user", "content": " ".join(
+        f"Private ledger line {n} of {tag}: account {n * 7919 % 1000}." for n in range(40))}]
+    jose, obrien = {"X-Tandem-User": "josé".encode()}, {"X-Tandem-User": "o'brien"}
+    _, first, _ = app.chat(private, "Noted.", headers=jose)
+    assert first["prompt_tokens"] > 8 * tiny_profile.block_size
+    _, other, _ = app.chat(private, "Noted.", headers=obrien)  # the same prompt, another user
+    assert other["prompt_tokens_details"]["cached_tokens"] == 0, other
+    _, again, _ = app.chat(private, "Noted.", headers=jose)  # josé's own cache still holds
+    assert again["prompt_tokens_details"]["cached_tokens"] >= (
+        first["prompt_tokens"] - tiny_profile.block_size), again
+    block = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: {t}\n\n'
+             'The build uses node 20.\n</tandem_memory>')
+    for headers, title in ((jose, "josé builds"), (obrien, "o'brien builds")):
+        app.chat([{"role": "user", "content": "We use node 20."}],
+                 "Ok. " + block.replace("{t}", title), headers=headers)
+    folders = sorted(p.name for p in (tmp_path / "memory" / "notes").iterdir())
+    assert len(folders) == 2 and folders[0].startswith("jose--"), folders
+    assert folders[1].startswith("o-brien--"), folders
+    for folder, title in zip(folders, ("josé builds", "o'brien builds"), strict=True):
+        assert [n.title for n in app.memory.store(folder).list()] == [title]
+
+
+@pytest.mark.parametrize("name", ["", "  ", "a\x01b", "x" * 129])
+def test_a_relayed_name_that_can_be_no_ones_is_a_400_saying_why(served, tmp_path, name):
+    app = InProcessApp(served, tmp_path, trusted_proxies=frozenset({PROXY}), client_host=PROXY)
+    response = app.request("POST", "/v1/chat/completions",
+                           headers={"X-Tandem-User": name.encode()},
+                           json={"model": "tiny", "script": "ok", "max_tokens": 4,
+                                 "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_user" and error["param"] == "x-tandem-user"
+    assert "X-Tandem-User" in error["message"]
+    assert not (tmp_path / "memory" / "notes").exists() or not any(
+        (tmp_path / "memory" / "notes").iterdir())

@@ -8,7 +8,9 @@ import hashlib
 from conductor.memory.context import MemoryContext, derive_session
 from conductor.memory.ledger import VisibleMessage
 from conductor.memory.services import MemorySettings
-from conductor.memory.storage import valid_session, valid_user
+from conductor.memory.storage import valid_session
+from server.access.user_names import UserNameError, header_text, user_folder
+from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest
 
 MEMORY_HEADER = "x-tandem-memory"
@@ -38,12 +40,23 @@ def request_user(headers, peer: str | None, settings: MemorySettings,
     """Whose memory a request is: the user a trusted proxy relays (None: nobody's), else
     the user its API key names, else the engine's own user."""
     relayed = peer is not None and peer in settings.trusted_proxies
-    user = (headers.get(USER_HEADER) or None) if relayed else key_user or settings.user_name
-    if user is not None and not valid_user(user):
-        return None  # not a name the store can file under
-    # One user whatever the case: `Alice` and `alice` name one folder on a case-insensitive
-    # filesystem, so they are one user everywhere.
-    return user.lower() if user is not None else None
+    if not relayed:
+        return _folder(key_user or settings.user_name, None)
+    named = headers.get(USER_HEADER)
+    # A relay with no header names nobody (memory does nothing); any name it sends has a
+    # folder of its own, or is refused: never merged with another's or with nobody's.
+    return None if named is None else _folder(header_text(named), USER_HEADER)
+
+
+def _folder(name: str, header: str | None) -> str:
+    """The user's folder (`server.access.user_names`); a 400 saying why for a name that
+    can be no one's. One user whatever the case: `Alice` and `alice` name one folder on a
+    case-insensitive filesystem, so they are one user everywhere."""
+    try:
+        return user_folder(name)
+    except UserNameError as exc:
+        where = "X-Tandem-User: " if header else ""
+        raise APIError(400, f"{where}{exc}", code="invalid_user", param=header) from None
 
 
 def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
