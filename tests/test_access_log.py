@@ -1,4 +1,4 @@
-"""The access log (README: Serving): a line a request as uvicorn writes it, with the time
+"""The access log (docs/serving/openai.md): a line a request as uvicorn writes it, with the time
 and, on the model routes, the engine's tokens; a refused request leaves its line with its
 status; no body, key, query string or path value is ever in it; `--disable-uvicorn-access-log`
 turns it off. On the real app and engine, and on a real `tandem proxy` process."""

@@ -175,3 +175,13 @@ def test_each_agents_settings_are_what_the_clients_lane_writes(name, heading, tm
             "claude": NPM_PINS[3], "aider": AIDER_PIN}
     version = re.split(r"@|==", pins[name])[-1]
     assert version in docs_text("docs/agents.md"), version
+
+
+def test_the_mcp_settings_are_the_ones_the_clients_lane_runs():
+    """The Claude Code command tests/clients/test_mcp_client.py runs is the one
+    docs/memory/mcp.md gives, with the tool permission `claude -p` needs."""
+    source = (ROOT / "tests" / "clients" / "test_mcp_client.py").read_text()
+    assert '"mcp", "add", "tandem", "--", str(TANDEM), "mcp"' in source
+    text = section("docs/memory/mcp.md", "Claude Code")
+    assert "`claude mcp add tandem -- tandem mcp`" in text
+    assert "--allowedTools mcp__tandem" in text and "mcp__tandem" in source

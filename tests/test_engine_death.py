@@ -59,7 +59,8 @@ def test_a_dead_engine_is_noticed_within_a_quarter_second():
     assert noticed_after < 0.75, noticed_after
 
 
-# The README's figures: the server notices a dead core within 0.25 s and exits 2 s later.
+# docs/serving/running.md's figures: the server notices a dead core within 0.25 s and
+# exits 2 s later.
 # The bounds leave room for a loaded 2-core machine (the server, its engine and this test
 # share the cores) and still fail when a step is gone: noticing takes under 1 s (4x the
 # watch interval; the watchdog's own interval is held to 0.25 s by the test above), the
@@ -170,7 +171,7 @@ def test_a_killed_engine_core_is_noticed_within_a_quarter_second_and_serve_stops
         assert ready.json()["status"] == "engine_dead"
         assert chat.status_code == 503 and chat.json()["error"]["code"] == "engine_dead"
         output = "".join(text for _, text in lines)
-        # The progress lines the README promises, while it loaded:
+        # The progress lines docs/serving.md promises, while it loaded:
         assert "[tandem] loading engine: profile tiny, model builtin:tiny-qwen3" in output
         assert "[tandem] warming up the engine" in output
         assert re.search(rf"\[tandem\] ready in \d+ s: http://127\.0\.0\.1:{port}/v1 "

@@ -94,7 +94,7 @@ def test_a_web_page_is_refused_by_origin_host_and_body_type(keyed):  # noqa: F81
 
 def test_sizes_are_bounded(keyed, tmp_path):  # noqa: F811
     big = post(keyed, remember_call("Big", "word " * 60_000))  # 300 KB
-    assert big.status_code == 413 and MAX_BODY_BYTES == 256 * 1024  # as the README says
+    assert big.status_code == 413 and MAX_BODY_BYTES == 256 * 1024  # as docs/memory/mcp.md says
     store = keyed.app.state.tandem.memory.store("tester")
     for n in range(30):
         assert store.add(title=f"Walrus herd {n}", body=f"Walrus herd {n} grazes " + "near "

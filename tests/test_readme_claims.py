@@ -1,4 +1,5 @@
-"""README claims that had no test of their own (issue 20), on the real app and engine."""
+"""Claims of the user docs (README.md, docs/) that had no test of their own (issue 20),
+on the real app and engine."""
 
 from __future__ import annotations
 

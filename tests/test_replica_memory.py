@@ -1,4 +1,4 @@
-"""A replica's memory on the real app and engine (README: More than one machine), without
+"""A replica's memory on the real app and engine (docs/serving/replicas.md), without
 the replicas lane's cluster: the lease's calls never hold the server's event loop. The
 coordination service here is a stand-in for etcd's v3 gateway on loopback that answers
 each call after a delay (a slow or distant etcd); the lane runs the real one."""

@@ -1,4 +1,4 @@
-"""`make setup` (scripts/setup.sh) as the README describes it, without installing anything:
+"""`make setup` (scripts/setup.sh) as docs/getting-started.md describes it, installing nothing:
 the script runs in a copy of the repository whose .venv holds a fake python and tandem
 that only log how they were called, and a fake nvidia-smi says whether there is a GPU."""
 

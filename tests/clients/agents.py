@@ -1,9 +1,10 @@
 """Each agent as its docs tell a new user to point it at an OpenAI-compatible (or
 Anthropic) server, the tool call the scripted model makes it run, and its command.
 
-The README's client sections say the same settings: what the lane runs is what a user
-writes. HOME is a temporary folder, so nothing of the user's is read; each client's own
-switches turn off its update checks and telemetry, and every run has a timeout.
+docs/agents.md's client sections say the same settings (tests/test_docs.py checks them):
+what the lane runs is what a user writes. HOME is a temporary folder, so nothing of the
+user's is read; each client's own switches turn off its update checks and telemetry, and
+every run has a timeout.
 """
 
 from __future__ import annotations

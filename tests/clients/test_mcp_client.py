@@ -1,4 +1,4 @@
-"""Claude Code configured with Tandem's MCP server as the README says (`claude mcp add
+"""Claude Code configured with Tandem's MCP server as docs/memory/mcp.md says (`claude mcp add
 tandem -- tandem mcp`, stdio), against the lane's `tandem serve`: the scripted model calls
 `memory_remember` with a distinctive fact, then `memory_search`, through Claude Code's own
 MCP client; `tandem mcp` forwards each call to the running server (found through
@@ -6,8 +6,8 @@ MCP client; `tandem mcp` forwards each call to the running server (found through
 
 Claude Code because its MCP tools keep their server's prefix (`mcp__tandem__...`), so they
 sit beside the engine's own `memory_search` and `memory_read` on a memory-on server; Codex
-CLI and Qwen Code offer them unprefixed, which such a server refuses as a clash (README:
-Memory over MCP)."""
+CLI and Qwen Code offer them unprefixed, which such a server refuses as a clash
+(docs/memory/mcp.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.clients
 PROMPT = "Keep the staging host in my memory, then check it is found."
 TITLE, FACT = "Staging database host", "The staging database lives on host orca-7."
 ANSWER = "Kept and found: the staging database is on orca-7."
-TANDEM = Path(sys.executable).parent / "tandem"  # the README's /path/to/.venv/bin/tandem
+TANDEM = Path(sys.executable).parent / "tandem"  # docs/memory/mcp.md's /path/to/.venv/bin/tandem
 
 
 def _call(name: str, arguments: dict) -> str:
@@ -79,7 +79,7 @@ def test_claude_code_s_mcp_configuration_writes_and_finds_a_note_in_tandem_s_mem
            "DISABLE_AUTOUPDATER": "1"}
     claude = str(bin_path("claude"))
     printed = ""
-    # The README's command, then a non-interactive run that allows the server's tools
+    # docs/memory/mcp.md's command, then a non-interactive run that allows the server's tools
     # (with no one to ask, `claude -p` refuses a tool it was not allowed).
     for command in ([claude, "mcp", "add", "tandem", "--", str(TANDEM), "mcp"],
                     [claude, "-p", PROMPT, "--allowedTools", "mcp__tandem"]):

@@ -6,7 +6,7 @@ turn after the tool call served >= 95% from the prefix cache. aider has no tools
 turns run, and its cached fraction is reported (below 0.95: its prompt puts the chat
 history before its file messages, so each turn's prompt changes mid-way).
 
-What each request cost is written to test-artifacts/real-clients.json for the README."""
+What each request cost is written to test-artifacts/real-clients.json for docs/agents.md."""
 
 from __future__ import annotations
 

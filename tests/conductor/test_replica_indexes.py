@@ -1,5 +1,5 @@
 """Replicas share one notes root and keep their search indexes apart, each in its own
-``$TANDEM_INDEX_DIR`` (README: More than one machine): a user's delete removes the asking
+``$TANDEM_INDEX_DIR`` (docs/serving/replicas.md): a user's delete removes the asking
 replica's indexes of them, and another replica drops its own once it finds the user's
 files gone, when the user arrives there or when it starts (conductor/memory/erase.py).
 One process plays both replicas: the index folder is read from the environment at each

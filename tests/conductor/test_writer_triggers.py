@@ -72,7 +72,7 @@ def test_a_visit_resets_the_session_but_a_preempted_one_does_not():
 
 def test_tandem_writer_idle_s_moves_the_session_end(monkeypatch, tmp_path):
     """$TANDEM_WRITER_IDLE_S=7.5: the server's triggers end a session with 1,500 new tokens
-    after 7.5 idle seconds, not 180 and not sooner (README)."""
+    after 7.5 idle seconds, not 180 and not sooner (docs/memory/notes.md)."""
     from conductor.memory.services import MemoryServices
 
     monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")

@@ -1,5 +1,5 @@
 """Replicas behind vllm-router sharing one notes root, one writer per user by an etcd
-lease (README: More than one machine). One cluster for the lane (conftest.py); the tests
+lease (docs/serving/replicas.md). One cluster for the lane (conftest.py); the tests
 run in file order: affinity, contention, failover, then the killed replica's restart."""
 
 from __future__ import annotations

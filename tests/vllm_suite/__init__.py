@@ -1,1 +1,1 @@
-"""vLLM's own OpenAI-server tests, run against `tandem serve` (see README.md here)."""
+"""vLLM's own OpenAI-server tests, run against `tandem serve` (docs/serving/openai.md)."""
