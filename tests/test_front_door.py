@@ -1,5 +1,6 @@
-"""A chat turn crosses into memory once on its way to the engine and once on its way back
-(issue 61): `MemoryServices.plan_turn` down, `MemoryServices.record_turn` up.
+"""A chat turn calls memory flat: `MemoryServices.begin_turn` and `admit_turn` on its way
+to the engine, `MemoryServices.record_turn` on its way back (tests/test_turn_crossings.py
+counts every crossing of a real request, and that memory never calls the server back).
 
 Held twice: on the source (server/turn/ asks MemoryServices for nothing else of a turn's
 work) and on the real app (a chat request, a streamed one with tools, a Messages and a
@@ -14,11 +15,13 @@ from tests.inprocess import InProcessApp
 
 REPO = Path(__file__).resolve().parents[1]
 
-# What server/turn/ may ask of MemoryServices, and why. A turn's own memory work is the two
+# What server/turn/ may ask of MemoryServices, and why. A turn's own memory work is the three
 # calls; the rest is not a turn's way through memory.
-TURN_CALLS = {"plan_turn", "record_turn"}
+TURN_CALLS = {"begin_turn", "admit_turn", "record_turn"}
 NOT_A_TURN = {
     "settings": "who a request is for (request_user), read before memory's part begins",
+    "metrics": "the server's own /metrics object, kept beside memory: the turn counts the "
+               "hidden parts its layout added (fit.count_hidden)",
     "store": "the answer's own acts while it runs: a <tandem_memory> block the model "
              "writes (answering/memblock.py) and the engine tools it calls",
     "leases": "replicas: the user's lease taken ahead, in a worker thread, for the blocks "
@@ -34,7 +37,7 @@ CONTINUOUS = {
     "shared_context": "conversation_prefix_ids: the prewarm's prefix of the continuous "
                       "conversation, idle-time work, not a turn",
 }
-# The conductor functions behind the two calls: the turn never calls them itself.
+# The conductor functions behind the calls: the turn never calls them itself.
 BEHIND_THE_DOOR = {"choose_hidden", "note_miss", "record_injections", "injections_to_record",
                    "carry_out", "recognise", "session_after_answer"}
 
@@ -80,8 +83,8 @@ def _services_fields(trees: list[ast.AST]) -> frozenset[str]:
                      and _is_services(n.annotation))
 
 
-def test_the_turn_asks_memory_for_a_turn_through_plan_turn_and_record_turn_only():
-    """Every server/turn module asks MemoryServices only for the two turn calls and the
+def test_the_turn_asks_memory_for_a_turn_through_its_three_calls_only():
+    """Every server/turn module asks MemoryServices only for the turn's calls and the
     services that are not a turn's way through memory (NOT_A_TURN and, for the continuous
     conversation, CONTINUOUS say why each), and imports none of the decisions behind the
     two calls. (Red on the code before them: the turn asked the ledger, the notes shown,
@@ -131,7 +134,7 @@ TOOLS = [{"type": "function", "function": {
 
 def test_each_kind_of_turn_calls_memory_once_down_and_once_up(served, tmp_path, monkeypatch):
     """A chat request, a streamed one with tools, a Messages and a Responses request:
-    each plans its turn once before the engine and records it once after the answer."""
+    each begins and admits its turn once before the engine and records it once after."""
     app = InProcessApp(served, tmp_path)
     calls: list[str] = []
     for name in sorted(TURN_CALLS):
@@ -151,7 +154,7 @@ def test_each_kind_of_turn_calls_memory_once_down_and_once_up(served, tmp_path, 
         return list(calls)
 
     user = [{"role": "user", "content": "what does the build script do?"}]
-    once = ["plan_turn", "record_turn"]
+    once = ["begin_turn", "admit_turn", "record_turn"]
     assert turn("POST", "/v1/chat/completions", {
         "model": "tiny", "messages": user, "script": "It builds."}) == once
     assert turn("POST", "/v1/chat/completions", {
@@ -203,7 +206,7 @@ def test_the_hiding_decision_copies_no_note_to_match_when_no_index_is_shown(tmp_
 
 def test_a_memory_command_for_another_replicas_user_is_a_409_from_inside_the_call(
         served, tmp_path):
-    """The command is carried out inside `plan_turn` now; where another replica holds the
+    """The command is carried out inside `admit_turn`; where another replica holds the
     user's lease it is still the whole request's retryable 409, naming the writer, and
     nothing is written (the in-memory lease service; the replicas lane runs etcd)."""
     from conductor.memory.lease import LeaseKeeper, MemoryLeases

@@ -9,9 +9,10 @@ hands across. What is here:
   ledger, session tokens, the Responses store, the writer's triggers, the idle queues),
   with `MemorySettings`;
 * `context.MemoryContext`: what memory does for one request, and the session derivation;
-* `turn`: the plain data of a chat turn's two calls, `MemoryServices.plan_turn` on its way
-  to the engine (`TurnFacts` in, the layout run inside with a `TurnMemory`, a `TurnPlan`
-  out) and `MemoryServices.record_turn` on its way back (`TurnOutcome`);
+* `turn`: the plain data of a chat turn's flat calls: `MemoryServices.begin_turn`
+  (`TurnFacts` in, a `TurnMemory` out), `MemoryServices.admit_turn` once the layout
+  stands (a `LaidTurn` in, a `TurnPlan` out) and `MemoryServices.record_turn` after the
+  answer (`TurnOutcome`);
 * `hiding`: the decision of what goes hidden in a prompt and where (`choose_hidden` from
   plain `TurnFacts`, returning a `HiddenContext` of `Tail`s), and what is recorded after,
   behind the two calls;

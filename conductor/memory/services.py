@@ -1,7 +1,7 @@
 """The server's memory state, one object: stores per user, session tokens, the ledger,
 the Responses store, the writer's triggers and the idle-time services' queues; and a chat
-turn's two calls, `plan_turn` on its way to the engine and `record_turn` on its way back
-(their plain data: conductor/memory/turn.py)."""
+turn's flat calls, `begin_turn` and `admit_turn` on its way to the engine and
+`record_turn` on its way back (their plain data: conductor/memory/turn.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from conductor.memory.hiding import (
 )
 from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
-from conductor.memory.turn import L, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
+from conductor.memory.turn import LaidTurn, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.recovery import Recovery, recover
@@ -251,16 +251,12 @@ class MemoryServices:
             return build_shared_context(card, notes, count_tokens,
                                         self.notes_shown.index_budget)
 
-    # -- a chat turn: one call down, one call up (conductor/memory/turn.py) -----------------
-    def plan_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int],
-                  lay_out: Callable[[TurnMemory], L]) -> TurnPlan[L]:
-        """Everything a chat turn needs of memory before the engine, in one call: the
-        ledger's match, the shown answers and the record's deleted notes for the layout,
-        the hiding decision bound to this turn, then `lay_out` (the turn's token work:
-        render, replay, fit; it raises when the request is refused), and once it stands
-        what a valid request sets off: its hidden parts counted, a miss noted, a memory
-        command carried out (LeaseBusy or LeaseUnavailable when another replica writes the
-        user's memory). `facts.memory` must be set."""
+    # -- a chat turn: flat calls, as vLLM's scheduler is called (conductor/memory/turn.py) --
+    def begin_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int]) -> TurnMemory:
+        """A chat turn's first call down: what its layout reads of memory (the ledger's
+        match, the shown answers, the matched record's deleted notes) and the hiding
+        decision bound to this turn, which the server asks for each layout it tries.
+        `facts.memory` must be set; `count_tokens` is the engine's tokenizer."""
         memory = facts.memory
         assert memory is not None, "a turn's facts name its memory context"
         user = memory.user
@@ -273,20 +269,26 @@ class MemoryServices:
                    decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
             return choose_hidden(self, memory, replay, facts, count_tokens, decode)
 
-        layout = lay_out(TurnMemory(
+        return TurnMemory(
             match=match, as_written=self.shown.for_user(user),
             deleted=self._deleted_notes(user, match), shows_shared=self._shows_shared(memory),
-            hidden=hidden))
+            hidden=hidden, facts=facts, count_tokens=count_tokens)
+
+    def admit_turn(self, turn: TurnMemory, laid: LaidTurn) -> TurnPlan:
+        """A chat turn's second call down, once its layout stands (the request is valid):
+        a miss noted, a memory command carried out (LeaseBusy or LeaseUnavailable when
+        another replica writes the user's memory), and the user's cache salt. Nothing
+        of it when the turn is laid out to be counted only."""
+        facts = turn.facts
+        memory = facts.memory
+        assert memory is not None, "a turn's facts name its memory context"
         command = None
         if not facts.counting:
-            if self.metrics is not None:  # what this turn adds; replayed ones were counted
-                for span in layout.added_spans:
-                    self.metrics.hidden(span.kind, span.end - span.start)
-            if layout.missed and memory.off_reason is None:
-                note_miss(self, memory, layout.visible, count_tokens)
+            if laid.missed and memory.off_reason is None:
+                note_miss(self, memory, list(laid.visible), turn.count_tokens)
             # "remember that ...": carried out now, in the user's words (the request is valid)
             command = self._command(memory, facts.command_text)
-        return TurnPlan(layout, command, self.cache_salt(user))
+        return TurnPlan(command, self.cache_salt(memory.user))
 
     def _deleted_notes(self, user: str | None, match: Match | None) -> frozenset[str]:
         """The notes the matched record's hidden spans hold that are gone (deleted, not

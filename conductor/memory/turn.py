@@ -1,25 +1,28 @@
 """The plain data a chat turn and memory's front door hand each other, in one module (as
 vLLM's core/sched/output.py holds what its scheduler hands the model runner).
 
-A turn crosses into memory once on its way to the engine and once on its way back:
+A turn calls memory flat, as vLLM's engine calls its scheduler (`schedule()`, then
+`update_from_output()`), and memory never calls the server back:
 
-* down, `MemoryServices.plan_turn(facts, count_tokens, lay_out) -> TurnPlan`: the turn
-  gives the request's `TurnFacts` and its token work (`lay_out`: render, replay, fit and
-  the room check, server/turn/fit.py); memory reads what the layout needs (the ledger's
-  match, the shown answers, the matched record's deleted notes), hands it over as a
-  `TurnMemory` with the hiding decision bound to this turn, and once the layout stands
-  (the request is valid) notes a miss, counts the hidden parts and carries out a memory
-  command; the plan holds the turn's layout, the command's outcome and the cache salt.
-* up, `MemoryServices.record_turn(outcome: TurnOutcome)`: after the answer (or when the
+* `MemoryServices.begin_turn(facts, count_tokens) -> TurnMemory`: the request's
+  `TurnFacts` in; out, what the layout reads of memory (the ledger's match, the shown
+  answers, the matched record's deleted notes) and the hiding decision bound to this
+  turn (`TurnMemory.hidden`), which the server asks for each layout it tries.
+* the server lays the prompt out (render, replay, fit and the room check:
+  server/turn/fit.py) and counts the hidden parts it added for /metrics.
+* `MemoryServices.admit_turn(turn, LaidTurn) -> TurnPlan`: the layout that stands (the
+  request is valid) as plain data; memory notes a miss and carries out a memory command;
+  the plan holds the command's outcome and the cache salt.
+* `MemoryServices.record_turn(outcome: TurnOutcome)`: after the answer (or when the
   client leaves), the ledger's record, the shown answer, the prewarm's head, the notes
   injected, the prefetch's and the writer's triggers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING
 
 from conductor.ledger.records import Match, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
@@ -46,7 +49,8 @@ class TurnFacts:
 
 @dataclass(frozen=True)
 class TurnMemory:
-    """What the turn's layout reads of memory, handed to it inside `plan_turn`."""
+    """What the turn's layout reads of memory (`begin_turn`), held by the server until it
+    hands the layout back (`admit_turn`)."""
 
     match: Match | None  # the ledger's record sharing the longest run of messages
     as_written: Callable[[str], str]  # an answer without the status lines the server added
@@ -55,30 +59,22 @@ class TurnMemory:
     # The hiding decision for this turn, given the replayed part of the record (None: the
     # prompt is rendered whole) and a decode that reads replayed notes back
     hidden: Callable[[Replayed | None, Callable[[list[int]], str] | None], HiddenContext]
-
-
-class Laid(Protocol):
-    """What memory reads of the layout the turn chose (server/turn/fit.py's `Layout`)."""
-
-    visible: list[VisibleMessage]
-
-    @property
-    def added_spans(self) -> Sequence[Span]:
-        """The hidden spans this turn added (replayed ones were counted before)."""
-
-    @property
-    def missed(self) -> bool:
-        """The prompt is not the whole record replayed (a new session, a miss, an edit)."""
-
-
-L = TypeVar("L", bound=Laid)
+    facts: TurnFacts  # the request's, as begin_turn was given them
+    count_tokens: Callable[[str], int]  # the engine's tokenizer, for a miss's notes
 
 
 @dataclass(frozen=True)
-class TurnPlan(Generic[L]):
+class LaidTurn:
+    """The layout the turn chose (server/turn/fit.py's `Layout`), as memory reads it."""
+
+    visible: tuple[VisibleMessage, ...]  # the messages laid out, as the ledger matches them
+    missed: bool  # the prompt is not the whole record replayed (a new session, a miss, an edit)
+
+
+@dataclass(frozen=True)
+class TurnPlan:
     """What the turn takes from memory on its way to the engine."""
 
-    layout: L  # the turn's own layout, as its `lay_out` returned it
     command: CommandOutcome | None  # the memory command carried out, if any
     salt: str  # the user's prefix-cache salt
 

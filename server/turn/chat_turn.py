@@ -4,10 +4,13 @@ Before the engine (`prepare`, below; modules of `server/turn/`):
 
 1. check the request against the served profile ........... `checks.py`
 2. resolve its user, session, project and memory's mode .... `memory.py`
-3. memory's one call down (`MemoryServices.plan_turn`), which
-   runs the turn's token work: render, replay, assemble the
-   prompt's ids with the hidden parts memory chooses, and fit
-   them in the context (memory gives way first) ............ `prompt.py`, `replay.py`, `fit.py`
+3. memory's calls down, flat: `MemoryServices.begin_turn`
+   (what the layout reads of memory, the hiding decision),
+   the turn's token work (render, replay, assemble the
+   prompt's ids with the hidden parts memory chooses, fit
+   them in the context: memory gives way first), then
+   `MemoryServices.admit_turn` (a miss noted, a memory
+   command carried out) .................................... `prompt.py`, `replay.py`, `fit.py`
 4. the engine's parameters ................................. `params.py`, `constraints/`
 
 On the engine (`server/turn/answering/`; the routes call `respond.py` with the PreparedChat):
@@ -33,7 +36,7 @@ from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import Tail
 from conductor.memory.lease import LeaseBusy, LeaseUnavailable
 from conductor.memory.services import MemoryServices
-from conductor.memory.turn import TurnMemory
+from conductor.memory.turn import LaidTurn
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest
@@ -41,7 +44,7 @@ from server.turn.answering.engine_tools import with_engine_tools
 from server.turn.checks import check_request, check_room, check_token_ids
 from server.turn.commands import header as command_header
 from server.turn.commands import lease_busy, status_lines
-from server.turn.fit import Layout, answer_reserve, fitting, layouts, turn_facts
+from server.turn.fit import answer_reserve, count_hidden, fitting, layouts, turn_facts
 from server.turn.memory import resolve_context
 from server.turn.params import generation_params, script_ids
 from server.turn.prepared import PreparedChat
@@ -85,27 +88,26 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     # vLLM's kv_transfer_params: ids handed over from a prefill server stand for the render
     forwarded = request.forwarded_ids()
 
-    def lay_out(view: TurnMemory) -> Layout:
-        """The token work, run inside memory's call: the first layout that fits, and the
-        request refused (before memory acts on it) when not even the client's own does."""
-        laid = fitting(layouts(engine, view, memory, request, offered, engine_tools,
-                               visible, thinking, leading_tails, hidden_gives_way, data),
-                       lambda laid: profile.max_model_len - laid.tokens >= (
-                           memory_need if laid.holds_memory else need),
-                       then=lambda laid: profile.max_model_len - laid.tokens >= (
-                           reserve if laid.holds_memory else answer_room))
-        check_token_ids(engine, "kv_transfer_params", forwarded or [])
-        check_room(len(forwarded or laid.built.ids), profile.max_model_len, answer_room)
-        return laid
-
     facts = turn_facts(offered, visible, memory, profile.memory.commands != "off", counting)
-    try:  # memory's one call down: what the turn needs of it, its layout run inside
-        plan = services.plan_turn(facts, engine.count_tokens, lay_out)
+    view = services.begin_turn(facts, engine.count_tokens)  # memory's first call down
+    # the token work: the first layout that fits, and the request refused (before memory
+    # acts on it) when not even the client's own does
+    layout = fitting(layouts(engine, view, memory, request, offered, engine_tools, visible,
+                             thinking, leading_tails, hidden_gives_way, data),
+                     lambda laid: profile.max_model_len - laid.tokens >= (
+                         memory_need if laid.holds_memory else need),
+                     then=lambda laid: profile.max_model_len - laid.tokens >= (
+                         reserve if laid.holds_memory else answer_room))
+    check_token_ids(engine, "kv_transfer_params", forwarded or [])
+    check_room(len(forwarded or layout.built.ids), profile.max_model_len, answer_room)
+    if not counting:
+        count_hidden(services.metrics, layout)
+    try:  # memory's second call down: the layout stands, the request is valid
+        plan = services.admit_turn(view, LaidTurn(tuple(layout.visible), layout.missed))
     except (LeaseBusy, LeaseUnavailable) as exc:  # a memory command on another's writer
         raise lease_busy(exc) from None
-    layout = plan.layout
     prompt_ids = forwarded or layout.built.ids
-    room = profile.max_model_len - len(prompt_ids)  # check_room passed in lay_out
+    room = profile.max_model_len - len(prompt_ids)  # check_room passed above
     command = plan.command
     # 4. the engine's parameters
     scripts = script_ids(engine, request)

@@ -1,5 +1,5 @@
 """The turn's explicit memory command: "remember that ...", carried out before the answer
-(by memory's front door, in `MemoryServices.plan_turn`; here what the turn makes of it).
+(by memory's front door, in `MemoryServices.admit_turn`; here what the turn makes of it).
 
 Only the user's own newest message counts: the request must end with it (a request that
 ends with a tool's result is an agent's loop going on, and a tool's result or a document
@@ -22,7 +22,7 @@ HEADER = "X-Tandem-Memory-Command"
 
 def lease_busy(exc: LeaseBusy | LeaseUnavailable) -> APIError:
     """Replicas: a command writes only where this replica holds the user's lease
-    (`MemoryServices.plan_turn` carries it out); elsewhere the whole request is a
+    (`MemoryServices.admit_turn` carries it out); elsewhere the whole request is a
     retryable 409 before the engine sees it (the lease frees within its ttl, or the router
     brings the user back to their writer)."""
     return not_the_writer("lease_busy", exc.retry_after, exc.holder)

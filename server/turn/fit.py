@@ -97,7 +97,7 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
             data: Sequence[str] = ()) -> Iterator[Layout]:
     """The whole layout first, then (with `gives_way`) each one with less of memory's
     parts; `leading_tails` (the caller's own) stay in every one. The caller takes the
-    first that fits. `view`: what memory gave the turn (`MemoryServices.plan_turn`);
+    first that fits. `view`: what memory gave the turn (`MemoryServices.begin_turn`);
     `offered`: the request with the engine's tools, when `engine_tools`; `visible`: its
     messages in the ledger's terms."""
     tokenizer, block = engine.tokenizer, engine.reuse_block
@@ -157,6 +157,14 @@ def _rendered_whole(engine: EngineBackend, view: TurnMemory, memory: MemoryConte
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(engine.tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails], engine.reuse_block))
+
+
+def count_hidden(metrics, layout: Layout) -> None:
+    """/metrics' hidden parts (server.http.metrics.TandemMetrics; None: not counted): what
+    this turn's layout added, as replayed ones were counted when they were added."""
+    if metrics is not None:
+        for span in layout.added_spans:
+            metrics.hidden(span.kind, span.end - span.start)
 
 
 def turn_facts(offered: ChatCompletionRequest, visible: list[VisibleMessage],
