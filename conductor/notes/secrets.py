@@ -33,6 +33,46 @@ _MADE_VALUE = (r"(?=\S{0,512}[A-Za-z])(?:(?=\S{0,512}\d)\S{8,512}"
                r"|(?=\S{0,512}[A-Z])(?=\S{0,512}[a-z])[A-Za-z]{10,512}"
                r"|(?=\S{0,512}[!@#$%^&*+/])\S{8,512})")
 
+# A password stated in words (issue 68): "my bank PIN is 4417", "the password for the
+# router is sunshine", "my passphrase is correct horse battery staple": whatever its shape
+# (a plain word is a password too once it is said to be one). What only talks about one
+# ("the password is long", "... is stored in the vault", "... is 12 characters", "the pin
+# is bent") says no value: a word that describes (a participle, an adverb, a word of these
+# lists) or a count. A PIN is digits; a passphrase is a run of words with no little word
+# of a sentence among them ("long and hard to type" describes one).
+_LITTLE_WORDS = (r"a|an|the|my|your|our|his|her|their|its|this|that|these|those|it|mine|"
+                 r"yours|ours|not|no|never|too|very|quite|so|also|still|now|just|only|"
+                 r"always|usually|probably|and|or|but|in|on|at|under|inside|behind|with|"
+                 r"from|for|of|to|by|as|is|are|was|be|been|being|going|getting|what|where|"
+                 r"how|which|there|here|see|ask|check|something|nothing|whatever|one|none")
+_DESCRIBING = (r"same|different|written|kept|set|hidden|unknown|long|short|strong|weak|"
+               r"wrong|right|correct|incorrect|invalid|valid|empty|blank|missing|new|old|"
+               r"secret|private|safe|secure|insecure|easy|hard|simple|complex|fine|ok|okay|"
+               r"good|bad|great|case|due|about|like|similar|identical|shorter|longer|"
+               r"easier|harder|weaker|stronger|obvious|unique|random|optional|mandatory|"
+               r"visible|public|known|reset|lost|forgotten")
+_PARTICIPLE = r"[A-Za-z]{2,40}(?:ed|ly|ing|able|ible)\b"
+_NOT_A_PASSWORD = rf"(?!(?:{_LITTLE_WORDS}|{_DESCRIBING})\b)(?!{_PARTICIPLE})"
+_VALUE_END = r"(?=[\s\"'”’,;!?.)]|$)"
+_COUNTED = (r"(?!\s{0,4}(?:characters?|chars?|digits?|letters?|symbols?|words?|numbers?|"
+            r"long|or (?:more|fewer|less)|min(?:imum)?|max(?:imum)?)\b)")
+# "the PIN for my bank card is ...", "the password to the wifi was ...", "PIN: ..."
+_FOR_WHAT = r"(?:\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}[^\s.,;:!?=]{1,40}){1,6}?)?"
+_STATED_AS = (r"(?:\s{1,4}(?:is|was)(?:\s{0,4}:)?\s{1,4}|\s{0,4}[:=]\s{0,4})" + _NOT_A_VALUE
+              + r"[\"'“‘]?")
+_PASSWORD_WORD = r"(?i)\b(?:password|passwd|passcode|pass\s{1,4}code|pwd)"
+_PASSPHRASE_WORD = r"(?i)\b(?:passphrase|pass\s{1,4}phrase)"
+_PHRASE_WORD = rf"(?!(?:{_LITTLE_WORDS})\b)(?!{_PARTICIPLE})[A-Za-z]{{1,40}}"
+_STATED: list[tuple[str, str]] = [
+    ("password_stated", r"(?i)\b(?:pin|pin\s{1,4}(?:code|number)|passcode|pass\s{1,4}code)"
+     + _FOR_WHAT + _STATED_AS + r"(?P<value>\d{4,12})(?![\d.,]\d)" + _COUNTED),
+    ("password_stated", _PASSPHRASE_WORD + _FOR_WHAT + _STATED_AS + rf"(?P<value>{_PHRASE_WORD}"
+     rf"(?:\s{{1,4}}{_PHRASE_WORD}){{2,9}}){_VALUE_END}"),
+    *[("password_stated", word + _FOR_WHAT + _STATED_AS + _NOT_A_PASSWORD
+       + r"(?P<value>[^\s\"'”’,;!?]{0,63}[^\s\"'”’,;!?.])" + _VALUE_END + _COUNTED)
+      for word in (_PASSWORD_WORD, _PASSPHRASE_WORD)],
+]
+
 # (family, pattern). Order matters: specific provider formats before generic ones.
 _PATTERNS: list[tuple[str, str]] = [
     (
@@ -119,6 +159,7 @@ _PATTERNS: list[tuple[str, str]] = [
         r"|access\s{1,8}token|auth\s{1,8}token|client\s{1,8}secret|private\s{1,8}key)"
         r"(?:\s{1,8}is)?\s{1,8}" + _NOT_A_VALUE + r"(?-i:(?P<value>" + _MADE_VALUE + r"))",
     ),
+    *_STATED,
 ]
 
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [(f, re.compile(p)) for f, p in _PATTERNS]
@@ -197,7 +238,8 @@ def find_secrets(text: str) -> list[Finding]:
                 continue
             if not _is_secret(family, text, start, end):
                 continue
-            end = _whole_value(text, end)
+            if family != "password_stated":  # its value ends at a word's end, not a stop's
+                end = _whole_value(text, end)
             taken.append(Finding(family, start, end))
     return sorted(taken, key=lambda f: f.start)
 

@@ -45,6 +45,7 @@ SAMPLES: dict[str, str] = {
     "tandem": "tdm-" + "0a1b2c3d-" + A20 + "Ab_-12wxyz",
     "card": "4111 " + "1111 1111 1111",
     "hex_token": "0123456789abcdef" * 2 + "89abcdef",
+    "password_stated": "the wifi password is " + "sunshine",
 }
 EXTRA: list[tuple[str, str]] = [
     ("aws", "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"),
@@ -192,3 +193,62 @@ def test_redacted_text_has_no_secret_left() -> None:
 def test_a_value_past_the_patterns_bounds_is_hidden_whole() -> None:
     text = "API_KEY=" + "a1" * 400 + " and the rest"
     assert redact(text).text == "API_KEY=[redacted:password_assignment] and the rest"
+
+
+# Issue 68: a password, PIN or passphrase stated as one is a secret whatever its shape (a
+# plain word, four digits); talk about passwords is not.
+STATED = [
+    ("my password is " + "sunshine", "sunshine"),
+    ("my bank PIN is " + "4417", "4417"),
+    ("online banking password is " + "correcthorsebatterystaple", "correcthorsebatterystaple"),
+    ("the PIN for my debit card is " + "2580.", "2580"),
+    ("The password to the router was " + "dragon.", "dragon"),
+    ("my passphrase is " + "correct horse battery staple", "correct horse battery staple"),
+    ("my phone passcode is " + "918273", "918273"),
+    ("my password is: " + "sunshine!", "sunshine"),
+    ("the wifi password is '" + "tulips" + "'", "tulips"),
+]
+TALK_OF_PASSWORDS = [
+    "I forgot my password yesterday",
+    "password managers are useful",
+    "the password is long",
+    "the password is stored in the vault",
+    "the password is 12 characters long",
+    "my PIN is 4 digits",
+    "my password is the name of my first dog",
+    "the password is changed every month",
+    "the password is case sensitive",
+    "my password was reset yesterday",
+    "the passphrase is long and hard to type",
+    "pin the version to 1.2.3",
+    "the pin is bent",
+    "the PIN for the GPIO is 17",
+    "reset the admin password from the console",
+]
+
+
+@pytest.mark.parametrize(("text", "value"), STATED)
+def test_a_stated_password_is_a_secret_whatever_its_shape(text: str, value: str) -> None:
+    findings = find_secrets(text)
+    assert [text[f.start:f.end] for f in findings] == [value], findings
+    assert value not in redact(text).text
+
+
+@pytest.mark.parametrize("text", TALK_OF_PASSWORDS)
+def test_talk_of_passwords_is_not_a_secret(text: str) -> None:
+    assert find_secrets(text) == [], text
+
+
+@pytest.mark.parametrize("source", ["inline", "writer", "route", "mcp", "command"])
+def test_a_stated_password_is_refused_in_a_title_and_hidden_in_a_body(store: NoteStore,
+                                                                       source: str) -> None:
+    """The model's and the writer's writes, the HTTP and MCP note writes, a command: one
+    check."""
+    refused = store.add(title="My bank PIN is " + "4417", kind="reference", scope="user",
+                        source=source)
+    assert (refused.ok, refused.reason) == (False, "secret")
+    kept = store.add(title="Home wifi", body="The wifi password is " + "sunshine" + ", on the "
+                     "router in the hall; guests get the other network.", kind="reference",
+                     scope="user", source=source)
+    assert kept.ok and kept.note is not None
+    assert "sunshine" not in kept.note.body and "[redacted:password_stated]" in kept.note.body
