@@ -158,3 +158,78 @@ def test_the_learned_recogniser_keeps_what_the_rules_miss_but_not_a_look_alike(s
 def test_the_rules_stay_the_default_recogniser(app):
     _, _, response = app.chat(user(SAID_OTHERWISE), "Sure.")
     assert HEADER not in response.headers and live(app) == []
+
+
+def test_a_forget_sent_again_archives_nothing_more(app):
+    """Issue 68: the same forget again (a retry, a regenerate) touches no other note; the
+    same words in a new conversation find the note gone and say so."""
+    app.chat(user("Remember that I am allergic to nuts"), "Sure.")
+    app.chat(user("Remember that I am allergic to penicillin"), "Sure.")
+    forget = user("forget that I am allergic to penicillin")
+    session = {"X-Tandem-Session": "allergies"}
+    content, _, first = app.chat(forget, "Done.", headers=session)
+    assert content.endswith("› archived: I am allergic to penicillin")
+    archived = first.headers[HEADER].split("notes=")[1]
+    content, _, again = app.chat(forget, "Done.", headers=session)
+    assert content.endswith("› already archived: I am allergic to penicillin")
+    assert again.headers[HEADER] == f"already_archived; notes={archived}"
+    content, _, elsewhere = app.chat(forget, "Done.", headers={"X-Tandem-Session": "other"})
+    assert content.endswith("› nothing to forget: I am allergic to penicillin")
+    assert elsewhere.headers[HEADER] == "nothing_to_forget"
+    assert [n.body for n in live(app)] == ["I am allergic to nuts."]
+
+
+def test_forget_names_its_note_strongly_or_none(app):
+    app.chat(user("Remember that my gym locker code is 4417"), "Sure.")
+    app.chat(user("Remember that my locker code is 9981"), "Sure.")
+    for session in ("one", "two"):
+        app.chat(user("forget my gym locker code"), "Done.",
+                 headers={"X-Tandem-Session": session})
+    assert [n.body for n in live(app)] == ["My locker code is 9981."]
+
+
+def responses_text(data: dict) -> str:
+    return "".join(part["text"] for item in data["output"] if item["type"] == "message"
+                   for part in item["content"] if part["type"] == "output_text")
+
+
+def test_a_forget_sent_again_on_the_responses_api_archives_nothing_more(app):
+    def respond(text: str, **more) -> tuple[dict, dict]:
+        made = app.request("POST", "/v1/responses", json={
+            "model": "tiny", "input": text, "script": "Done.", **more})
+        assert made.status_code == 200, made.text
+        return made.json(), made.headers
+
+    first, _ = respond("Remember that I am allergic to nuts")
+    second, _ = respond("Remember that I am allergic to penicillin",
+                        previous_response_id=first["id"])
+    forget = "forget that I am allergic to penicillin"
+    done, headers = respond(forget, previous_response_id=second["id"])
+    assert responses_text(done).endswith("› archived: I am allergic to penicillin")
+    again, headers = respond(forget, previous_response_id=second["id"])  # a regenerate
+    assert responses_text(again).endswith("› already archived: I am allergic to penicillin")
+    assert headers[HEADER].startswith("already_archived; notes=")
+    assert [n.body for n in live(app)] == ["I am allergic to nuts."]
+
+
+@pytest.mark.parametrize("said", [
+    "Remember that my password is sunshine",
+    "Remember that my bank PIN is 4417",
+    "Remember that my online banking password is correcthorsebatterystaple",
+])
+def test_a_stated_password_is_refused_whatever_its_shape(app, said):
+    """Issue 68: a plain-word password is a secret once said to be one; it is not kept and
+    never reaches a later prompt."""
+    secret = said.rsplit(" ", 1)[1]
+    content, _, response = app.chat(user(said), "Hm.", headers={"X-Tandem-Session": "told"})
+    assert live(app) == [] and response.headers[HEADER] == "not_remembered"
+    assert "› not remembered:" in content and secret not in content.split("›")[1]
+    app.chat(user("What do you remember about my accounts?"), "Let me see.",
+             headers={"X-Tandem-Session": "later"})
+    assert secret not in prompt_of(app, "later")
+
+
+def test_talk_of_passwords_is_remembered(app):
+    app.chat(user("Remember that I use a password manager for every account"), "Sure.")
+    (note,) = live(app)
+    assert note.body == "I use a password manager for every account."

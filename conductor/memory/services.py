@@ -13,7 +13,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
 from conductor.layers.history import QuarantineReport
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
-from conductor.ledger.records import Ledger, Match, Record
+from conductor.ledger.records import Ledger, Match, Record, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
 from conductor.memory.context import MemoryContext, session_after_answer
@@ -287,7 +287,7 @@ class MemoryServices:
             if laid.missed and memory.off_reason is None:
                 note_miss(self, memory, list(laid.visible), turn.count_tokens)
             # "remember that ...": carried out now, in the user's words (the request is valid)
-            command = self._command(memory, facts.command_text)
+            command = self._command(memory, facts.command_text, facts.visible)
         return TurnPlan(command, self.cache_salt(memory.user))
 
     def _deleted_notes(self, user: str | None, match: Match | None) -> frozenset[str]:
@@ -305,8 +305,10 @@ class MemoryServices:
             return False
         return memory.shows_card or (memory.reads and self.notes_shown.index_budget > 0)
 
-    def _command(self, memory: MemoryContext, text: str | None) -> CommandOutcome | None:
-        """The memory command `text` opens with, carried out where memory may write."""
+    def _command(self, memory: MemoryContext, text: str | None,
+                 said: Sequence[VisibleMessage] = ()) -> CommandOutcome | None:
+        """The memory command `text` opens with, carried out where memory may write (once
+        a message: `said`, the conversation up to it, keys a retry or a regenerate)."""
         if text is None or not memory.writes or memory.user is None:
             return None
         command = (recognise_learned if self.command_recogniser == "learned" else recognise)(text)
@@ -315,7 +317,7 @@ class MemoryServices:
         if self.leases is not None:  # replicas: only the user's writer carries it out
             self.leases.token(memory.user)
         outcome = carry_out(self.store(memory.user), command, session=memory.session,
-                            project=memory.project)
+                            project=memory.project, said=said)
         log.info("memory command: %s (%d note%s)", command.kind, len(outcome.note_ids),
                  "" if len(outcome.note_ids) == 1 else "s")
         return outcome

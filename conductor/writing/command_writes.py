@@ -7,17 +7,32 @@
 * **update**: the note the new sentence is about (its closest match in the user's notes)
   gets a ratified revision with the new words: the old one is kept in its history. With
   no such note, the sentence is remembered as a new note.
-* **forget**: the closest match is archived (the Memory screen and `tandem notes` restore
-  it); with none close enough, nothing changes and the status line says so.
+* **forget**: the note the words name is archived (the Memory screen and `tandem notes`
+  restore it): a strong match only, every word the user named in the note
+  (`command_targets.py`); with none, or once it is gone, nothing changes and the status
+  line says "nothing to forget".
 * **recall**: nothing is written; the matching notes reach the prompt as on any turn.
+
+A message is carried out once: sent again (a retry, a regenerate: the same conversation up
+to and including it, `command_repeats.py`) it changes nothing and says "already ...".
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conductor.ledger.records import VisibleMessage
 from conductor.notes import NoteStore, WriteResult
+from conductor.writing.command_repeats import (
+    REPEATED,
+    Handled,
+    HandledCommands,
+    lock_for,
+    message_key,
+)
+from conductor.writing.command_targets import forget_target
 from conductor.writing.commands import Command
 
 NOTE_KIND = "reference"
@@ -36,11 +51,28 @@ class CommandOutcome:
     note_ids: tuple[str, ...] = ()
 
 
-def carry_out(store: NoteStore, command: Command, *, session: str,
-              project: str | None) -> CommandOutcome:
-    """Apply `command` to the user's store (the caller checked memory may write)."""
+def carry_out(store: NoteStore, command: Command, *, session: str, project: str | None,
+              said: Sequence[VisibleMessage] = ()) -> CommandOutcome:
+    """Apply `command` to the user's store (the caller checked memory may write).
+    `said`: the conversation up to and including the user's message the command is in;
+    when given, a message handled before is not carried out again."""
     if command.kind == "recall":
         return CommandOutcome()
+    if not said:
+        return _carry_out(store, command, session, project)
+    handled = HandledCommands(store.layout.user_dir)
+    key = message_key(store.user, session, project, said)
+    with lock_for(handled.path):
+        did = handled.lookup(key, store.clock())
+        if did is not None:
+            return _repeated(store, command, did)
+        outcome = _carry_out(store, command, session, project)
+        handled.record(key, store.clock(), _handled(outcome))
+    return outcome
+
+
+def _carry_out(store: NoteStore, command: Command, session: str,
+               project: str | None) -> CommandOutcome:
     if command.kind == "forget":
         return _forget(store, command.text, project)
     if command.kind == "update":
@@ -65,7 +97,7 @@ def _remember(store: NoteStore, text: str, session: str,
 
 
 def _forget(store: NoteStore, what: str, project: str | None) -> CommandOutcome:
-    target = _named_note(store, what, project)
+    target = forget_target(store, what, project)
     if target is None:
         return CommandOutcome(status=(("nothing to forget", what[:80]),))
     return _outcome(store.user_archive(target, "the user asked to forget it", via="command"),
@@ -82,6 +114,30 @@ def _named_note(store: NoteStore, text: str, project: str | None) -> str | None:
         if match is not None and (best is None or match[1] > best[1]):
             best = (match[0].id, match[1])
     return best[0] if best is not None and best[1] >= MATCH_AT_LEAST else None
+
+
+def _handled(outcome: CommandOutcome) -> Handled:
+    """The outcome as kept for a repeat: a note's id in place of its title; the reason of
+    a refusal (it never holds the refused text); nothing of the user's words."""
+    ids = iter(outcome.note_ids)
+    return [(verb, next(ids, None), None) if verb in REPEATED else
+            (verb, None, what if verb == "not remembered" else None)
+            for verb, what in outcome.status]
+
+
+def _repeated(store: NoteStore, command: Command, did: Handled) -> CommandOutcome:
+    """What a message handled before says when it comes again: nothing done."""
+    status: list[tuple[str, str]] = []
+    note_ids: list[str] = []
+    for verb, note_id, reason in did:
+        if note_id is not None:
+            note = store.get(note_id)
+            if note is not None:  # a note deleted since is left out
+                status.append((REPEATED.get(verb, verb), note.title))
+                note_ids.append(note_id)
+        else:
+            status.append((verb, reason or command.text[:80]))
+    return CommandOutcome(status=tuple(status), note_ids=tuple(note_ids))
 
 
 def _outcome(result: WriteResult, verb: str) -> CommandOutcome:

@@ -1,0 +1,114 @@
+"""Which note a "forget ..." names (issue 68): a strong match or none.
+
+A forget used to archive the *nearest* live note by BM25 share, so "forget that I am
+allergic to penicillin" sent again, once the penicillin note was gone, archived "I am
+allergic to nuts": the one word "allergic" covered half of that note's weight. Forgetting
+the wrong fact is worse than forgetting nothing (the user can say it again, or use the
+Memory screen), so a note is named only when it holds **every** word the user named of it:
+the target's content words (not the filler around a forget: "my", "that", "old", "the
+note about"), each said in the note's title or body, allowing a plural, a spelling variant
+("colour"/"color") or another form of one stem ("allergies"/"allergic"). A long target
+(six words or more) may miss one word that is no number or name. Of the notes that pass,
+the one the target covers most of wins (then the newest).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+
+from conductor.notes import NoteStore
+from conductor.notes.note_format import Note
+
+# Words that say nothing of which note: function words, and what a forget wraps its
+# target in ("forget the note about my old address", "what I told you about ...").
+_FILLER = frozenset(
+    "a an and are as at be been but by can do does did for from had has have how i i'm "
+    "i've i'd am if in is it its it's me my mine myself no not of on or our ours so that "
+    "the their them then there these this those to us was we were what when where which "
+    "who why will with you your yours all any every also just please now "
+    "about told said say mentioned fact facts note notes thing things stuff bit part info "
+    "information detail details everything anything something remember remembered know "
+    "stored saved memory memories old previous former current earlier".split())
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]+")
+_SPECIFIC = re.compile(r"\d")
+SPELLING = 0.85  # difflib ratio of one word spelt two ways (as conductor.notes.dedupe)
+STEM = 5  # a shared opening this long (and most of the shorter word) is one stem
+LONG_TARGET = 6  # from this many content words, one plain word may be missing
+
+
+def target_words(text: str) -> set[str]:
+    """The content words of `text`, normalised; Chinese and Japanese as character pairs
+    (they have no spaces to split on)."""
+    words: set[str] = set()
+    for run in _CJK.findall(text):
+        words |= {run[i:i + 2] for i in range(max(1, len(run) - 1))}
+    for token in _WORD.findall(_CJK.sub(" ", text.lower())):
+        word = re.sub(r"['’]s$", "", token)
+        if word in _FILLER or (len(word) < 2 and not word.isdigit()):
+            continue
+        if word.isalpha() and len(word) > 3 and word.endswith("s") and \
+                not word.endswith("ss"):
+            word = word[:-1]  # codes ~ code
+        words.add(word)
+    return words
+
+
+def _covered(word: str, words: set[str]) -> bool:
+    if word in words:
+        return True
+    if not word.isalpha() or len(word) < 4:  # a number or a short word: said exactly
+        return False
+    for other in words:
+        if not other.isalpha():
+            continue
+        shared = len(_common_opening(word, other))
+        if shared >= STEM and shared >= 0.75 * min(len(word), len(other)):
+            return True
+        if difflib.SequenceMatcher(None, word, other).ratio() >= SPELLING:
+            return True
+    return False
+
+
+def _common_opening(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def _score(wanted: set[str], note: Note) -> tuple[float, float] | None:
+    """(the share of `wanted` the note says, the share of the note's words named) when the
+    note is named strongly enough; None when it is not."""
+    said = target_words(f"{note.title}\n{note.body}")
+    missing = [w for w in wanted if not _covered(w, said)]
+    allowed = 1 if len(wanted) >= LONG_TARGET else 0
+    if len(missing) > allowed or any(_SPECIFIC.search(w) for w in missing):
+        return None
+    named = sum(1 for w in said if _covered(w, wanted))
+    return (1 - len(missing) / len(wanted), named / len(said) if said else 0.0)
+
+
+def strongest(wanted: set[str], notes: Iterable[Note]) -> Note | None:
+    """The note `wanted` names, of `notes` (newest first), or None."""
+    best: tuple[tuple[float, float], Note] | None = None
+    for note in notes:
+        score = _score(wanted, note)
+        if score is not None and (best is None or score > best[0]):
+            best = (score, note)
+    return best[1] if best is not None else None
+
+
+def forget_target(store: NoteStore, what: str, project: str | None) -> str | None:
+    """The id of the user's live note (their own or the project's) that the forget's
+    `what` names, or None when none is named strongly."""
+    wanted = target_words(what)
+    if not wanted:
+        return None
+    notes = store.list(scope="user")
+    if project is not None:
+        notes += store.list(scope="project", project=project)
+    found = strongest(wanted, notes)
+    return found.id if found is not None else None

@@ -1,0 +1,95 @@
+"""A forget names its note strongly or names none, and a message is carried out once
+(issue 68, item 2), on the real note store: "forget that I am allergic to penicillin" sent
+again must not archive the nuts note, nor "forget my gym locker code" the work locker's."""
+
+from __future__ import annotations
+
+from conductor.ledger.records import VisibleMessage
+from conductor.notes import NoteStore
+from conductor.writing.command_repeats import FILE_NAME, REPEAT_WINDOW
+from conductor.writing.command_writes import CommandOutcome, carry_out
+from conductor.writing.commands import recognise
+
+
+def say(store: NoteStore, message: str, said: tuple[VisibleMessage, ...] = (),
+        session: str = "s1") -> CommandOutcome:
+    command = recognise(message)
+    assert command is not None, message
+    return carry_out(store, command, session=session, project=None, said=said)
+
+
+def live(store: NoteStore) -> list[str]:
+    return sorted(n.body for n in store.list())
+
+
+def conversation(*messages: str) -> tuple[VisibleMessage, ...]:
+    return tuple(VisibleMessage.of("user" if n % 2 == 0 else "assistant", text)
+                 for n, text in enumerate(messages))
+
+
+def test_a_forget_whose_note_is_gone_archives_nothing_and_says_so(store):
+    say(store, "Remember that I am allergic to nuts")
+    say(store, "Remember that I am allergic to penicillin")
+    first = say(store, "forget that I am allergic to penicillin")
+    assert first.status == (("archived", "I am allergic to penicillin"),)
+    again = say(store, "forget that I am allergic to penicillin")  # a new message, same words
+    assert again.status == (("nothing to forget", "I am allergic to penicillin"),)
+    assert again.note_ids == () and live(store) == ["I am allergic to nuts."]
+
+
+def test_a_forget_names_the_note_holding_every_word_not_the_nearest(store):
+    say(store, "Remember that my gym locker code is 4417")
+    say(store, "Remember that my locker code is 9981")  # which locker: not said
+    assert say(store, "forget my gym locker code").status == (
+        ("archived", "My gym locker code is 4417"),)
+    assert say(store, "forget my gym locker code").status[0][0] == "nothing to forget"
+    assert live(store) == ["My locker code is 9981."]
+
+
+def test_a_forget_allows_plurals_spellings_and_the_filler_around_it(store):
+    say(store, "Remember that my favourite colors are teal and orange")
+    say(store, "Remember that I am allergic to penicillin")
+    say(store, "Remember that Ana leads the payments team")
+    assert say(store, "Please forget my favourite colour").status[0][0] == "archived"
+    assert say(store, "Forget what I told you about my allergies").status[0][0] == "archived"
+    assert say(store, "forget my bicycle's colour").status[0][0] == "nothing to forget"
+    assert live(store) == ["Ana leads the payments team."]
+
+
+def test_a_message_sent_again_is_not_carried_out_again(store):
+    say(store, "Remember that I am allergic to nuts")
+    say(store, "Remember that I am allergic to penicillin")
+    said = conversation("forget that I am allergic to penicillin")
+    first = say(store, "forget that I am allergic to penicillin", said)
+    assert first.status == (("archived", "I am allergic to penicillin"),)
+    # the note said again in another conversation; the retry of the first must not touch it
+    say(store, "Remember that I am allergic to penicillin", session="s2")
+    retry = say(store, "forget that I am allergic to penicillin", said)
+    assert retry.status == (("already archived", "I am allergic to penicillin"),)
+    assert retry.note_ids == first.note_ids
+    assert live(store) == ["I am allergic to nuts.", "I am allergic to penicillin."]
+
+
+def test_the_same_words_later_in_the_conversation_are_a_new_command(store):
+    say(store, "Remember that my gym locker code is 4417")
+    opening = conversation("forget my gym locker code")
+    assert say(store, "forget my gym locker code", opening).status[0][0] == "archived"
+    say(store, "Remember that my gym locker code is 5512")
+    later = conversation("forget my gym locker code", "Done.", "Remember that my gym locker "
+                         "code is 5512", "Noted.", "forget my gym locker code")
+    assert say(store, "forget my gym locker code", later).status == (
+        ("archived", "My gym locker code is 5512"),)
+    assert live(store) == []
+
+
+def test_a_handled_message_is_kept_for_a_while_and_by_digest_only(store, clock):
+    said = conversation("Remember that my locker code is 4417")
+    assert say(store, "Remember that my locker code is 4417", said).status[0][0] == "remembered"
+    assert say(store, "Remember that my locker code is 4417", said).status[0][0] == (
+        "already remembered")
+    kept = (store.layout.user_dir / FILE_NAME).read_text()
+    assert "4417" not in kept and "locker" not in kept
+    clock.advance(seconds=REPEAT_WINDOW.total_seconds() + 1)
+    # past the window it is carried out again: a restatement, the same note
+    assert say(store, "Remember that my locker code is 4417", said).status[0][0] == "updated"
+    assert live(store) == ["My locker code is 4417."]
