@@ -1,12 +1,16 @@
 """Markdown into chunks: one a section, split by headings, each with its heading trail
 ("Facts > About the user"); a long section is cut at paragraph ends. YAML frontmatter
-(as notes have) is dropped, its title kept as the top of the trail."""
+(as notes have) is dropped, its title kept as the top of the trail. A file that is a
+title and nothing else (a note remembered by its title alone) is one chunk, the title
+its trail and its text empty: the title is all there is to find it by."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from dataclasses import dataclass
+
+import yaml
 
 MAX_CHUNK_CHARS = 1500
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -28,7 +32,7 @@ def split_markdown(text: str, whole: bool = False) -> list[Chunk]:
     body, title = without_frontmatter(text)
     if whole:
         body = body.strip()
-        return [Chunk(title or "", body)] if body else []
+        return [Chunk(title or "", body)] if body else _title_only(title)
     trail: list[tuple[int, str]] = [(0, title)] if title else []
     chunks: list[Chunk] = []
     lines: list[str] = []
@@ -49,7 +53,12 @@ def split_markdown(text: str, whole: bool = False) -> list[Chunk]:
         else:
             lines.append(line)
     flush()
-    return chunks
+    return chunks or _title_only(title)
+
+
+def _title_only(title: str | None) -> list[Chunk]:
+    """The chunk of a file with no text but its title (none without a title either)."""
+    return [Chunk(title, "")] if title else []
 
 
 def without_frontmatter(text: str) -> tuple[str, str | None]:
@@ -59,8 +68,18 @@ def without_frontmatter(text: str) -> tuple[str, str | None]:
     if end < 0:
         return text, None
     match = _TITLE.search(text[4:end])
-    title = match.group(1).strip("'\"") if match else None
+    title = _scalar(match.group(1)) if match else None
     return text[end + 4:].lstrip("\n"), title
+
+
+def _scalar(raw: str) -> str:
+    """A YAML scalar's text: a quoted title ('It''s: here', "caf\\u00e9") unquoted as
+    YAML reads it, so the trail says what the note's title says."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw.strip("'\"")
+    return value if isinstance(value, str) else raw.strip("'\"")
 
 
 def _pieces(text: str) -> list[str]:

@@ -18,12 +18,18 @@ wrote"). The rule before it, RRF k=5 with dense weighted 4:1, had been fitted to
 own set, where dense is strong, and followed dense down on LoCoMo (recall@5 0.420
 against BM25's 0.571).
 
+The score a fused hit shows is that mean mapped onto (0, 1) by the logistic function:
+the order is the mean's, a hit as good as the lists' average reads 0.5, one that stands
+out nears 1. The mean itself is 0 for a lone hit (each list's only entry is its own
+mean) and below 0 for most hits, which read as "no match" to a model or a person.
+
 Fused here rather than in Qdrant, so the rule is exactly what the bench scores, in the
 embedded engine and against a Qdrant server alike.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Hashable
 from typing import Any
@@ -67,12 +73,17 @@ def zscores(scored: list[tuple[Hashable, float]], keys: list) -> dict:
     return {key: z.get(key, rest) for key in keys}
 
 
+def shown(mean_z: float) -> float:
+    """The score a fused hit shows: its mean z-score on (0, 1), in the same order."""
+    return 1.0 / (1.0 + math.exp(-mean_z))
+
+
 def fused(by_meaning: Found, by_words: Found, limit: int) -> Found:
-    """The two rankings as one, best first, `limit` long; a hit's score is its fused one
-    (the mean of its two z-scores)."""
+    """The two rankings as one, best first, `limit` long, ordered by the mean of each
+    hit's two z-scores; a hit's score is that mean `shown` (0 to 1, above 0)."""
     payloads = {key_of(p): p for _, p in [*by_words, *by_meaning]}
     keys = list(payloads)
     dense, words = _z(by_meaning, keys), _z(by_words, keys)
     scores = {key: (dense[key] + words[key]) / 2 for key in keys}
     order = sorted(scores, key=lambda key: (-scores[key], str(key)))
-    return [(scores[key], payloads[key]) for key in order[:limit]]
+    return [(shown(scores[key]), payloads[key]) for key in order[:limit]]

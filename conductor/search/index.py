@@ -77,8 +77,9 @@ class SyncReport:
 
 
 def chunk_text(chunk: Chunk) -> str:
-    """What a chunk's vectors are made of: its heading trail, then its text."""
-    return f"{chunk.section}\n{chunk.text}" if chunk.section else chunk.text
+    """What a chunk's vectors are made of: its heading trail, then its text (a title-only
+    note's chunk: its title alone)."""
+    return "\n".join(part for part in (chunk.section, chunk.text) if part)
 
 
 def _slug(version: str) -> str:
