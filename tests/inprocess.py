@@ -22,7 +22,7 @@ class InProcessApp:
                  memory_changes: dict | None = None,
                  profile_changes: dict | None = None) -> None:
         from conductor.memory.services import MemorySettings
-        from engine.profiles import MemorySettings as ProfileMemory
+        from engine.profiles import ProfileMemory
         from server.app import create_app
 
         engine = served.app.state.tandem.engine

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conductor.cognition.job import Caps
+from conductor.cognition.job import JobCaps
 from conductor.cognition.jobs import JOBS
 from conductor.cognition.runner import run_job
 from conductor.layers.conversation import WindowBounds
@@ -20,7 +20,7 @@ from server.idle.job_backends import EndpointJobBackend
 
 pytestmark = pytest.mark.endpoint
 VERIFY, CONSOLIDATE, EXTRACT = JOBS
-SMALL = Caps(max_items=2, max_chars=40, max_flags=2, reason_chars=24)
+SMALL = JobCaps(max_items=2, max_chars=40, max_flags=2, reason_chars=24)
 
 
 @pytest.fixture(scope="module")

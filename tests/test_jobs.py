@@ -139,7 +139,7 @@ def test_the_review_flags_and_the_next_jobs_resolve_every_flag(app):
 
 @pytest.mark.parametrize("job", list(JOBS))
 def test_an_unscripted_job_on_random_weights_still_leaves_a_valid_artifact(app, job):
-    app.app.state.tandem.jobs.caps = consolidation.Caps(max_items=2, max_chars=48,
+    app.app.state.tandem.jobs.caps = consolidation.JobCaps(max_items=2, max_chars=48,
                                                          max_flags=2, reason_chars=32)
     record = run(app, job)
     assert record["outcome"] in ("changed", "unchanged"), record
@@ -198,7 +198,7 @@ def test_a_client_request_preempts_a_job_and_the_job_is_retried(app, served):
     jobs.mode = "on"  # the idle loop's turn: the job is still due, and runs again
     # Unscripted on random weights: the small caps keep its answer inside max_tokens and
     # its schema, as in the unscripted-job test below.
-    jobs.caps = consolidation.Caps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
+    jobs.caps = consolidation.JobCaps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
     due = jobs.controller.next_due()
     assert (due.spec.name, due.trigger) == (CONSOLIDATE, "state")
     retried = served.run(jobs.tick())

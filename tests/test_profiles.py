@@ -182,14 +182,14 @@ def test_the_profile_checks_name_every_setting_the_server_reads_and_no_other():
     from conductor.hidden.prefetch import PrefetchLimits
     from conductor.hidden.prewarm import PREWARM_NOTES
     from conductor.hidden.tail_notes import MATCH_FRAMES, MATCH_PLACES, NOTE_FORMATS, NotesShown
-    from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS, MemorySettings
+    from engine.profiles import NOTES_SHOWN_KEYS, PREFETCH_KEYS, ProfileMemory
 
     assert set(NOTES_SHOWN_KEYS) == {f.name for f in dataclasses.fields(NotesShown)}
     assert NOTES_SHOWN_KEYS["note_format"] == NOTE_FORMATS
     assert NOTES_SHOWN_KEYS["match_frame"] == tuple(MATCH_FRAMES)
     assert NOTES_SHOWN_KEYS["match_place"] == MATCH_PLACES
     assert set(PREFETCH_KEYS) == {f.name for f in dataclasses.fields(PrefetchLimits)}
-    assert MemorySettings().prewarm_notes == PREWARM_NOTES  # the prewarm's own default
+    assert ProfileMemory().prewarm_notes == PREWARM_NOTES  # the prewarm's own default
 
 
 def test_prewarm_notes_reads_with_its_default_and_0_turns_the_branches_off(tmp_path):

@@ -19,16 +19,16 @@ from typing import Any
 from bench.lanes.conversation import TURNS
 from bench.lanes.lane import USER, Lane
 from bench.lanes.writer import DECODING_BEFORE_CLIENT, client_ids, client_ttft
-from conductor.cognition.job import Caps
+from conductor.cognition.job import JobCaps
 from conductor.cognition.jobs import JOBS
 from conductor.layers.semantic import SEMANTIC_FILES
 from conductor.layers.working import SECTIONS
 
 Progress = Callable[[str], None]
-BENCH_CAPS = Caps(max_items=3, max_chars=80, max_flags=3, reason_chars=48)
+BENCH_CAPS = JobCaps(max_items=3, max_chars=80, max_flags=3, reason_chars=48)
 # A model writing its own JSON on random weights fills every item to its cap: on the
 # CPU at 4 tokens a second, these keep each job's answer to a minute or less.
-UNSCRIPTED_CAPS = Caps(max_items=1, max_chars=24, max_flags=1, reason_chars=16)
+UNSCRIPTED_CAPS = JobCaps(max_items=1, max_chars=24, max_flags=1, reason_chars=16)
 UNSCRIPTED_MAX_TOKENS = 400
 CONSOLIDATE = "working_memory.consolidate"
 

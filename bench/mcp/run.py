@@ -65,7 +65,7 @@ def served_app(home: Path):
 
     from conductor.memory.services import MemoryServices, MemorySettings
     from conductor.notes import NoteStore
-    from conductor.notes.rules import Caps
+    from conductor.notes.rules import NoteCaps
     from server.access.auth import Auth
     from server.access.browser_guard import BrowserGuard, BrowserPolicy
     from server.access.key_check import KeyCheckAndCount
@@ -74,14 +74,14 @@ def served_app(home: Path):
     from server.mcp.http import mount_mcp
 
     class BenchMemory(MemoryServices):
-        """The store's caps raised: a user's live notes stop at 500 (Caps.user_notes), and
+        """The store's caps raised: a user's live notes stop at 500 (NoteCaps.user_notes), and
         this store holds 10,000 written as files; a remember on it must still go through."""
 
         def store(self, user: str) -> NoteStore:
             with self._lock:
                 if user not in self._stores:
                     self._stores[user] = NoteStore(self.root, user,
-                                                   caps=Caps(user_notes=1_000_000))
+                                                   caps=NoteCaps(user_notes=1_000_000))
                 return self._stores[user]
 
     services = BenchMemory(home, MemorySettings(user_name=USER))

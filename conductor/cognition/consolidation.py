@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from conductor.cognition.job import (
-    Caps,
+    JobCaps,
     JobInputs,
     JobOutput,
     JobSpec,
@@ -37,7 +37,7 @@ def checkpoint(conversation: ConversationState, state: JobState) -> int:
     return conversation.checkpoint_seq
 
 
-def schema(caps: Caps) -> dict[str, Any]:
+def schema(caps: JobCaps) -> dict[str, Any]:
     return {"type": "object", "properties": {"sections": sections_schema(SECTIONS, caps)},
             "required": ["sections"], "additionalProperties": False}
 
@@ -47,7 +47,7 @@ def _flags(inputs: JobInputs):
     return [f for f in inputs.state.flags if f.id in known]
 
 
-def instruction(inputs: JobInputs, caps: Caps) -> str:
+def instruction(inputs: JobInputs, caps: JobCaps) -> str:
     first_in_prompt = inputs.window[0].seq if inputs.window else inputs.last_seq + 1
     unseen = [t for t in inputs.layers.history.turns_after(inputs.conversation.checkpoint_seq)
               if t.seq < first_in_prompt][-RECENT_TURNS:]
@@ -65,7 +65,7 @@ def instruction(inputs: JobInputs, caps: Caps) -> str:
         '"Pending Checks": []}}')
 
 
-def apply(inputs: JobInputs, answer: dict[str, Any], caps: Caps) -> JobOutput:
+def apply(inputs: JobInputs, answer: dict[str, Any], caps: JobCaps) -> JobOutput:
     sections = answer.get("sections") if isinstance(answer, dict) else None
     new, secrets = entries_from_answer(sections, SECTIONS, inputs.working, ID_PREFIX, caps)
     new, resolutions, resolved = resolve_flags(inputs.working, new, _flags(inputs),

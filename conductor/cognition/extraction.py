@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from conductor.cognition.job import (
-    Caps,
+    JobCaps,
     JobInputs,
     JobOutput,
     JobSpec,
@@ -32,7 +32,7 @@ def checkpoint(conversation: ConversationState, state: JobState) -> int:
     return state.extract_seq
 
 
-def schema(caps: Caps) -> dict[str, Any]:
+def schema(caps: JobCaps) -> dict[str, Any]:
     files = {name: sections_schema(sections, caps)
              for name, (_title, sections, _prefix) in SEMANTIC_FILES.items()}
     return {"type": "object",
@@ -46,7 +46,7 @@ def _flags(inputs: JobInputs, name: str):
     return [f for f in inputs.state.flags if f.id in known]
 
 
-def instruction(inputs: JobInputs, caps: Caps) -> str:
+def instruction(inputs: JobInputs, caps: JobCaps) -> str:
     first_in_prompt = inputs.window[0].seq if inputs.window else inputs.last_seq + 1
     unseen = [t for t in inputs.layers.history.turns_after(inputs.state.extract_seq)
               if t.seq < first_in_prompt]
@@ -67,7 +67,7 @@ def instruction(inputs: JobInputs, caps: Caps) -> str:
         '"Tools and workflow": []}, "projects.md": {"Active": [], "Past": []}}}')
 
 
-def apply(inputs: JobInputs, answer: dict[str, Any], caps: Caps) -> JobOutput:
+def apply(inputs: JobInputs, answer: dict[str, Any], caps: JobCaps) -> JobOutput:
     files_answer = answer.get("files") if isinstance(answer, dict) else None
     files_answer = files_answer if isinstance(files_answer, dict) else {}
     output = JobOutput(extract_seq=inputs.last_seq)

@@ -19,7 +19,7 @@ PROBLEMS = ("stale", "unsupported", "contradicted")
 
 
 @dataclass(frozen=True)
-class Caps:
+class JobCaps:
     """Bounds on a job's answer: the grammar holds the model to them."""
 
     max_items: int = 6  # entries a section
@@ -62,16 +62,16 @@ class JobSpec:
     threshold: int  # turns after its checkpoint that make it due
     artifacts: tuple[str, ...]  # the only paths it may write, relative to the user's layers
     checkpoint: Callable[[ConversationState, JobState], int]  # the last turn taken in
-    schema: Callable[[Caps], dict[str, Any]]
-    instruction: Callable[[JobInputs, Caps], str]
-    apply: Callable[[JobInputs, dict[str, Any], Caps], JobOutput]
+    schema: Callable[[JobCaps], dict[str, Any]]
+    instruction: Callable[[JobInputs, JobCaps], str]
+    apply: Callable[[JobInputs, dict[str, Any], JobCaps], JobOutput]
 
     def dirty(self, last_seq: int, conversation: ConversationState, state: JobState) -> int:
         """Turns the job has not taken in yet."""
         return last_seq - self.checkpoint(conversation, state)
 
 
-def entry_list_schema(caps: Caps) -> dict[str, Any]:
+def entry_list_schema(caps: JobCaps) -> dict[str, Any]:
     return {"type": "array", "maxItems": caps.max_items, "items": {
         "type": "object",
         "properties": {"id": {"type": "string", "maxLength": 8},
@@ -80,13 +80,13 @@ def entry_list_schema(caps: Caps) -> dict[str, Any]:
         "required": ["id", "text"], "additionalProperties": False}}
 
 
-def sections_schema(sections: Sequence[str], caps: Caps) -> dict[str, Any]:
+def sections_schema(sections: Sequence[str], caps: JobCaps) -> dict[str, Any]:
     return {"type": "object", "properties": {s: entry_list_schema(caps) for s in sections},
             "required": list(sections), "additionalProperties": False}
 
 
 def entries_from_answer(answer: Any, sections: Sequence[str], old: dict[str, list[Entry]],
-                        prefix: str, caps: Caps) -> tuple[dict[str, list[Entry]], int]:
+                        prefix: str, caps: JobCaps) -> tuple[dict[str, list[Entry]], int]:
     """The sections the model wrote, and how many items held a secret and were dropped
     (memory files are read back into prompts: no secret goes in). A known id keeps its
     entry's id, anything else is a new entry; text is made one line and cut to the cap,

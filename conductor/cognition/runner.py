@@ -17,7 +17,7 @@ import jsonschema
 
 from conductor.cognition.artifacts import ArtifactRefused, write_artifacts
 from conductor.cognition.backend import JobBackend, JobPrompt
-from conductor.cognition.job import Caps, JobInputs, JobSpec
+from conductor.cognition.job import JobCaps, JobInputs, JobSpec
 from conductor.cognition.job_state import JobState, iso, read_job_state, write_job_state
 from conductor.layers.conversation import CountTokens, WindowBounds, conversation_messages
 from conductor.layers.semantic import SEMANTIC_FILES, parse_semantic, read_semantic
@@ -25,6 +25,7 @@ from conductor.layers.state import ConversationState
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import parse_working_memory
 from conductor.storage.atomic import atomic_write
+from conductor.storage.clock import utc_now
 from conductor.storage.fence import FenceRefused
 
 FAILED_RETRY_S = 600.0  # a failed job waits this long before its state trigger fires again
@@ -41,10 +42,6 @@ def one_mark_per_undecodable_run(text: str) -> str:
     string within the length the grammar allowed, and still shows something was there.
     """
     return _UNDECODABLE_RUN.sub("\ufffd", text)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -94,7 +91,7 @@ def _hash(path) -> str:
 
 
 async def run_job(spec: JobSpec, layers: UserLayers, backend: JobBackend, trigger: str,
-                  bounds: WindowBounds, count: CountTokens, caps: Caps, max_tokens: int,
+                  bounds: WindowBounds, count: CountTokens, caps: JobCaps, max_tokens: int,
                   clock: Clock = utc_now, script: str | None = None) -> JobRun:
     started = time.perf_counter()
     inputs = gather(layers, bounds, count)
@@ -120,7 +117,7 @@ async def run_job(spec: JobSpec, layers: UserLayers, backend: JobBackend, trigge
     return run
 
 
-def _settle(spec: JobSpec, inputs: JobInputs, run: JobRun, answer, schema, caps: Caps,
+def _settle(spec: JobSpec, inputs: JobInputs, run: JobRun, answer, schema, caps: JobCaps,
             clock: Clock) -> None:
     """The outcome, and on success the artifacts and the state moved on."""
     if answer.finish_reason == "abort":

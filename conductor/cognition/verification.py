@@ -8,7 +8,7 @@ from typing import Any
 
 from conductor.cognition.job import (
     PROBLEMS,
-    Caps,
+    JobCaps,
     JobInputs,
     JobOutput,
     JobSpec,
@@ -28,7 +28,7 @@ def checkpoint(conversation: ConversationState, state: JobState) -> int:
     return state.review_seq
 
 
-def schema(caps: Caps) -> dict[str, Any]:
+def schema(caps: JobCaps) -> dict[str, Any]:
     flag = {"type": "object",
             "properties": {"id": {"type": "string", "maxLength": 8},
                            "problem": {"enum": list(PROBLEMS)},
@@ -44,7 +44,7 @@ def _reviewed(inputs: JobInputs) -> dict[str, Any]:
             **{name: sections for name, sections in inputs.semantic.items()}}
 
 
-def instruction(inputs: JobInputs, caps: Caps) -> str:
+def instruction(inputs: JobInputs, caps: JobCaps) -> str:
     blocks = "\n".join(f"{name}:\n{entries_text(entries)}"
                        for name, entries in _reviewed(inputs).items())
     return (
@@ -57,7 +57,7 @@ def instruction(inputs: JobInputs, caps: Caps) -> str:
         'contradicted", "reason": "..."}]}')
 
 
-def apply(inputs: JobInputs, answer: dict[str, Any], caps: Caps) -> JobOutput:
+def apply(inputs: JobInputs, answer: dict[str, Any], caps: JobCaps) -> JobOutput:
     known: set[str] = set(all_entries(inputs.working))
     for sections in inputs.semantic.values():
         known |= set(all_entries(sections))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from conductor.cognition.backend import JobAnswer, JobBackend, JobPrompt
 from conductor.cognition.controller import JobController
-from conductor.cognition.job import Caps
+from conductor.cognition.job import JobCaps
 from conductor.cognition.job_models import (
     INHERIT,
     JobModel,
@@ -19,14 +19,15 @@ from conductor.cognition.job_models import (
 from conductor.cognition.job_state import read_job_state
 from conductor.cognition.jobs import JOBS
 from conductor.cognition.nightly import nightly_loop, run_nightly, run_nightly_all
-from conductor.cognition.runner import JobRun, recent_runs, run_job, utc_now
+from conductor.cognition.runner import JobRun, recent_runs, run_job
+from conductor.storage.clock import utc_now
 
 __all__ = [
-    "Caps",
     "INHERIT",
     "JOBS",
     "JobAnswer",
     "JobBackend",
+    "JobCaps",
     "JobController",
     "JobModel",
     "JobModels",

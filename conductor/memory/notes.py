@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from conductor.notes import NoteStore, WriteResult
 from conductor.notes.note_format import KINDS, SCOPES, STATUSES, Note, format_time, parse_time
-from conductor.notes.rules import Caps, Reason
+from conductor.notes.rules import NoteCaps, Reason
 
 __all__ = [
-    "Caps",
     "KINDS",
     "Note",
+    "NoteCaps",
     "NoteStore",
     "Reason",
     "SCOPES",

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec
 
 from conductor.notes.helpers import _copy, _entry, _missing
 from conductor.notes.note_format import KINDS, SCOPES, Note, render, utc_now
-from conductor.notes.rules import Caps, Content, Reason, Refusal, WriteResult, check_content
+from conductor.notes.rules import Content, NoteCaps, Reason, Refusal, WriteResult, check_content
 from conductor.notes.snapshot import NoteCache, _Snapshot
 from conductor.notes.usage import UsageBook
 from conductor.search.notes_bm25 import NoteIndex
@@ -85,7 +85,7 @@ class StoreCore:
         user: str,
         *,
         clock: Callable[[], datetime] = utc_now,
-        caps: Caps | None = None,
+        caps: NoteCaps | None = None,
     ) -> None:
         if not valid_user(user):
             raise ValueError(f"bad user name {user!r}")
@@ -99,7 +99,7 @@ class StoreCore:
         self.root = root
         self.user = user
         self.clock = clock
-        self.caps = caps or Caps()
+        self.caps = caps or NoteCaps()
         self.layout = Layout(root, user)
         for folder in (root, root / "notes", self.layout.user_dir):
             ensure_dir(folder)

@@ -64,7 +64,7 @@ class Reason:
 
 
 @dataclass(frozen=True)
-class Caps:
+class NoteCaps:
     """The limits of the store. Tests may shrink them; the product uses the defaults."""
 
     title_chars: int = 120
@@ -140,7 +140,7 @@ def check_content(
     tags: Iterable[str] | str | None,
     kind: str,
     verify_by: Any,
-    caps: Caps,
+    caps: NoteCaps,
 ) -> Content | Refusal:
     """Validate and redact one note's content, or say why it is refused."""
     if not isinstance(title, str) or not isinstance(body, str):

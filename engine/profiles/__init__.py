@@ -30,14 +30,14 @@ from engine.profiles.memory import (
     NOTES_SHOWN_KEYS,
     PREFETCH_KEYS,
     RECOGNISERS,
-    MemorySettings,
+    ProfileMemory,
     read_memory,
 )
 
 __all__ = [
     "BUILTIN_PREFIX", "COMMAND_MODES", "CONVERSATIONS", "DEVICES", "JOBS_MODES",
     "MEMORY_MODES", "NOTES_SHOWN_KEYS", "PREFETCH_KEYS", "PROFILES_DIR", "RECOGNISERS",
-    "TOOL_CALL_FORMATS", "MemorySettings", "Profile", "ProfileError", "default_profile_name",
+    "TOOL_CALL_FORMATS", "ProfileMemory", "Profile", "ProfileError", "default_profile_name",
     "gpu_available", "load_profile", "load_profile_file", "profile_names", "with_overrides",
 ]
 
@@ -73,7 +73,7 @@ class Profile:
     # An answer's length when the request sets none (vLLM's --override-generation-config
     # '{"max_new_tokens": N}'); None: all the room the context leaves, as vLLM's default.
     default_max_tokens: int | None = None
-    memory: MemorySettings = MemorySettings()
+    memory: ProfileMemory = ProfileMemory()
     # More names requests may give as `model` (vLLM's --served-model-name); /v1/models
     # lists them after the profile's name.
     served_names: tuple[str, ...] = ()

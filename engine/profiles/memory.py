@@ -1,4 +1,4 @@
-"""A profile's `memory:` section, read strictly into `MemorySettings`."""
+"""A profile's `memory:` section, read strictly into `ProfileMemory`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ COMMAND_MODES, RECOGNISERS = ("on", "quiet", "off"), ("rules", "learned")
 
 
 @dataclass(frozen=True)
-class MemorySettings:
+class ProfileMemory:
+    """What a profile says of memory (its `memory:` section); the server-wide settings
+    the CLI and the environment set are conductor.memory.services.MemorySettings."""
+
     mode: str = "off"
     writer_mode: str = "off"
     # sessions: /v1/chat/completions serves the history the client sends; continuous: the
@@ -68,7 +71,7 @@ PREFETCH_KEYS: dict[str, tuple[str, ...] | None] = {
 JOBS_MODES = ("off", "on")
 
 
-def read_memory(path: Path, raw: Any) -> MemorySettings:
+def read_memory(path: Path, raw: Any) -> ProfileMemory:
     for key in raw:
         if key not in _MEMORY_KEYS:
             raise ProfileError(f"{path}: unknown key 'memory.{key}'")
@@ -118,7 +121,7 @@ def read_memory(path: Path, raw: Any) -> MemorySettings:
             check_type(path, f"memory.search.embedder.{part}", raw_embedder[part], (str,))
         embedder = (raw_embedder["base_url"], raw_embedder["model"],
                     raw_embedder.get("api_key_env"))
-    return MemorySettings(
+    return ProfileMemory(
         mode=memory_mode(path, "memory.mode", raw.get("mode", "off")),
         writer_mode=memory_mode(path, "memory.writer.mode", writer.get("mode", "off")),
         jobs_mode=jobs_mode, job_endpoints=endpoints,

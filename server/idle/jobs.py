@@ -13,8 +13,8 @@ from datetime import datetime
 
 from conductor.memory.jobs import (
     JOBS,
-    Caps,
     JobBackend,
+    JobCaps,
     JobController,
     JobModel,
     JobModels,
@@ -74,7 +74,7 @@ class JobService(IdleService):
                                         last_seq=lambda user: memory.layers(user).history.last_seq)
         self.models = JobModels(memory.root / "jobs" / "models.json",
                                 profile_job_models(profile))
-        self.caps = Caps()
+        self.caps = JobCaps()
         self.max_tokens = JOB_MAX_TOKENS
         # Users whose conversation prefix changed under them (a consolidation): prefilled
         # in idle time so their next message finds it cached.

@@ -35,7 +35,7 @@ from conductor.memory.hiding import (
     visible_hits,
     visible_note_ids,
 )
-from conductor.memory.notes import Caps, WriteResult
+from conductor.memory.notes import NoteCaps, WriteResult
 from conductor.memory.search import Registry, SourceError
 from conductor.memory.writing import NoteNotVisible, WriteOp, note_json, write_note
 from server.mcp.access import MemoryAccess, Unavailable
@@ -57,7 +57,7 @@ READ_CHARS = 16_000  # a longer file is cut, and says how to read the rest
 REASON_CHARS = 300
 TAGS_MAX = 10
 TAG_CHARS = 60
-CAPS = Caps()
+CAPS = NoteCaps()
 
 Kind = Literal["reference", "gotcha", "runbook", "rule", "ruling", "registry"]
 NoteId = Annotated[str, Field(pattern=r"^[0-9a-f]{10}$",

@@ -11,7 +11,7 @@ import pytest
 from conductor.cognition import consolidation, extraction, verification
 from conductor.cognition.artifacts import ArtifactRefused, version_dir, write_artifacts
 from conductor.cognition.backend import JobAnswer
-from conductor.cognition.job import Caps
+from conductor.cognition.job import JobCaps
 from conductor.cognition.job_state import Flag, JobState
 from conductor.cognition.runner import gather, run_job
 from conductor.layers.conversation import WindowBounds
@@ -19,7 +19,7 @@ from conductor.layers.sections import Entry
 from conductor.layers.user_layers import UserLayers
 from conductor.layers.working import parse_working_memory, render_working_memory
 
-CAPS = Caps()
+CAPS = JobCaps()
 TASK = Entry("w-00000a", "ship the layers")
 THREAD = Entry("w-00000b", "ask about the deploy")
 FACT = Entry("f-00000c", "the user lives in Lyon")
@@ -148,7 +148,7 @@ def test_bytes_the_grammar_counted_as_one_character_stay_within_the_length_it_al
     text = "a" * 46 + "\ufffd" * 3 + "b"
     answer = json.dumps(sections(active_tasks=[{"id": "new", "text": text}]),
                         ensure_ascii=False)
-    caps = Caps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
+    caps = JobCaps(max_items=2, max_chars=48, max_flags=2, reason_chars=32)
     record = asyncio.run(run_job(consolidation.SPEC, layers, _AnswerOnce(answer), "manual",
                                  WindowBounds(40, 2000), len, caps, 256))
     assert record.outcome == "changed", record.reason
