@@ -193,3 +193,29 @@ def test_another_users_or_projects_notes_are_out_of_reach(side):
     assert all("no such note" in t or "no note" in t for t in tries), tries
     assert [n["id"] for n in bobs["notes"]] == [theirs["bob"]]
     assert side.store("bob").get(theirs["bob"]).body == "The walrus fact about walrus of bob."
+
+
+def test_a_title_only_note_is_found_and_every_score_says_how_well(side):
+    """Issue 68: a note remembered by its title alone was never found, and a found one's
+    score read 0.0 (a lone hit's fused z-score)."""
+    title = "The boiler room key hangs behind the Ferrowind poster."
+
+    async def scenario():
+        async with side.session() as s:
+            added = await call(s, "memory_remember", title=title)
+            # the notes alone: the module's app keeps other tests' layer files
+            alone = await call(s, "memory_search", query="Ferrowind", collection="notes")
+            await call(s, "memory_remember", title="Staging database port", body=FACT)
+            await call(s, "memory_remember", title="Boiler service",
+                       body="The boiler is serviced each October by the firm on Mill Lane.")
+            several = await call(s, "memory_search", query="where is the boiler room key",
+                                 collection="notes")
+        return added, alone, several
+
+    added, alone, several = asyncio.run(scenario())
+    assert [r["id"] for r in alone["results"]] == [added["id"]]
+    assert alone["results"][0]["snippet"] == title and alone["results"][0]["score"] > 0
+    assert several["results"][0]["id"] == added["id"] and len(several["results"]) == 3
+    scores = [r["score"] for r in several["results"]]
+    assert all(s > 0 for s in scores) and scores == sorted(scores, reverse=True)
+    assert scores[0] > scores[-1]

@@ -298,3 +298,82 @@ def test_what_mcp_writes_a_session_sees_and_what_the_model_writes_mcp_finds(keye
     assert [n["title"] for n in recent["notes"]] == ["Kettle descaling",
                                                      "Walrus colony count"]
     assert written["id"] in {n["id"] for n in recent["notes"]}
+
+
+@pytest.mark.parametrize("switch", ["read", "OFF"])
+def test_memory_read_only_for_the_request_refuses_every_write(keyed, switch):  # noqa: F811
+    """`X-Tandem-Memory: read` (or `off`) means on /mcp what it means on the chat routes:
+    nothing is written; the reads still answer."""
+    store = keyed.app.state.tandem.memory.store("tester")
+    kept = store.add(title="Boiler service", body="The boiler is serviced each October.",
+                     kind="reference", scope="user", source="cli").note
+    keyed.app.state.tandem.memory.on_change("tester")
+    journal = len(list(store.journal.entries()))
+
+    async def scenario():
+        async with over_http(keyed.base_url, TESTER_KEY, {"X-Tandem-Memory": switch}) as s:
+            refused = [await refusal(s, "memory_remember", title="Planted",
+                                     body="Written though memory is read-only."),
+                       await refusal(s, "memory_update", id=kept.id, body="Changed."),
+                       await refusal(s, "memory_forget", id=kept.id, reason="gone")]
+            found = await call(s, "memory_search", query="when is the boiler serviced")
+            read = await call(s, "memory_read", ref=kept.id)
+            recent = await call(s, "memory_recent")
+        return refused, found, read, recent
+
+    refused, found, read, recent = asyncio.run(scenario())
+    for text in refused:
+        assert "memory is read-only for this request" in text, text
+        assert f"X-Tandem-Memory: {switch.lower()}" in text and "nothing was written" in text
+    assert [n.id for n in store.list(state="all")] == [kept.id]
+    assert store.get(kept.id).body == kept.body and not store.get(kept.id).archived
+    assert len(list(store.journal.entries())) == journal  # not even a refusal's line
+    assert found["results"][0]["id"] == kept.id and "October" in read
+    assert [n["id"] for n in recent["notes"]] == [kept.id]
+
+
+def test_an_unknown_memory_switch_is_a_400_as_on_the_chat_routes(keyed):  # noqa: F811
+    answer = post(keyed, remember_call("Planted", "An unknown switch wrote this."),
+                  **{"X-Tandem-Memory": "yes"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"] == "X-Tandem-Memory must be 'off' or 'read'"
+    assert keyed.app.state.tandem.memory.store("tester").list() == []
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+def test_only_post_is_served_and_no_stream_is_left_open(keyed, method):  # noqa: F811
+    """Stateless JSON: no event stream to GET (the SDK's never ended), no session to
+    DELETE; a clear 405 at once, behind the key check as every route."""
+    answer = httpx.request(method, f"{keyed.base_url}/mcp", timeout=10, headers={
+        **WIRE, "Authorization": f"Bearer {TESTER_KEY}"})
+    assert answer.status_code == 405, answer.text
+    assert answer.headers["allow"] == "POST"
+    assert "POST only" in answer.json()["error"]["message"]
+    assert "text/event-stream" not in answer.headers.get("content-type", "")
+    assert httpx.get(f"{keyed.base_url}/mcp", timeout=10).status_code == 401  # no key
+
+
+def test_the_memory_search_route_finds_a_title_only_note_with_a_score(keyed):  # noqa: F811
+    title = "The boiler room key hangs behind the Ferrowind poster."
+
+    async def remember():
+        async with over_http(keyed.base_url, TESTER_KEY) as s:
+            return await call(s, "memory_remember", title=title)
+
+    added = asyncio.run(remember())
+    chat = httpx.post(f"{keyed.base_url}/v1/chat/completions", timeout=180, headers={
+        "Authorization": f"Bearer {TESTER_KEY}", "X-Tandem-Session": "titles"}, json={
+        "model": "tiny", "script": "Noted.", "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 200, chat.text
+    routes = {"Authorization": f"Bearer {TESTER_KEY}",
+              "X-Tandem-Memory-Token": chat.headers["x-tandem-memory-token"]}
+    answer = httpx.get(f"{keyed.base_url}/v1/memory/search", timeout=60,
+                       params={"q": "Ferrowind", "mode": "hybrid", "collection": "notes"},
+                       headers=routes)  # the notes alone: the module's app keeps layer files
+    assert answer.status_code == 200, answer.text
+    hits = answer.json()["data"]
+    assert len(hits) == 1 and added["id"] in hits[0]["path"]
+    assert hits[0]["section"] == title and hits[0]["score"] > 0
+    bm25 = httpx.get(f"{keyed.base_url}/v1/memory/search", timeout=60,
+                     params={"q": "Ferrowind"}, headers=routes).json()["data"]
+    assert [n["id"] for n in bm25] == [added["id"]] and bm25[0]["score"] > 0

@@ -8,7 +8,13 @@ the operator's `--allowed-host` and `--allowed-origin`.
 
 Stateless and JSON (no MCP session, no event stream): each POST carries one call and is
 answered with one JSON body, so the user is the key's of the very request that asks,
-and a server restart breaks no client.
+and a server restart breaks no client. So POST is the one method: a GET (the SDK would
+open an event stream that nothing ever writes to and that never ends) or a DELETE (a
+session's end, and there are none) is a 405 that says so.
+
+`X-Tandem-Memory` means what it means on the chat routes: `read` or `off` and the write
+tools refuse (a tool error, nothing written) while the reads answer; any other value is
+a 400, as there.
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server.http.errors import APIError, error_response
 from server.mcp.access import ServedMemory
 from server.mcp.catalog import build_server
 from server.mcp.tools import Caller
-from server.turn.memory import PROJECT_HEADER, request_user
+from server.turn.memory import MEMORY_HEADER, PROJECT_HEADER, request_user
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -35,6 +44,7 @@ PATH = "/mcp"
 # One call's body: a note is at most 8,000 characters (up to 6 bytes each once escaped in
 # JSON); a body past this is refused with 413 before it is parsed.
 MAX_BODY_BYTES = 256 * 1024
+MEMORY_SWITCHES = ("read", "off")  # X-Tandem-Memory's values, as the chat routes take them
 
 # The call's caller, set by the middleware below for the tools it runs (a frozen value).
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar(
@@ -55,7 +65,8 @@ def mount_mcp(app: FastAPI, services: MemoryServices,
         peer = request.client.host if request.client else None
         user = request_user(request.headers, peer, services.settings,
                             getattr(request.state, "key_user", None))
-        token = _CALLER.set(Caller(user, request.headers.get(PROJECT_HEADER) or None))
+        token = _CALLER.set(Caller(user, request.headers.get(PROJECT_HEADER) or None,
+                                   memory_switch(request.headers)))
         try:
             return await call_next(ctx)
         finally:
@@ -66,7 +77,7 @@ def mount_mcp(app: FastAPI, services: MemoryServices,
         streamable_http_path=PATH, stateless_http=True, json_response=True,
         max_request_body_size=MAX_BODY_BYTES,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    app.router.routes.extend(starlette.routes)
+    app.router.routes.extend(_gated(route) for route in starlette.routes)
 
     # The SDK's session manager runs for the app's life (its task group serves the calls).
     inner = app.router.lifespan_context
@@ -77,3 +88,49 @@ def mount_mcp(app: FastAPI, services: MemoryServices,
             yield state
 
     app.router.lifespan_context = lifespan
+
+
+def memory_switch(headers: Any) -> str | None:
+    """The request's X-Tandem-Memory, lower-cased ("read", "off"; None: none sent). The
+    gate has refused any other value before a tool runs."""
+    value = (headers.get(MEMORY_HEADER) or "").strip().lower()
+    return value or None
+
+
+def _gated(route: Any) -> Any:
+    """The SDK's `/mcp` route behind `PostOnly`; any other route of its app as it is."""
+    if isinstance(route, Route) and route.path == PATH:
+        return Route(PATH, endpoint=PostOnly(route.app))
+    return route
+
+
+class PostOnly:
+    """`/mcp`'s methods and headers checked before the SDK sees the request: POST only
+    (405 with `Allow: POST` otherwise), and an X-Tandem-Memory it knows (400 otherwise).
+    Behind the app's middleware, so the key and browser checks come first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = self._refusal(scope)
+        if error is None:
+            await self.app(scope, receive, send)
+            return
+        await error_response(error)(scope, receive, send)
+
+    @staticmethod
+    def _refusal(scope: Scope) -> APIError | None:
+        if scope["type"] != "http":
+            return None
+        if scope["method"] != "POST":
+            return APIError(405, f"{PATH} takes POST only: it answers each call with one "
+                            "JSON body and keeps no session or event stream to GET or "
+                            f"DELETE (not {scope['method']})", code="method_not_allowed",
+                            headers={"Allow": "POST"})
+        switch = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k == MEMORY_HEADER.encode()), None)
+        if switch is not None and switch.strip().lower() not in MEMORY_SWITCHES:
+            return APIError(400, "X-Tandem-Memory must be 'off' or 'read'",
+                            code="invalid_value", param="X-Tandem-Memory")
+        return None

@@ -78,10 +78,17 @@ INSTRUCTIONS = (
 @dataclass(frozen=True)
 class Caller:
     """Whose memory a call reads and writes: the user (None: a relayed request naming
-    nobody), and the project (X-Tandem-Project over HTTP, --project over stdio)."""
+    nobody), the project (X-Tandem-Project over HTTP, --project over stdio), and the
+    request's X-Tandem-Memory ("read" or "off": this call may not write, as on the chat
+    routes; None: no header)."""
 
     user: str | None
     project: str | None = None
+    memory: str | None = None
+
+    @property
+    def writes(self) -> bool:
+        return self.memory not in ("read", "off")
 
 
 def _snippet(text: str) -> str:
@@ -155,7 +162,8 @@ class MemoryTools:
         return {"query": query, "results": [
             {"ref": h.ref, **({"id": i} if (i := note_id_of_file(h.path)) else {}),
              "collection": h.collection, "score": round(h.score, 4),
-             "snippet": _snippet(h.text)} for h in hits]}
+             # a title-only note's chunk has no text: its title (the trail) is the snippet
+             "snippet": _snippet(h.text or h.section)} for h in hits]}
 
     async def read(self, ref: str) -> str:
         caller = self._who()
@@ -180,6 +188,10 @@ class MemoryTools:
         own (shielded), whose thread finishes the files and the journal, and the search
         index is told, whether or not anyone is still waiting for the answer."""
         caller = self._who()
+        if not caller.writes:  # refused before the store is touched: nothing is written
+            raise ToolError(f"memory is read-only for this request (X-Tandem-Memory: "
+                            f"{caller.memory}): nothing was written; memory_search, "
+                            "memory_read and memory_recent still answer")
         user = caller.user
 
         async def write_then_tell() -> WriteResult:
