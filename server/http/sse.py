@@ -1,16 +1,46 @@
-"""Server-sent event streams: started before the route answers, ended with an error event
-if the engine dies mid-stream."""
+"""Server-sent event streams: each event framed here, once for every route; a stream
+started before the route answers, ended with an error event if the engine dies
+mid-stream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any, TypeVar
+
+from fastapi.responses import StreamingResponse
 
 from engine.backend import BackendFailed, EngineDead
-from server.http.errors import backend_error, engine_dead_error
+from server.http.errors import APIError, backend_error, engine_dead_error
 
 T = TypeVar("T")
+
+
+def frame(data: dict[str, Any] | str, event: str | None = None) -> str:
+    """One server-sent event: `data: <JSON>` (a string as it is: `[DONE]`), after
+    `event: <name>` in the streams that name their events (Anthropic's Messages, the
+    Responses API's)."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    head = "" if event is None else f"event: {event}\n"
+    return f"{head}data: {payload}\n\n"
+
+
+DONE = frame("[DONE]")  # the end of an OpenAI-style stream (chat, completions)
+
+
+def event_stream(events: AsyncIterator[str], headers: dict[str, str] | None = None
+                 ) -> StreamingResponse:
+    """The framed events as the route's answer, never cached."""
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", **(headers or {})})
+
+
+def stream_error(exc: EngineDead | BackendFailed) -> APIError:
+    """What a stream that failed mid-way tells its client: the engine died, or (proxy
+    mode) the backend cut the stream or failed it."""
+    return engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
 
 
 async def prepended(first: T | None, rest: AsyncIterator[T]) -> AsyncIterator[T]:
@@ -27,12 +57,36 @@ async def events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
     try:
         async for event in events:
             yield event
-    except EngineDead:
-        yield f"data: {json.dumps(engine_dead_error().body())}\n\n"
-        yield "data: [DONE]\n\n"
-    except BackendFailed as exc:  # proxy mode: the backend cut the stream or failed it
-        yield f"data: {json.dumps(backend_error(exc).body())}\n\n"
-        yield "data: [DONE]\n\n"
+    except (EngineDead, BackendFailed) as exc:
+        yield frame(stream_error(exc).body())
+        yield DONE
+
+
+async def typed_events(events: AsyncIterator[dict[str, Any]],
+                       error_event: Callable[[APIError], dict[str, Any]],
+                       numbered: bool = False,
+                       large: Callable[[dict[str, Any]], bool] = lambda _event: False
+                       ) -> AsyncIterator[str]:
+    """A dialect's events, each named by its `type` (`event: <type>`), `numbered` with a
+    `sequence_number` where the API has one; an engine or a backend that fails mid-stream
+    ends the stream with `error_event` of its error. A `large` event is framed off the
+    event loop (one that echoes a whole response object)."""
+    number = 0
+
+    def framed(event: dict[str, Any]) -> str:
+        nonlocal number
+        if numbered:
+            event = {**event, "sequence_number": number}
+            number += 1
+        return frame(event, event["type"])
+
+    try:
+        async with aclosing(events):  # a client that leaves ends the run now, not at GC
+            async for event in events:
+                yield await asyncio.to_thread(framed, event) if large(event) \
+                    else framed(event)
+    except (EngineDead, BackendFailed) as exc:
+        yield framed(error_event(stream_error(exc)))
 
 
 async def started(events: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -50,5 +104,5 @@ async def started(events: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 async def _error_events(body: dict) -> AsyncIterator[str]:
-    yield f"data: {json.dumps(body)}\n\n"
-    yield "data: [DONE]\n\n"
+    yield frame(body)
+    yield DONE

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from engine.backend import EngineBackend
 from server.http.body_limits import body_limits
@@ -20,7 +20,7 @@ from server.http.disconnect import unless_disconnected
 from server.http.errors import validated_body
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
-from server.http.sse import started
+from server.http.sse import event_stream, started
 from server.turn import chat_turn
 from server.turn.answering import respond
 from server.turn.continuous import prepare_continuous
@@ -40,9 +40,7 @@ def answerer(state) -> Answerer:
             continuous = include_usage and parsed.stream_options.continuous_usage_stats
             events = await started(respond.stream(engine, state.memory, prepared,
                                                   include_usage, state.tools, continuous))
-            return StreamingResponse(events,
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **headers})
+            return event_stream(events, headers)
         return JSONResponse(await respond.complete(engine, state.memory, prepared, state.tools),
                             headers=headers)
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from engine.backend import EngineBackend
@@ -33,7 +32,7 @@ from server.http.schema import (
     StreamOptions,
 )
 from server.http.server_defaults import with_server_defaults
-from server.http.sse import started
+from server.http.sse import DONE, event_stream, frame, started
 from server.turn.answering.choices import merged
 from server.turn.answering.logprobs import (
     completion_logprobs,
@@ -229,9 +228,8 @@ def completions_router(state) -> APIRouter:
             options = request.stream_options
             include_usage = bool(options and options.include_usage)
             continuous = include_usage and options.continuous_usage_stats
-            return StreamingResponse(
-                await started(_stream(engine, head, request, runs, include_usage, continuous)),
-                media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return event_stream(
+                await started(_stream(engine, head, request, runs, include_usage, continuous)))
         if request.use_beam_search:
             done = [out for i, one in enumerate(ids) for out in await _beams(
                 engine, f"{completion_id}-{i}", one,
@@ -334,7 +332,7 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
     def event(body: dict) -> str:
         if continuous and body["choices"]:
             body = {**body, "usage": usage()}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        return frame(body)
 
     async def one_run(at: int, index: int, ids: list[int], params: GenerationParams
                       ) -> AsyncIterator[str]:
@@ -371,4 +369,4 @@ async def _stream(engine: EngineBackend, head: dict, request: CompletionRequest,
     if include_usage:
         yield event({**head, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
                      "usage": usage()})
-    yield "data: [DONE]\n\n"
+    yield DONE

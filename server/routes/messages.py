@@ -10,18 +10,16 @@ turn (`server/turn/messages/turn.py`); errors on these routes come in Anthropic'
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from engine.backend import BackendFailed, EngineDead
 from server.http.body_limits import body_limits
 from server.http.disconnect import unless_disconnected
-from server.http.errors import backend_error, engine_dead_error, validated_body
-from server.http.sse import prepended
+from server.http.errors import APIError, validated_body
+from server.http.sse import event_stream, prepended, typed_events
 from server.turn.answering.respond import response_headers
 from server.turn.messages.schema import CountTokensRequest, MessagesRequest
 from server.turn.messages.turn import MessageRun, count_tokens, prepare
@@ -44,8 +42,7 @@ def messages_router(state) -> APIRouter:
         if parsed.stream:
             stream = _sse(run.events())
             first = await anext(stream)  # the engine has the request: see server.http.sse
-            return StreamingResponse(prepended(first, stream), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **headers})
+            return event_stream(prepended(first, stream), headers)
         # A whole answer is not watched by Starlette: a client that leaves must end it.
         return await unless_disconnected(request, _whole(run, headers))
 
@@ -70,17 +67,7 @@ async def _whole(run: MessageRun, headers: dict[str, str]) -> JSONResponse:
     return JSONResponse(run.message(), headers=headers)
 
 
-async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
+def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
     """The events as server-sent events (`event: <type>`, as Anthropic's stream); an
     engine or a backend that fails mid-stream ends it with an `error` event."""
-
-    def line(event: dict) -> str:
-        return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
-
-    try:
-        async with aclosing(events):  # a client that leaves ends the run now, not at GC
-            async for event in events:
-                yield line(event)
-    except (EngineDead, BackendFailed) as exc:
-        error = engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
-        yield line(error.anthropic_body())
+    return typed_events(events, APIError.anthropic_body)

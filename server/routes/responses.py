@@ -18,15 +18,14 @@ from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from conductor.memory.ledger import ChainBroken, ResponseStore, StoredResponse
-from engine.backend import BackendFailed, EngineDead
 from server.http.body_limits import body_limits
 from server.http.disconnect import unless_disconnected
-from server.http.errors import APIError, backend_error, engine_dead_error, validated_body
+from server.http.errors import APIError, validated_body
 from server.http.responses_schema import ResponsesRequest
-from server.http.sse import prepended
+from server.http.sse import event_stream, prepended, typed_events
 from server.turn.answering.respond import response_headers
 from server.turn.memory import request_user
 from server.turn.responses.background import BackgroundRuns
@@ -150,8 +149,7 @@ def responses_router(state) -> APIRouter:
         if parsed.stream:
             stream = _sse(events)
             first = await anext(stream)  # the engine has the request: see server.http.sse
-            return StreamingResponse(prepended(first, stream), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **headers})
+            return event_stream(prepended(first, stream), headers)
         final = None
         async with aclosing(events):
             async for event in events:
@@ -219,25 +217,14 @@ def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None
                    "has_more": len(items) > limit})
 
 
-async def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
+def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
     """The events as server-sent events, numbered; an engine or a backend that fails
-    mid-stream ends it with an `error` event."""
-    number = 0
+    mid-stream ends it with an `error` event. The response object echoes the request's
+    tools and instructions: its events are framed off the event loop (a delta's are a
+    few tokens)."""
+    return typed_events(events, _error_event, numbered=True,
+                        large=lambda event: "response" in event)
 
-    def line(event: dict) -> str:
-        nonlocal number
-        event = {**event, "sequence_number": number}
-        number += 1
-        return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
-    try:
-        async with aclosing(events):  # a client that leaves ends the run now, not at GC
-            async for event in events:
-                # the response object echoes the request's tools and instructions: its
-                # events are dumped off the event loop; a delta's are a few tokens
-                yield await asyncio.to_thread(line, event) if "response" in event \
-                    else line(event)
-    except (EngineDead, BackendFailed) as exc:
-        error = engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc)
-        yield line({"type": "error", "code": error.code, "message": error.message,
-                    "param": None})
+def _error_event(error: APIError) -> dict[str, Any]:
+    return {"type": "error", "code": error.code, "message": error.message, "param": None}

@@ -10,13 +10,12 @@ is recorded in the ledger when it finishes or the client goes away (`Answer.fini
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend, EngineDead
 from server.http.schema import SYSTEM_FINGERPRINT
-from server.http.sse import prepended
+from server.http.sse import DONE, frame, prepended
 from server.turn.answering.answer import Answer
 from server.turn.answering.choices import choice_copies, combined_usage, merged
 from server.turn.answering.engine_tools import NAMES as engine_tool_names
@@ -111,7 +110,7 @@ def _chunk(chat: PreparedChat, delta: dict, finish_reason: str | None = None,
         body["prompt_token_ids"] = list(chat.prompt_ids)
     if usage is not None:
         body["usage"] = usage
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    return frame(body)
 
 
 def _delta_fields(chat: PreparedChat, parsed: ParsedDelta, first_call_index: int) -> dict:
@@ -148,8 +147,8 @@ async def stream(engine: EngineBackend, services: MemoryServices, chat: Prepared
                       "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [],
                       "usage": combined_usage([a.usage() for a in
                                                sorted(answers, key=lambda a: a.chat.choice)])}
-        yield f"data: {json.dumps(usage_body)}\n\n"
-    yield "data: [DONE]\n\n"
+        yield frame(usage_body)
+    yield DONE
 
 
 async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
