@@ -13,12 +13,10 @@ any block and has no effect: vLLM's prefix cache needs no breakpoints.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from server.http.errors import APIError
-
-log = logging.getLogger("tandem.server")
+from server.turn.dialects.tools import ToolForm
 
 # Claude Code's first system block: its version and a hash that changes with every
 # request. Kept, it would make each prompt new from its first tokens, and the ledger would
@@ -209,36 +207,25 @@ def _tool_use(block: dict, param: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
-def chat_tools(tools: list[Any] | None) -> list[dict[str, Any]] | None:
-    """Client tools in the chat route's shape. A server tool of Anthropic's
-    (`web_search_20250305`, `code_execution_...`: a `type` other than `custom`) cannot
-    run here: it is left out with a warning in the log, as on the Responses wire."""
-    if tools is None:
-        return None
-    out: list[dict[str, Any]] = []
-    left_out: list[str] = []
-    for n, tool in enumerate(tools):
-        param = f"tools[{n}]"
-        if not isinstance(tool, dict):
-            raise bad(param, "a tool is an object")
-        if tool.get("type") not in (None, "custom"):
-            left_out.append(str(tool.get("type"))[:40])
-            continue
-        name, schema = tool.get("name"), tool.get("input_schema")
-        if not isinstance(name, str) or not name:
-            raise bad(f"{param}.name", "the tool's name is required")
-        if not isinstance(schema, dict):
-            raise bad(f"{param}.input_schema", "a JSON schema object is required")
-        function: dict[str, Any] = {"name": name, "parameters": schema}
-        if tool.get("description") is not None:
-            if not isinstance(tool["description"], str):
-                raise bad(f"{param}.description", "a string")
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
-    if left_out:
-        log.warning("messages: server tools this server cannot run left out: %s",
-                    ", ".join(sorted(set(left_out))))
-    return out
+def _function(tool: dict, param: str) -> dict[str, Any]:
+    """A custom tool's chat `function`: its name, `input_schema` and description."""
+    name, schema = tool.get("name"), tool.get("input_schema")
+    if not isinstance(name, str) or not name:
+        raise bad(f"{param}.name", "the tool's name is required")
+    if not isinstance(schema, dict):
+        raise bad(f"{param}.input_schema", "a JSON schema object is required")
+    function: dict[str, Any] = {"name": name, "parameters": schema}
+    if tool.get("description") is not None:
+        if not isinstance(tool["description"], str):
+            raise bad(f"{param}.description", "a string")
+        function["description"] = tool["description"]
+    return function
+
+
+# A server tool of Anthropic's (`web_search_20250305`, `code_execution_...`: a `type`
+# other than `custom`) cannot run here: left out with a warning, as on the Responses wire.
+TOOLS = ToolForm(wire="messages", runs_here=lambda tool: tool.get("type") in (None, "custom"),
+                 function=_function)
 
 
 def chat_tool_choice(choice) -> tuple[str | dict[str, Any] | None, bool | None]:

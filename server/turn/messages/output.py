@@ -1,9 +1,9 @@
 """An answer's content blocks as the model writes them, and the stream events that show them.
 
-The parsed answer (`ParsedDelta`: reasoning, the text the client is shown, tool calls)
-fills blocks in the order it comes: a `thinking` block, a `text` block, a `tool_use`
-block a call. Each block is opened (`content_block_start`; the first one followed by a
-`ping`, as Anthropic's stream has it), grown by deltas (`thinking_delta`, `text_delta`,
+The parsed answer (reasoning, the text the client is shown, tool calls) fills blocks
+in the order it comes: a `thinking` block, a `text` block, a `tool_use` block a call.
+Each block is opened (`content_block_start`; the first one followed by a `ping`, as
+Anthropic's stream has it), grown by deltas (`thinking_delta`, `text_delta`,
 `input_json_delta`) and closed (`content_block_stop`; a thinking block's signature
 first) when the next kind starts or the answer ends. The same builder serves a whole
 message, whose events are not sent.
@@ -15,9 +15,9 @@ import hashlib
 import json
 from typing import Any
 
-from server.turn.answering.output_parser import ParsedDelta, ToolCall
+from server.turn.answering.output_parser import ToolCall
+from server.turn.dialects.stream import Event
 
-Event = dict[str, Any]
 _FIELD = {"text": "text", "thinking": "thinking"}  # the field a block's deltas grow
 
 
@@ -40,21 +40,18 @@ def tool_input(call: ToolCall) -> dict[str, Any]:
 
 
 class ContentBlocks:
-    """The blocks of one answer; `feed` and `close` return the events of what changed."""
+    """The blocks of one answer (the stream loop's `Emitter`:
+    server/turn/dialects/stream.py); each call returns the events of what changed."""
 
     def __init__(self) -> None:
         self.blocks: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the block deltas go to, if any
 
-    def feed(self, parsed: ParsedDelta) -> list[Event]:
-        events: list[Event] = []
-        if parsed.reasoning:
-            events += self._grow("thinking", parsed.reasoning)
-        if parsed.content:
-            events += self._grow("text", parsed.content)
-        for call in parsed.tool_calls:
-            events += self._tool_use(call)
-        return events
+    def on_reasoning(self, text: str) -> list[Event]:
+        return self._grow("thinking", text)
+
+    def on_text(self, text: str) -> list[Event]:
+        return self._grow("text", text)
 
     def close(self) -> list[Event]:
         """The open block stopped; an answer without any block gets an empty text block
@@ -97,7 +94,7 @@ class ContentBlocks:
                                      "signature": block["signature"]}})
         return [*events, {"type": "content_block_stop", "index": index}]
 
-    def _tool_use(self, call: ToolCall) -> list[Event]:
+    def on_tool_call(self, call: ToolCall) -> list[Event]:
         """A parsed call comes whole: started, its input in one delta, stopped."""
         events = self._stop()
         arguments = tool_input(call)

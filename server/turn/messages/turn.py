@@ -15,7 +15,6 @@ the room the prompt leaves. Memory lays its parts out as for a chat request with
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,19 +22,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from conductor.memory.services import MemoryServices
-from engine.backend import EngineBackend, EngineDead
+from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
 from server.turn import chat_turn
 from server.turn.answering.engine_tools import EngineToolbox
-from server.turn.answering.generate import answer_deltas
 from server.turn.answering.respond import start_answer
 from server.turn.checks import ContextOverflow
 from server.turn.continuous import prepare_continuous
+from server.turn.dialects.stream import Event, dialect_events
+from server.turn.dialects.tools import chat_tools
 from server.turn.messages import blocks
-from server.turn.messages.output import ContentBlocks, Event, message, stop_reason, usage
+from server.turn.messages.output import ContentBlocks, message, stop_reason, usage
 from server.turn.messages.schema import CountTokensRequest, MessagesInput, MessagesRequest
 from server.turn.prepared import PreparedChat
 
@@ -76,7 +76,7 @@ def chat_request(request: MessagesInput, engine: EngineBackend) -> ChatCompletio
     prefill = bool(messages) and messages[-1]["role"] == "assistant"
     body = {
         "model": request.model, "messages": messages,
-        "tools": blocks.chat_tools(request.tools),
+        "tools": chat_tools(request.tools, blocks.TOOLS),
         "tool_choice": tool_choice, "parallel_tool_calls": parallel,
         # `thinking` left out: the profile's default, as on the chat route (and vLLM's
         # Messages route, which leaves it to the template)
@@ -147,34 +147,25 @@ class MessageRun:
         self.id = "msg_" + chat.completion_id.removeprefix("chatcmpl-")
         self._stop: tuple[str | None, str | None] = (None, None)
 
-    async def events(self) -> AsyncIterator[Event]:
+    def events(self) -> AsyncIterator[Event]:
         """From `message_start` to `message_stop`. The first event waits for the engine's
         first delta, as a chat stream's does; a client that leaves (or an engine that
         dies) ends the answer where the client's text did, in the ledger too."""
-        answer, content = self.answer, self.blocks
-        deltas = answer_deltas(self.engine, answer, self._toolbox)
-        try:
-            first = await anext(deltas, None)
-            yield {"type": "message_start",
-                   "message": message(self.id, self.chat.model, [], (None, None),
-                                      usage(answer.usage()))}
-            if first is not None:
-                for event in content.feed(first):
-                    yield event
-                async for parsed in deltas:
-                    for event in content.feed(parsed):
-                        yield event
-        except (GeneratorExit, asyncio.CancelledError, EngineDead):
-            answer.stopped()
-            raise
-        for event in content.feed(answer.finish()):
+        return dialect_events(self.engine, self.answer, self._toolbox, self.blocks,
+                              opened=self._started, ended=self._ended)
+
+    def _started(self) -> list[Event]:
+        return [{"type": "message_start",
+                 "message": message(self.id, self.chat.model, [], (None, None),
+                                    usage(self.answer.usage()))}]
+
+    async def _ended(self) -> AsyncIterator[Event]:
+        for event in self.blocks.close():
             yield event
-        for event in content.close():
-            yield event
-        self._stop = stop_reason(answer)
+        self._stop = stop_reason(self.answer)
         yield {"type": "message_delta",
                "delta": {"stop_reason": self._stop[0], "stop_sequence": self._stop[1]},
-               "usage": usage(answer.usage())}
+               "usage": usage(self.answer.usage())}
         yield {"type": "message_stop"}
 
     def message(self) -> dict[str, Any]:

@@ -10,16 +10,14 @@ messages are what the ledger recorded for the answer, so the next turn replays i
 
 from __future__ import annotations
 
-import logging
 import secrets
 from typing import Any
 
 from server.http.errors import APIError
+from server.turn.dialects.tools import ToolForm
 
 INPUT_ROLES = ("user", "system", "developer", "assistant")
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
-
-log = logging.getLogger("tandem.server")
 
 
 def new_id(prefix: str) -> str:
@@ -152,37 +150,30 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Function tools in the chat route's shape. A `namespace` is a group of function
-    tools: its tools are served as the others. A tool this server cannot run (a hosted
-    one: `web_search`, `file_search`, `code_interpreter`, ...) is left out with a warning
-    in the log, as an agent that offers it by default must still get its answer."""
-    if tools is None:
-        return None
-    out: list[dict[str, Any]] = []
-    left_out: list[str] = []
-    for n, tool in enumerate(tools):
-        param = f"tools[{n}]"
-        if not isinstance(tool, dict):
-            raise _bad(param, "a tool is an object")
-        if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
-            out += chat_tools([t for t in tool["tools"] if isinstance(t, dict)]) or []
-            continue
-        if tool.get("type") != "function":
-            left_out.append(str(tool.get("type"))[:40])
-            continue
-        function = {"name": _string(tool, "name", param)}
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
-        if tool.get("parameters") is not None:
-            if not isinstance(tool["parameters"], dict):
-                raise _bad(f"{param}.parameters", "a JSON schema object")
-            function["parameters"] = tool["parameters"]
-        out.append({"type": "function", "function": function})
-    if left_out:
-        log.warning("responses: tools this server cannot run left out: %s",
-                    ", ".join(sorted(set(left_out))))
-    return out
+def _function(tool: dict, param: str) -> dict[str, Any]:
+    """A function tool's chat `function`: its name, description and parameters."""
+    function = {"name": _string(tool, "name", param)}
+    if tool.get("description") is not None:
+        function["description"] = tool["description"]
+    if tool.get("parameters") is not None:
+        if not isinstance(tool["parameters"], dict):
+            raise _bad(f"{param}.parameters", "a JSON schema object")
+        function["parameters"] = tool["parameters"]
+    return function
+
+
+def _namespace(tool: dict) -> list[Any] | None:
+    """A `namespace`'s tools: a group of function tools, served as the others."""
+    if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+        return tool["tools"]
+    return None
+
+
+# A tool this server cannot run (a hosted one: `web_search`, `file_search`,
+# `code_interpreter`, ...) is left out with a warning in the log, as an agent that offers
+# it by default must still get its answer.
+TOOLS = ToolForm(wire="responses", runs_here=lambda tool: tool.get("type") == "function",
+                 function=_function, group=_namespace)
 
 
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:

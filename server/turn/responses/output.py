@@ -1,8 +1,8 @@
 """An answer's output items as the model writes them, and the stream events that show them.
 
-The parsed answer (`ParsedDelta`: reasoning, the text the client is shown, tool calls)
-fills items in the order it comes: a reasoning item, a message item with one output_text
-part, a function_call item a call. Each item is opened (`response.output_item.added`,
+The parsed answer (reasoning, the text the client is shown, tool calls) fills items
+in the order it comes: a reasoning item, a message item with one output_text part, a
+function_call item a call. Each item is opened (`response.output_item.added`,
 `response.content_part.added`), grown by deltas and closed (`...done`) when the next kind
 starts or the answer ends: the event sequence of OpenAI's API, as vLLM sends it. The
 same builder serves a whole response, whose events are not sent.
@@ -12,29 +12,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.turn.answering.output_parser import ParsedDelta, ToolCall
+from server.turn.answering.output_parser import ToolCall
+from server.turn.dialects.stream import Event
 from server.turn.responses.items import new_id
-
-Event = dict[str, Any]
 
 
 class OutputItems:
-    """The items of one answer; `feed` and `close` return the events of what changed."""
+    """The items of one answer (the stream loop's `Emitter`:
+    server/turn/dialects/stream.py); each call and `close` return the events of what
+    changed."""
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the item deltas go to, if any
         self._text = ""  # the open item's text so far
 
-    def feed(self, parsed: ParsedDelta) -> list[Event]:
-        events: list[Event] = []
-        if parsed.reasoning:
-            events += self._grow("reasoning", parsed.reasoning)
-        if parsed.content:
-            events += self._grow("message", parsed.content)
-        for call in parsed.tool_calls:
-            events += self._call(call)
-        return events
+    def on_reasoning(self, text: str) -> list[Event]:
+        return self._grow("reasoning", text)
+
+    def on_text(self, text: str) -> list[Event]:
+        return self._grow("message", text)
 
     def close(self, status: str = "completed") -> list[Event]:
         """The open item done; `status`: "incomplete" for an answer cut by its length."""
@@ -93,7 +90,7 @@ class OutputItems:
                  "item": dict(item)},
                 _at(item, index, "response.content_part.added", content_index=0, part=part)]
 
-    def _call(self, call: ToolCall) -> list[Event]:
+    def on_tool_call(self, call: ToolCall) -> list[Event]:
         """A parsed call comes whole: added, its arguments in one delta, done."""
         events = self.close()
         item = {"type": "function_call", "id": new_id("fc"), "call_id": call.id,

@@ -10,7 +10,6 @@ the previous response (OpenAI's rule): each request's own go first, as a system 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -28,12 +27,13 @@ from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
 from server.turn import chat_turn
 from server.turn.answering.engine_tools import EngineToolbox
-from server.turn.answering.generate import answer_deltas
 from server.turn.answering.respond import start_answer
 from server.turn.continuous import prepare_continuous
+from server.turn.dialects.stream import Event, dialect_events
+from server.turn.dialects.tools import chat_tools
 from server.turn.prepared import PreparedChat
 from server.turn.responses import items as item_forms
-from server.turn.responses.output import Event, OutputItems
+from server.turn.responses.output import OutputItems
 from server.turn.responses.shape import ResponseShape, usage
 
 # The chat request's names for a Responses request's fields, in the errors a client reads.
@@ -65,7 +65,7 @@ def chat_request(request: ResponsesRequest, conversation: list[dict[str, Any]]
         messages.insert(0, {"role": "system", "content": request.instructions})
     body = {
         "model": request.model, "messages": messages,
-        "tools": item_forms.chat_tools(request.tools),
+        "tools": chat_tools(request.tools, item_forms.TOOLS),
         "tool_choice": item_forms.chat_tool_choice(request.tool_choice),
         "parallel_tool_calls": request.parallel_tool_calls,
         "response_format": item_forms.chat_response_format(
@@ -142,38 +142,32 @@ class ResponseRun:
         self.output = OutputItems()
         self.finished: dict[str, Any] | None = None
 
-    async def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]],
-                     on_cut: Callable[[dict[str, Any]], None] = lambda _final: None
-                     ) -> AsyncIterator[Event]:
+    def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]],
+               on_cut: Callable[[dict[str, Any]], None] = lambda _final: None
+               ) -> AsyncIterator[Event]:
         """From `response.created` to `response.completed` (or `response.incomplete`);
         `on_final` has the finished object before the last event, `on_cut` (which must
         not wait) what was written when the client leaves or the run is cancelled. The
         first event waits for the engine's first delta, as a chat stream's does."""
-        answer, output = self.answer, self.output
-        deltas = answer_deltas(self.engine, answer, self._toolbox)
-        try:
-            first = await anext(deltas, None)
-            started = self.turn.shape.object("in_progress")
-            yield {"type": "response.created", "response": started}
-            yield {"type": "response.in_progress", "response": started}
-            if first is not None:
-                for event in output.feed(first):
-                    yield event
-                async for parsed in deltas:
-                    for event in output.feed(parsed):
-                        yield event
-        except (GeneratorExit, asyncio.CancelledError, EngineDead) as exc:
-            answer.stopped()  # the record ends where the client's text did
-            on_cut(self.final("failed" if isinstance(exc, EngineDead) else "cancelled"))
-            raise
-        for event in output.feed(answer.finish()):
-            yield event
-        length = answer.finish_reason == "length"
-        for event in output.close("incomplete" if length else "completed"):
-            yield event
-        self.finished = self.final("incomplete" if length else "completed")
-        await on_final(self.finished)
-        yield {"type": f"response.{self.finished['status']}", "response": self.finished}
+
+        def cut(error: BaseException) -> None:
+            on_cut(self.final("failed" if isinstance(error, EngineDead) else "cancelled"))
+
+        async def ended() -> AsyncIterator[Event]:
+            length = self.answer.finish_reason == "length"
+            for event in self.output.close("incomplete" if length else "completed"):
+                yield event
+            self.finished = self.final("incomplete" if length else "completed")
+            await on_final(self.finished)
+            yield {"type": f"response.{self.finished['status']}", "response": self.finished}
+
+        return dialect_events(self.engine, self.answer, self._toolbox, self.output,
+                              opened=self._started, ended=ended, cut=cut)
+
+    def _started(self) -> list[Event]:
+        started = self.turn.shape.object("in_progress")
+        return [{"type": "response.created", "response": started},
+                {"type": "response.in_progress", "response": started}]
 
     def final(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
         """The response object as it stands: "completed", "incomplete" (cut by its
