@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -56,15 +57,20 @@ def mount_mcp(app: FastAPI, services: MemoryServices,
     """Serve the memory tools at `/mcp` inside `app`, for the users its keys name."""
     server = build_server(ServedMemory(services, search_service), _CALLER.get)
 
+    def caller_of(request: Request) -> str | None:
+        """The call's user: its key's (key_check put it in the request's state) or a
+        trusted proxy's relay; APIError (400) for a relayed name that can be no one's."""
+        peer = request.client.host if request.client else None
+        return request_user(request.headers, peer, services.settings,
+                            getattr(request.state, "key_user", None))
+
     async def name_the_caller(ctx: Any, call_next: Any) -> Any:
         # The HTTP request that carries this call: its key's user (key_check put it in
         # the request's state) or a trusted proxy's relay, and its project header.
         request = ctx.request
         if request is None:
             return await call_next(ctx)
-        peer = request.client.host if request.client else None
-        user = request_user(request.headers, peer, services.settings,
-                            getattr(request.state, "key_user", None))
+        user = caller_of(request)  # PostOnly refused a name that can be no one's
         token = _CALLER.set(Caller(user, request.headers.get(PROJECT_HEADER) or None,
                                    memory_switch(request.headers)))
         try:
@@ -77,7 +83,7 @@ def mount_mcp(app: FastAPI, services: MemoryServices,
         streamable_http_path=PATH, stateless_http=True, json_response=True,
         max_request_body_size=MAX_BODY_BYTES,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    app.router.routes.extend(_gated(route) for route in starlette.routes)
+    app.router.routes.extend(_gated(route, caller_of) for route in starlette.routes)
 
     # The SDK's session manager runs for the app's life (its task group serves the calls).
     inner = app.router.lifespan_context
@@ -97,23 +103,31 @@ def memory_switch(headers: Any) -> str | None:
     return value or None
 
 
-def _gated(route: Any) -> Any:
+def _gated(route: Any, caller_of: Callable[[Request], str | None]) -> Any:
     """The SDK's `/mcp` route behind `PostOnly`; any other route of its app as it is."""
     if isinstance(route, Route) and route.path == PATH:
-        return Route(PATH, endpoint=PostOnly(route.app))
+        return Route(PATH, endpoint=PostOnly(route.app, caller_of))
     return route
 
 
 class PostOnly:
     """`/mcp`'s methods and headers checked before the SDK sees the request: POST only
-    (405 with `Allow: POST` otherwise), and an X-Tandem-Memory it knows (400 otherwise).
-    Behind the app's middleware, so the key and browser checks come first."""
+    (405 with `Allow: POST` otherwise), an X-Tandem-Memory it knows and a caller who can
+    be someone (400 otherwise: a relayed X-Tandem-User that can be no folder, refused as
+    on the chat routes rather than failing inside the SDK). Behind the app's middleware,
+    so the key and browser checks come first."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, caller_of: Callable[[Request], str | None]) -> None:
         self.app = app
+        self.caller_of = caller_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = self._refusal(scope)
+        if error is None and scope["type"] == "http":
+            try:
+                self.caller_of(Request(scope))
+            except APIError as exc:
+                error = exc
         if error is None:
             await self.app(scope, receive, send)
             return
