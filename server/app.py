@@ -17,9 +17,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.memory.hiding import NotesShown, PrefetchLimits
-from conductor.memory.jobs import nightly_loop
-from conductor.memory.ledger import Ledger
 from conductor.memory.services import MemoryServices, MemorySettings
+from conductor.memory.types import Ledger, nightly_loop
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server.access.admin import AdminGate

@@ -197,8 +197,9 @@ def test_the_vllm_engine_stands_behind_the_seam(engine):
 
 
 def test_the_server_asks_memory_through_its_front_door_only():
-    """server/ imports conductor.memory (MemoryServices, the hiding decision, the per-part
-    lists of what it may use) and nothing deeper in conductor/."""
+    """server/ imports conductor.memory (MemoryServices, the hiding decision, the one list
+    of what it may use of the parts below: conductor.memory.types) and nothing deeper in
+    conductor/."""
     deeper = sorted(
         f"{module} -> {target}"
         for module, targets in import_graph().items() if _within(module, "server")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conductor.memory.storage import valid_user
+from conductor.memory.types import valid_user
 from server.access.user_names import UserNameError, header_text, user_folder
 
 

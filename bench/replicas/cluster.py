@@ -76,7 +76,7 @@ def _one_secret_keys(home: Path, users: list[str]) -> dict[str, str]:
     from dataclasses import asdict
     from datetime import UTC, datetime
 
-    from conductor.memory.storage import atomic_write
+    from conductor.memory.types import atomic_write
     from server.access.keys import KEYS_FILE, PREFIX, SCRYPT, KeyEntry
 
     secret, salt = secrets.token_urlsafe(24), os.urandom(16)

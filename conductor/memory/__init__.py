@@ -16,6 +16,7 @@ hands across. What is here:
 * `hiding`: the decision of what goes hidden in a prompt and where (`choose_hidden` from
   plain `TurnFacts`, returning a `HiddenContext` of `Tail`s), and what is recorded after,
   behind the two calls;
-* one module per part of `conductor/` the server uses, listing exactly that and nothing
-  more: `ledger`, `notes`, `writing`, `search`, `layers`, `jobs`, `storage`.
+* `types`: what the server may use of the parts of `conductor/` below (the ledger, the
+  notes, the writing, the search, the layers, the jobs, the storage), one list of exactly
+  that and nothing more.
 """

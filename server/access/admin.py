@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from conductor.memory.storage import valid_user
+from conductor.memory.types import valid_user
 from server.access.admin_password import AdminPassword
 from server.access.attempts import Attempts
 from server.access.auth import is_loopback

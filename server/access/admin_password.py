@@ -17,7 +17,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.memory.storage import atomic_write, remove_file
+from conductor.memory.types import atomic_write, remove_file
 
 ADMIN_FILE = "admin.json"
 # scrypt as the API keys use it (OWASP's N=2^15, r=8, p=1: 32 MiB, ~50 ms here)

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.memory.storage import atomic_write, valid_user
+from conductor.memory.types import atomic_write, valid_user
 from server.access.attempts import Attempts
 
 KEYS_FILE = "keys.json"

@@ -17,7 +17,7 @@ import hashlib
 import re
 import unicodedata
 
-from conductor.memory.storage import valid_user
+from conductor.memory.types import valid_user
 
 MAX_NAME_CHARS = 128
 SLUG_CHARS = 24

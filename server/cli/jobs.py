@@ -23,16 +23,17 @@ from typing import Any
 
 import httpx
 
-from conductor.memory.jobs import (
+from conductor.memory.types import (
     INHERIT,
     JOBS,
     JobController,
     JobModels,
+    LayerFiles,
+    default_home,
     endpoint_model,
     read_job_state,
+    valid_user,
 )
-from conductor.memory.layers import LayerFiles
-from conductor.memory.storage import default_home, valid_user
 from server.cli.notes import default_user
 
 DEFAULT_URL = "http://127.0.0.1:8000"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conductor.memory.storage import default_home, valid_user
+from conductor.memory.types import default_home, valid_user
 from server.cli.notes import default_user
 
 

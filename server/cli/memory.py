@@ -23,9 +23,19 @@ from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from conductor.memory.layers import Turn, UserLayers, summary
-from conductor.memory.search import COLLECTIONS, MODES, Hit, IndexBusy, SearchIndex, SourceError
-from conductor.memory.storage import default_home, valid_user
+from conductor.memory.types import (
+    COLLECTIONS,
+    MODES,
+    Hit,
+    IndexBusy,
+    SearchIndex,
+    SourceError,
+    Turn,
+    UserLayers,
+    default_home,
+    summary,
+    valid_user,
+)
 from server.cli.notes import default_user
 
 
@@ -134,7 +144,7 @@ def _token_counter(profile_name: str, home: Path) -> Callable[[str], int] | None
 
 
 def search_command(args: argparse.Namespace, root: Path, user: str) -> int:
-    from conductor.memory.search import default_embedder
+    from conductor.memory.types import default_embedder
 
     embedder = None if args.memory_command == "sources" else default_embedder()
     index = SearchIndex(root, user, embedder, os.environ.get("TANDEM_QDRANT_URL"),

@@ -25,8 +25,17 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from conductor.memory.notes import KINDS, SCOPES, STATUSES, Note, NoteStore, WriteResult
-from conductor.memory.storage import default_home, default_memory_root, valid_user
+from conductor.memory.types import (
+    KINDS,
+    SCOPES,
+    STATUSES,
+    Note,
+    NoteStore,
+    WriteResult,
+    default_home,
+    default_memory_root,
+    valid_user,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -197,7 +206,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _nightly(args: argparse.Namespace) -> int:
-    from conductor.memory.jobs import run_nightly, run_nightly_all
+    from conductor.memory.types import run_nightly, run_nightly_all
 
     if args.all_users:
         home = Path(args.home).expanduser() if args.home else default_home()

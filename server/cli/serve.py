@@ -126,7 +126,7 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
     from conductor.memory.services import MemorySettings
-    from conductor.memory.storage import valid_user
+    from conductor.memory.types import valid_user
 
     if args.user is not None and not valid_user(args.user):
         raise ProfileError(f"--user {args.user!r}: use letters, digits and . _ @ - only")

@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 
-from conductor.memory.jobs import JobAnswer, JobPrompt
-from conductor.memory.ledger import Ledger
+from conductor.memory.types import JobAnswer, JobPrompt, Ledger
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 

@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from conductor.memory.jobs import (
+from conductor.memory.services import MemoryServices
+from conductor.memory.types import (
     JOBS,
     JobBackend,
     JobCaps,
@@ -24,7 +25,6 @@ from conductor.memory.jobs import (
     run_job,
     utc_now,
 )
-from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
 from server.idle.idle import IdleService

@@ -39,7 +39,7 @@ from conductor.memory.hiding import (
     shared_notes,
     trailing_prefetch,
 )
-from conductor.memory.ledger import Record, Span, flat_ids
+from conductor.memory.types import Record, Span, flat_ids
 from server.idle.idle import IdleService
 from server.turn.prompt import IM_END_TEXT, data_ids, hidden_message_ids
 from server.turn.replay import next_turn_replays

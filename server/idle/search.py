@@ -14,7 +14,8 @@ import os
 import threading
 from pathlib import Path
 
-from conductor.memory.search import (
+from conductor.memory.services import MemoryServices
+from conductor.memory.types import (
     Embedder,
     EmbedderError,
     EndpointEmbedder,
@@ -25,7 +26,6 @@ from conductor.memory.search import (
     default_embedder,
     drop_user_collections,
 )
-from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from server.idle.idle import IdleService
 

@@ -8,9 +8,8 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from conductor.memory.ledger import Record
 from conductor.memory.services import MemoryServices
-from conductor.memory.writing import GenerationPiece, Writer, WriterRun
+from conductor.memory.types import GenerationPiece, Record, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 from server.idle.idle import IdleService

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.memory.storage import append_line
+from conductor.memory.types import append_line
 
 WRITER_CLIENT = "harness:writer"  # the spend ledger's client for the writer's requests
 DAILY_USD = 0.25

@@ -18,9 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from conductor.memory.layers import UserLayers
-from conductor.memory.notes import NoteStore
-from conductor.memory.search import Embedder, Hit, IndexBusy, Registry, SearchIndex
+from conductor.memory.types import (
+    Embedder,
+    Hit,
+    IndexBusy,
+    NoteStore,
+    Registry,
+    SearchIndex,
+    UserLayers,
+)
 
 if TYPE_CHECKING:
     from conductor.memory.services import MemoryServices

@@ -11,8 +11,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from conductor.memory.layers import CORE_FILES
-from conductor.memory.search import COLLECTIONS
+from conductor.memory.types import COLLECTIONS, CORE_FILES
 from server.mcp.access import MemoryAccess
 from server.mcp.tools import (
     CAPS,

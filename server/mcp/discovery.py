@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from conductor.memory.storage import atomic_write
+from conductor.memory.types import atomic_write
 
 FILE = "server.json"
 

@@ -117,7 +117,7 @@ def _status_of(exc: BaseException) -> int | None:
 def run_stdio(home: Path, user: str, project: str | None, user_given: bool,
               api_key: str | None) -> int:
     """Serve the tools on stdin and stdout until the client closes them."""
-    from conductor.memory.search import default_embedder
+    from conductor.memory.types import default_embedder
 
     caller = Caller(user, project)
     server = build_server(LocalMemory(home, default_embedder), lambda: caller)

@@ -35,9 +35,16 @@ from conductor.memory.hiding import (
     visible_hits,
     visible_note_ids,
 )
-from conductor.memory.notes import NoteCaps, WriteResult
-from conductor.memory.search import Registry, SourceError
-from conductor.memory.writing import NoteNotVisible, WriteOp, note_json, write_note
+from conductor.memory.types import (
+    NoteCaps,
+    NoteNotVisible,
+    Registry,
+    SourceError,
+    WriteOp,
+    WriteResult,
+    note_json,
+    write_note,
+)
 from server.mcp.access import MemoryAccess, Unavailable
 
 log = logging.getLogger("tandem.mcp")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request
 
 from conductor.memory.hiding import CORRECTION_KIND, PREFETCH_KIND, SESSION_KIND, SHARED_KIND
-from conductor.memory.ledger import Record, flat_ids
+from conductor.memory.types import Record, flat_ids
 from server.http.errors import APIError
 
 IM_START = "<|im_start|>"

@@ -8,8 +8,14 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 
-from conductor.memory.jobs import INHERIT, JOBS, endpoint_model, read_job_state, recent_runs
-from conductor.memory.storage import valid_user
+from conductor.memory.types import (
+    INHERIT,
+    JOBS,
+    endpoint_model,
+    read_job_state,
+    recent_runs,
+    valid_user,
+)
 from server.http.errors import APIError
 from server.idle.jobs import JobBusy, JobService, profile_key_envs
 

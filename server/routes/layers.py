@@ -14,15 +14,15 @@ import asyncio
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from conductor.memory.jobs import read_job_state
-from conductor.memory.layers import (
+from conductor.memory.types import (
     LAYER_NAMES,
     history_days,
     layer_entries,
     layer_file_path,
+    read_job_state,
     summary,
+    valid_user,
 )
-from conductor.memory.storage import valid_user
 from server.http.body_limits import body_limits
 from server.http.errors import APIError, validated_body
 from server.http.schema import ChatCompletionRequest, StreamOptions

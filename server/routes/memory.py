@@ -14,10 +14,17 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from conductor.memory.hiding import HINT_MAX_CHARS, hits_to_ask_for, visible_hits, visible_note_ids
-from conductor.memory.notes import WriteResult
-from conductor.memory.search import COLLECTIONS, MODES, SourceError
 from conductor.memory.services import MemoryServices
-from conductor.memory.writing import NoteIdRequired, NoteNotVisible, note_json, write_note
+from conductor.memory.types import (
+    COLLECTIONS,
+    MODES,
+    NoteIdRequired,
+    NoteNotVisible,
+    SourceError,
+    WriteResult,
+    note_json,
+    write_note,
+)
 from server.http.errors import APIError, not_the_writer
 from server.idle.search import SearchService
 from server.turn.memory import TOKEN_HEADER, request_user

@@ -22,7 +22,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from conductor.memory.notes import (
+from conductor.memory.types import (
     KINDS,
     SCOPES,
     STATUSES,
@@ -32,8 +32,8 @@ from conductor.memory.notes import (
     WriteResult,
     format_time,
     parse_time,
+    users_under,
 )
-from conductor.memory.storage import users_under
 from server.http.errors import APIError
 
 MAX_PAGE = 200

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from conductor.memory.ledger import ChainBroken, ResponseStore, StoredResponse
+from conductor.memory.types import ChainBroken, ResponseStore, StoredResponse
 from server.http.body_limits import body_limits
 from server.http.disconnect import unless_disconnected
 from server.http.errors import APIError, validated_body

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from conductor.memory.context import status_line
 from conductor.memory.lease import LeaseBusy, LeaseUnavailable
-from conductor.memory.writing import CommandOutcome
+from conductor.memory.types import CommandOutcome
 from engine.profiles import Profile
 from server.http.errors import APIError, not_the_writer
 

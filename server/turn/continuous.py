@@ -18,8 +18,10 @@ from typing import Any
 
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import SHARED_KIND, Tail
-from conductor.memory.layers import (
+from conductor.memory.services import MemoryServices
+from conductor.memory.types import (
     TIME_KIND,
+    FenceRefused,
     Part,
     Turn,
     TurnMessage,
@@ -30,8 +32,6 @@ from conductor.memory.layers import (
     time_line,
     turn_tokens,
 )
-from conductor.memory.services import MemoryServices
-from conductor.memory.storage import FenceRefused
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import SHARED_KIND, HiddenContext, Tail, TurnFacts
-from conductor.memory.ledger import Span, VisibleMessage
 from conductor.memory.turn import TurnMemory
+from conductor.memory.types import Span, VisibleMessage
 from engine.backend import EngineBackend
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import NAMES as ENGINE_TOOLS

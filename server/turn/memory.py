@@ -6,9 +6,8 @@ from __future__ import annotations
 import hashlib
 
 from conductor.memory.context import MemoryContext, derive_session
-from conductor.memory.ledger import VisibleMessage
 from conductor.memory.services import MemorySettings
-from conductor.memory.storage import valid_session
+from conductor.memory.types import VisibleMessage, valid_session
 from server.access.user_names import UserNameError, header_text, user_folder
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest

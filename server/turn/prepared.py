@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import HiddenContext
-from conductor.memory.ledger import Span, VisibleMessage
+from conductor.memory.types import Span, VisibleMessage
 from engine.generation import GenerationParams
 from server.turn.answering.answer import RecordedTurn
 from server.turn.constraints.tool_choice import ForcedChoice

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conductor.memory.hiding import Tail
-from conductor.memory.ledger import Span, VisibleMessage, flat_ids
+from conductor.memory.types import Span, VisibleMessage, flat_ids
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage
 from server.turn.generation_prompt import generation_tail

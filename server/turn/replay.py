@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from conductor.memory.hiding import SHARED_KIND
-from conductor.memory.ledger import Match, Record, Span, flat_ids
+from conductor.memory.types import Match, Record, Span, flat_ids
 from server.turn.prompt import IM_END_TEXT, IM_START_TEXT, RenderedChat, render_template
 
 

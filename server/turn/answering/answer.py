@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor.memory.hiding import Tail
-from conductor.memory.ledger import Span, VisibleMessage
 from conductor.memory.services import MemoryServices
 from conductor.memory.turn import TurnOutcome
+from conductor.memory.types import Span, VisibleMessage
 from engine.generation import Delta, TokenLogprob
 from server.turn.answering.logprobs import chat_logprob
 from server.turn.answering.memblock import MemoryFilter

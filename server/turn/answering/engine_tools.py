@@ -20,8 +20,8 @@ import jsonschema
 
 from conductor.memory.context import MemoryContext, status_line
 from conductor.memory.hiding import RefError, read_ref, visible_hits, visible_note_ids
-from conductor.memory.search import COLLECTIONS, SourceError
 from conductor.memory.services import MemoryServices
+from conductor.memory.types import COLLECTIONS, SourceError
 from server.http.schema import ChatCompletionRequest, ToolDefinition
 from server.turn.answering.output_parser import ToolCall
 

@@ -13,11 +13,12 @@ import logging
 from dataclasses import dataclass, field
 
 from conductor.memory.context import BlockAction, MemoryContext, status_line
-from conductor.memory.notes import NoteStore, Reason
-from conductor.memory.writing import (
+from conductor.memory.types import (
     Block,
     BlockRefusal,
     BlockScanner,
+    NoteStore,
+    Reason,
     TextPiece,
     parse_block,
     write_block,

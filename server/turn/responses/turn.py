@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from conductor.memory.ledger import StoredResponse, new_response_id
 from conductor.memory.services import MemoryServices
+from conductor.memory.types import StoredResponse, new_response_id
 from engine.backend import EngineBackend, EngineDead
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
