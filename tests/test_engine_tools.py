@@ -147,6 +147,20 @@ def test_a_search_answers_with_five_entries_and_an_extra_argument_is_ignored(app
     assert f"\n{SEARCH_LIMIT}. " in response and f"\n{SEARCH_LIMIT + 1}. " not in response
 
 
+def test_a_note_of_a_title_alone_is_found_and_shown_by_its_title(app):
+    store = app.memory.store("tester")
+    assert store.add(title="The boiler room key hangs behind the Ferrowind poster.",
+                     kind="reference", scope="user", source="cli", body="",
+                     has_user_message=True).ok
+    app.app.state.tandem.search.index("tester").sync()
+    script = [call("memory_search", query="Ferrowind"), "Behind the poster."]
+    app.chat(user("Where is the boiler room key?"), script, headers=SESSION)
+    response = record_text(app).split("<tool_response>")[1].split("</tool_response>")[0]
+    first = response.split("\n1. ", 1)[1].split("\n2. ", 1)[0]  # the best hit, then its snippet
+    assert "ferrowind" in first.split("\n")[0]
+    assert first.split("\n")[1] == "   The boiler room key hangs behind the Ferrowind poster."
+
+
 def test_a_client_tool_after_an_engine_tool_ends_the_turn_with_tool_calls(app):
     script = [call("memory_search", query="node"), call("read_file", path="package.json")]
     response = app.request("POST", "/v1/chat/completions", headers=SESSION, json={

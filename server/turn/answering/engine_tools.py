@@ -173,7 +173,8 @@ class EngineToolbox:
         lines = [f"{len(hits)} entries for {query!r}:"]
         for n, hit in enumerate(hits, 1):
             lines.append(f"{n}. {hit.ref} (score {hit.score:.2f})")
-            lines.append(f"   {_one_line(hit.text, SNIPPET_CHARS)}")
+            # a note of a title alone has no text: its title (the section) is the snippet
+            lines.append(f"   {_one_line(hit.text or hit.section, SNIPPET_CHARS)}")
         return "\n".join(lines)
 
     async def _read(self, user: str, arguments: dict[str, Any], visible: set[str]) -> str:
