@@ -1,4 +1,4 @@
-"""The soak over replicas (issue 57; README: More than one machine): etcd, 3 tiny
+"""The soak over replicas (issue 57; docs/serving/replicas.md): etcd, 3 tiny
 `tandem serve` replicas sharing one notes root and vllm-router (`consistent_hash` on
 `X-User-ID`, as the replicas lane runs them: bench/replicas/cluster.py), then 1,000
 simulated users of 2 or 3 turns each through the router (bench/replicas/drive.py). Per

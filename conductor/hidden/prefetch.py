@@ -40,7 +40,7 @@ HINT_NOTES = 1  # the notes a client's hint brings (`memory.prefetch.hint_notes`
 class PrefetchLimits:
     """The guess's notes a turn and the notes it may give a session in all (0 notes: the
     guess off, the default: on the bench's conversations it was right for 0 of 12 and 2
-    of 8 prefetched notes, bench/README.md "Prefetch (issue 40)"; `ON_NOTES` is the
+    of 8 prefetched notes, bench/README.md "Prefetch"; `ON_NOTES` is the
     bench's setting where it is on), a hint's notes, and the tokens a turn that every
     prefetch after one answer shares."""
 
@@ -50,7 +50,7 @@ class PrefetchLimits:
     # A client's hint: the notes it may bring (0: hints refused). On by default: nothing
     # is spent until a client sends one. One note, as a message matches one: a draft's
     # best match is the guess, and each note more is prefilled and replayed whether the
-    # message needs it or not (bench/README.md, "Prefetch (issue 40)").
+    # message needs it or not (bench/README.md, "Prefetch").
     hint_notes: int = HINT_NOTES
     # Prefetch by branches (conductor/hidden/branches.py): after a turn, the tails of up
     # to this many notes the next message may match, each prefilled after the record as

@@ -1,4 +1,4 @@
-"""The fencing token's check, on the store's side (replicas: README, More than one machine).
+"""The fencing token's check, on the store's side (replicas: docs/serving/replicas.md).
 
 Replicas share one notes root; a lease (conductor/memory/lease.py) makes one of them the
 user's writer, and its token (etcd's revision of the lease key) rises with each new

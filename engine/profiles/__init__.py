@@ -85,7 +85,7 @@ class Profile:
     # The most log-probabilities a token a request may ask for (vLLM's --max-logprobs);
     # -1: the whole vocabulary, which a request asks for with -1.
     max_logprobs: int = 20
-    mamba_cache_mode: str = "none"  # a hybrid model's prefix cache: README, Hybrid models
+    mamba_cache_mode: str = "none"  # a hybrid model's prefix cache: docs/hybrid.md
 
     @property
     def builtin_model(self) -> str | None:

@@ -5,7 +5,7 @@
 A client (Claude Code, Codex CLI, Qwen Code, opencode, Cursor) spawns it and talks MCP on
 its stdin and stdout. It reads and writes the memory of `tandem serve` (the same
 `$TANDEM_HOME` and user), through the running server when there is one (its key:
-`$TANDEM_API_KEY`), else on the folder itself. README: "Memory over MCP".
+`$TANDEM_API_KEY`), else on the folder itself. docs/memory/mcp.md.
 """
 
 from __future__ import annotations

@@ -147,8 +147,8 @@ def validation_error(exc) -> APIError:
         return APIError(400, str(first.get("msg")), code="unsupported_parameter",
                         param=(first.get("ctx") or {}).get("name"))
     if first.get("type") == "extra_forbidden":
-        return APIError(400, f"{param}: not a request field this server takes (the README "
-                        "lists them)", code="unknown_parameter", param=param)
+        return APIError(400, f"{param}: not a request field this server takes (docs/serving/"
+                        "openai.md lists them)", code="unknown_parameter", param=param)
     message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
     if first.get("type") in BOUND_ERRORS:  # vLLM's clients match on pydantic's type name
         message += f" ({first['type']})"

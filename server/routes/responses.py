@@ -44,7 +44,7 @@ def _not_found(response_id: str) -> APIError:
 def _evicted(param: str) -> APIError:
     return APIError(400, f"{param}: an earlier response of this conversation is no longer "
                     "stored (each user keeps the newest responses within the store's bound: "
-                    "README, Limits); start it again with the whole input",
+                    "docs/serving/limits.md); start it again with the whole input",
                     code="previous_response_not_found", param=param)
 
 

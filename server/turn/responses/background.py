@@ -68,8 +68,8 @@ class BackgroundRuns:
         if self.per_user[user] >= self.max_per_user:
             raise APIError(429, f"background: {self.max_per_user} background responses "
                            "of this user are already queued or in progress, the most a user "
-                           "may have (README, Limits); poll them to their end or cancel one, "
-                           "or send this one without background",
+                           "may have (docs/serving/limits.md); poll them to their end or "
+                           "cancel one, or send this one without background",
                            code="rate_limit_exceeded", param="background",
                            kind="rate_limit_error")
         self.per_user[user] += 1
