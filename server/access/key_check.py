@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access.admin import AdminGate, is_admin_path, is_screen_path
 from server.access.auth import Auth, is_loopback
+from server.access.body_credentials import BodyTooLarge, lift, wants_lift
 from server.http.asgi import route_path, scope_header
 from server.http.errors import APIError, error_response, speaks_anthropic
 from server.http.metrics import HTTPCounters
@@ -42,7 +43,7 @@ class KeyCheckAndCount:
         self.auth = auth
         self.counters = counters
         self.admin = admin
-        # Replicas behind vllm-router (README: More than one machine): the header its
+        # Replicas behind vllm-router (docs/serving/replicas.md): the header its
         # consistent_hash policy keys on. A client sends its own user's name there; one
         # naming another user is refused, so no client can place itself on another
         # user's replica or hold up their lease.
@@ -78,6 +79,14 @@ class KeyCheckAndCount:
             self.counters.record("refused", refusal.status)
             await error_response(refusal, path)(scope, receive, send)
             return
+        if wants_lift(scope, path):  # behind vllm-router: the key may be in the body
+            try:
+                receive = await lift(scope, receive)
+            except BodyTooLarge as exc:
+                self.counters.record("refused", 413)
+                await error_response(APIError(413, str(exc), code="body_too_large"),
+                                     path)(scope, receive, send)
+                return
         peer = scope["client"][0] if scope.get("client") else None
         state = scope.setdefault("state", {})
         state["key_user"] = None

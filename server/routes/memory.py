@@ -34,6 +34,21 @@ class PrefetchHint(BaseModel):
     hint: str
 
 
+class SearchForm(BaseModel):
+    """`GET /search`'s query as a POST body: vllm-router forwards no query string."""
+
+    q: str
+    limit: int = 10
+    mode: str | None = None
+    collection: str | None = None
+
+
+class ReadForm(BaseModel):
+    """`GET /{note_id}` as a POST body (`POST /read`), for the same reason."""
+
+    id: str
+
+
 class MemoryWrite(BaseModel):
     op: Literal["add", "update", "archive"] = "add"
     scope: str | None = None
@@ -110,6 +125,14 @@ def memory_router(services: MemoryServices,
                      collection: str | None = None) -> dict:
         """Notes by BM25 (as before); with `mode` or `collection`, the hybrid search over
         every layer."""
+        return await searched(request, q, limit, mode, collection)
+
+    @router.post("/search")
+    async def search_form(body: SearchForm, request: Request) -> dict:
+        return await searched(request, body.q, body.limit, body.mode, body.collection)
+
+    async def searched(request: Request, q: str, limit: int, mode: str | None,
+                       collection: str | None) -> dict:
         user, session = session_of(request)
         if not 1 <= limit <= 50:
             raise APIError(400, "limit must be between 1 and 50", code="invalid_value",
@@ -123,6 +146,10 @@ def memory_router(services: MemoryServices,
                              if note.id in visible]}
         return await hybrid_search(search_service(), user, q, mode or "hybrid", collection,
                                    limit, visible)
+
+    @router.post("/read")
+    async def read_form(body: ReadForm, request: Request) -> dict:
+        return await read(body.id, request)
 
     @router.get("/{note_id}")
     async def read(note_id: str, request: Request) -> dict:
