@@ -33,7 +33,10 @@ NOT_A_TURN = {
 # ... and in server/turn/continuous.py alone: the continuous conversation's own history.
 CONTINUOUS = {
     "on_change": "the continuous conversation's history turn written: the index syncs",
-    "shown": "the continuous conversation's replayed answers made known to the render",
+    "show_answer": "the continuous conversation's replayed answers made known to the "
+                   "render (the shown answers are memory's own: MemoryServices._shown)",
+    "answers_shown": "the render of conversation_prefix_ids, the prewarm's prefix, takes "
+                     "the replayed answers back to what the model wrote",
     "shared_context": "conversation_prefix_ids: the prewarm's prefix of the continuous "
                       "conversation, idle-time work, not a turn",
 }
@@ -72,11 +75,14 @@ def _asked(tree: ast.AST, fields_elsewhere: frozenset[str] = frozenset()) -> set
 
 
 def _is_services(annotation: ast.AST | None) -> bool:
-    return annotation is not None and "MemoryServices" in ast.unparse(annotation)
+    """MemoryServices, or the interface the server annotates it with (MemoryDoor)."""
+    return annotation is not None and any(
+        name in ast.unparse(annotation) for name in ("MemoryServices", "MemoryDoor"))
 
 
 def _services_fields(trees: list[ast.AST]) -> frozenset[str]:
-    """The names of class fields annotated MemoryServices (Answer's `services`)."""
+    """The names of class fields annotated MemoryServices or MemoryDoor (Answer's
+    `services`)."""
     return frozenset(n.target.id for tree in trees for c in ast.walk(tree)
                      if isinstance(c, ast.ClassDef) for n in c.body
                      if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)

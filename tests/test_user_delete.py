@@ -134,7 +134,7 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     assert user not in {u for u, _ in held.prefetch_due.take()}
     # the memos keyed by text (a note's tail and words, a head, token counts) hold none
     assert [memo.cache_info().currsize for memo in text_memos(app)] == [0] * 6
-    assert not held.ledger.user_records(user) and not held.shown.take_changes().get(user)
+    assert not held.ledger.user_records(user) and not held._shown.take_changes().get(user)
     left = files_holding(tmp_path, needles)
     assert left == {"memory/journal.jsonl": [user]}, left  # only the delete's entry, below
     journal = [json.loads(line) for line in

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import getpass
 import logging
 import os
-import re
-import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +44,7 @@ from conductor.memory.hiding import (
 )
 from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
+from conductor.memory.settings import MemorySettings
 from conductor.memory.turn import LaidTurn, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
@@ -57,39 +55,6 @@ from conductor.writing.commands import recognise
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 
 log = logging.getLogger("tandem.memory")
-
-
-@dataclass(frozen=True)
-class MemorySettings:
-    """Server-wide memory settings (the CLI and environment set them)."""
-
-    user_name: str = field(default_factory=lambda: os.environ.get("TANDEM_USER")
-                           or _os_user())
-    trusted_proxies: frozenset[str] = frozenset(
-        a.strip() for a in os.environ.get("TANDEM_TRUSTED_PROXIES", "").split(",") if a.strip())
-    # The hour (local time) of the daily nightly job: INDEX.md, archive expiry, staleness.
-    nightly_hour: int = field(default_factory=lambda: int(
-        os.environ.get("TANDEM_NIGHTLY_HOUR") or 3))
-    # Replicas (README: More than one machine): the notes root every replica shares, the
-    # coordination service's address, this replica's name (the lease holder's), the
-    # lease's ttl. Unset: one machine, the notes in $TANDEM_HOME/memory, no lease.
-    shared_memory: Path | None = field(default_factory=lambda: Path(
-        os.environ["TANDEM_SHARED_MEMORY"]) if os.environ.get("TANDEM_SHARED_MEMORY") else None)
-    etcd_url: str | None = field(default_factory=lambda: os.environ.get("TANDEM_ETCD") or None)
-    replica: str = field(default_factory=lambda: os.environ.get("TANDEM_REPLICA")
-                         or socket.gethostname())
-    lease_ttl_s: float = field(default_factory=lambda: float(
-        os.environ.get("TANDEM_LEASE_TTL_S") or 10))
-    lease_idle_s: float = field(default_factory=lambda: float(
-        os.environ.get("TANDEM_LEASE_IDLE_S") or 60))
-
-
-def _os_user() -> str:
-    try:
-        name = getpass.getuser()
-    except Exception:  # no passwd entry (containers)
-        return "local"
-    return re.sub(r"[^a-z0-9_-]", "-", name.lower()) or "local"
 
 
 @dataclass
@@ -108,7 +73,8 @@ class MemoryServices:
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
     records_due: RecordsDue = field(default_factory=RecordsDue)
-    shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
+    # answers with status lines (answers_shown, show_answer)
+    _shown: ShownAnswers = field(default_factory=ShownAnswers)
     # The profile's memory.command_recogniser: "rules", or "learned" (the rules, then a
     # classifier over n-grams where they find nothing: conductor/writing/command_classifier)
     command_recogniser: str = "rules"
@@ -135,7 +101,7 @@ class MemoryServices:
         self.tokens = SessionTokens(local)
         ledger_files, shown_files = LedgerFiles(local), ShownAnswerFiles(local)
         ledger_files.load_into(self.ledger)
-        shown_files.load_into(self.shown)
+        shown_files.load_into(self._shown)
         self.responses = ResponseStore(local)  # the Responses API's stored responses
         self.leases: LeaseKeeper | None = None
         if self.settings.etcd_url:
@@ -145,7 +111,7 @@ class MemoryServices:
                                       self.settings.replica, self.settings.lease_ttl_s,
                                       self.settings.lease_idle_s)
         self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
-                                        shown=(self.shown, shown_files))
+                                        shown=(self._shown, shown_files))
 
     @property
     def root(self) -> Path:
@@ -202,7 +168,7 @@ class MemoryServices:
         `also`'s counts (`conductor.memory.erase`). Returns what went, by kind."""
         tokens = self.tokens.forget_user(user)
         records = self.ledger.forget_user(user)
-        shown = self.shown.forget_user(user)
+        shown = self._shown.forget_user(user)
         self.triggers.forget_user(user)
         self.prefetch_due.forget_user(user)
         self.prefetch_branches.forget_user(user)
@@ -240,8 +206,18 @@ class MemoryServices:
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
         return self.tokens.resolve(token)
 
+    def answers_shown(self, user: str | None) -> Callable[[str], str]:
+        """`as_written` for the user's messages: an answer the client was shown with
+        status lines, back to what the model wrote (what render_chat takes)."""
+        return self._shown.for_user(user)
+
+    def show_answer(self, user: str | None, shown: str, written: str) -> None:
+        """An answer shown as `shown`, written by the model as `written`, made known (the
+        continuous conversation's replayed answers, after a restart too)."""
+        self._shown.remember(user, shown, written)
+
     def shared_context(self, user: str, project: str | None, card: bool, reads: bool,
-                       count_tokens) -> SharedContext | None:
+                       count_tokens: Callable[[str], int]) -> SharedContext | None:
         """The card (when `card`) and the index of the user's and project's notes (when
         `reads`), as every session of this user and project gets them now."""
         store = self.store(user)
@@ -270,7 +246,7 @@ class MemoryServices:
             return choose_hidden(self, memory, replay, facts, count_tokens, decode)
 
         return TurnMemory(
-            match=match, as_written=self.shown.for_user(user),
+            match=match, as_written=self.answers_shown(user),
             deleted=self._deleted_notes(user, match), shows_shared=self._shows_shared(memory),
             hidden=hidden, facts=facts, count_tokens=count_tokens)
 
@@ -330,7 +306,7 @@ class MemoryServices:
         memory = outcome.memory
         user, session = memory.user, memory.session
         if outcome.recorded:
-            self.shown.remember(user, outcome.shown, outcome.written)
+            self.show_answer(user, outcome.shown, outcome.written)
             session = session_after_answer(memory, outcome.messages)
             if outcome.ledger_kept:
                 self.ledger.record(Record(
@@ -355,6 +331,18 @@ class MemoryServices:
                 self.triggers.turn_done(user, session, outcome.new_tokens)
         if outcome.gave_up and memory.writes:  # the writer looks at what was said
             self.triggers.give_up(user, session)
+
+    def prewarms_branches(self, reads: bool) -> bool:
+        """The prewarm's choice for a group (`reads`: it reads memory): whether its likely
+        notes' branches are prefilled after its shared context (notes to prewarm, and
+        notes matched and placed before the message)."""
+        shown = self.notes_shown
+        return self.prewarm.notes > 0 and reads and shown.leads and shown.max_matches > 0
+
+    def prefetches_branches(self) -> bool:
+        """The prefetch's choice: whether the tails of a record's candidate notes are
+        prefilled after it (branches to take, and notes placed before the message)."""
+        return self.prefetch_limits.branches > 0 and self.notes_shown.leads
 
     def seed_prewarm(self, mode: str) -> int:
         """At start, once the ledger holds only the served model's records: the prewarm's

@@ -136,8 +136,8 @@ class PrefetchService(IdleService):
         """One background prefill a candidate note of the session's newest record not
         branched for yet, most likely first, while nobody waits; one that gave way (or a
         client's arrival) leaves the session due for the rest."""
-        limits, shown = self.memory.prefetch_limits, self.memory.notes_shown
-        if limits.branches <= 0 or not shown.leads or self.engine.reuse_block is not None:
+        limits = self.memory.prefetch_limits
+        if not self.memory.prefetches_branches() or self.engine.reuse_block is not None:
             return []
         record = self.memory.ledger.latest(user, session)
         if record is None or not _fits(record, after_prefetch=True):

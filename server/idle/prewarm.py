@@ -64,9 +64,7 @@ class PrewarmService(IdleService):
         the message; and the engine caches a prompt block by block (a hybrid model keeps
         its recurrent state at one boundary a request, and a tail of about 90 tokens
         rarely holds one: no branch is worth its prefill there)."""
-        shown = self.memory.notes_shown
-        return (self.memory.prewarm.notes > 0 and group.reads and shown.leads
-                and shown.max_matches > 0 and not self.engine.reuse_block)
+        return self.memory.prewarms_branches(group.reads) and not self.engine.reuse_block
 
     async def _branches(self, group: ContextGroup, version: str, text: str,
                         runs: list[PrewarmRun]) -> bool:

@@ -29,7 +29,7 @@ from conductor.memory.types import (
 )
 
 if TYPE_CHECKING:
-    from conductor.memory.services import MemoryServices
+    from conductor.memory.interface import MemoryDoor
     from server.idle.search import SearchService
 
 log = logging.getLogger("tandem.mcp")
@@ -54,7 +54,7 @@ class ServedMemory:
     route uses, so a note written here is in the next prompt's hidden context and the
     search index is synced by the server's idle loop."""
 
-    def __init__(self, services: MemoryServices,
+    def __init__(self, services: MemoryDoor,
                  search_service: Callable[[], SearchService | None]) -> None:
         self.services = services
         self._search_service = search_service

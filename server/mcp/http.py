@@ -38,7 +38,7 @@ from server.turn.memory import MEMORY_HEADER, PROJECT_HEADER, request_user
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from conductor.memory.services import MemoryServices
+    from conductor.memory.interface import MemoryDoor
     from server.idle.search import SearchService
 
 PATH = "/mcp"
@@ -52,7 +52,7 @@ _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar(
     "mcp_caller", default=Caller(None))  # noqa: B039
 
 
-def mount_mcp(app: FastAPI, services: MemoryServices,
+def mount_mcp(app: FastAPI, services: MemoryDoor,
               search_service: Callable[[], SearchService | None]) -> None:
     """Serve the memory tools at `/mcp` inside `app`, for the users its keys name."""
     server = build_server(ServedMemory(services, search_service), _CALLER.get)

@@ -34,8 +34,8 @@ from collections.abc import Sequence
 
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import Tail
+from conductor.memory.interface import MemoryDoor
 from conductor.memory.lease import LeaseBusy, LeaseUnavailable
-from conductor.memory.services import MemoryServices
 from conductor.memory.turn import LaidTurn
 from engine.backend import EngineBackend
 from engine.profiles import Profile
@@ -51,7 +51,7 @@ from server.turn.prepared import PreparedChat
 from server.turn.prompt import tools_for_template, visible_messages
 
 
-def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def prepare(engine: EngineBackend, profile: Profile, services: MemoryDoor,
             request: ChatCompletionRequest, headers, peer: str | None,
             key_user: str | None = None, session: str | None = None,
             leading_tails: Sequence[Tail] = (), answer_room: int = 1,
@@ -137,7 +137,7 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
 
 
 def _resolve(request: ChatCompletionRequest, headers, peer: str | None, profile: Profile,
-             services: MemoryServices, key_user: str | None,
+             services: MemoryDoor, key_user: str | None,
              session: str | None) -> MemoryContext:
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
                              key_user, session)

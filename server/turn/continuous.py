@@ -18,7 +18,7 @@ from typing import Any
 
 from conductor.memory.context import MemoryContext
 from conductor.memory.hiding import SHARED_KIND, Tail
-from conductor.memory.services import MemoryServices
+from conductor.memory.interface import MemoryDoor
 from conductor.memory.types import (
     TIME_KIND,
     FenceRefused,
@@ -58,7 +58,7 @@ def window_bounds(profile: Profile) -> WindowBounds:
                         tokens=profile.memory.replay_tokens or profile.max_model_len // 3)
 
 
-def prepare_continuous(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def prepare_continuous(engine: EngineBackend, profile: Profile, services: MemoryDoor,
                        request: ChatCompletionRequest, headers, peer: str | None,
                        key_user: str | None = None,
                        utc_offset_minutes: int | None = None) -> PreparedChat:
@@ -139,7 +139,7 @@ def is_regenerate(request: ChatCompletionRequest, last: Turn | None) -> bool:
     return not said_twice
 
 
-def _conversation_so_far(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def _conversation_so_far(engine: EngineBackend, profile: Profile, services: MemoryDoor,
                          layers: UserLayers, bounds: WindowBounds | None = None,
                          leave_out: Turn | None = None
                          ) -> tuple[list[dict[str, Any]], list[Turn]]:
@@ -152,7 +152,7 @@ def _conversation_so_far(engine: EngineBackend, profile: Profile, services: Memo
     for turn in window:
         for message in turn.messages:
             if message.role == "assistant":
-                services.shown.remember(layers.user, message.shown(), message.text())
+                services.show_answer(layers.user, message.shown(), message.text())
     return conversation_messages(layers.core(), layers.working_memory(), window), window
 
 
@@ -162,7 +162,7 @@ def layer_texts(prefix: list[dict[str, Any]]) -> tuple[str, ...]:
     return tuple(m["content"] for m in prefix if m["role"] == "system")
 
 
-def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: MemoryDoor,
                             user: str) -> list[int]:
     """The ids the user's next message will start with, as the server would render them
     now (no ledger record matches after working memory or the checkpoint changed): the
@@ -175,7 +175,7 @@ def conversation_prefix_ids(engine: EngineBackend, profile: Profile, services: M
     request, _ = with_engine_tools(ChatCompletionRequest(model=profile.name, messages=messages),
                                    memory, profile.tool_call_format == "qwen")
     rendered = render_chat(engine.tokenizer, request, profile.thinking,
-                           services.shown.for_user(user), layer_texts(so_far))
+                           services.answers_shown(user), layer_texts(so_far))
     shared = services.shared_context(user, None, memory.shows_card, memory.reads,
                                      engine.count_tokens)
     head = Tail(SHARED_KIND, shared.text, shared.note_ids) if shared is not None else None

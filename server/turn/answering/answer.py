@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conductor.memory.hiding import Tail
-from conductor.memory.services import MemoryServices
+from conductor.memory.interface import MemoryDoor
 from conductor.memory.turn import TurnOutcome
 from conductor.memory.types import Span, VisibleMessage
 from engine.generation import Delta, TokenLogprob
@@ -51,7 +51,7 @@ class Answer:
     `chat` is the server.turn.prepared.PreparedChat the answer is for."""
 
     chat: Any
-    services: MemoryServices
+    services: MemoryDoor
     tokenizer: Any
     parser: OutputParser
     memory_filter: MemoryFilter
@@ -73,7 +73,7 @@ class Answer:
     prompt_logprobs: list | None = None  # Delta.prompt_logprobs of the first generation
 
     @classmethod
-    def start(cls, chat, services: MemoryServices, tokenizer, end_of_turn: int,
+    def start(cls, chat, services: MemoryDoor, tokenizer, end_of_turn: int,
               engine_tools: frozenset[str] = frozenset()) -> Answer:
         # A JSON answer is JSON only: a block inside one of its strings is text.
         action = "pass" if chat.json_answer else chat.memory.block_action

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from conductor.memory.services import MemoryServices
+from conductor.memory.interface import MemoryDoor
 from engine.backend import EngineBackend, EngineDead
 from server.http.schema import SYSTEM_FINGERPRINT
 from server.http.sse import DONE, frame, prepended
@@ -26,14 +26,14 @@ from server.turn.answering.output_parser import ParsedDelta
 from server.turn.prepared import PreparedChat
 
 
-def start_answer(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+def start_answer(engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
            toolbox: EngineToolbox | None) -> tuple[Answer, EngineToolbox | None]:
     toolbox = toolbox if chat.engine_tools and not chat.json_answer else None
     return Answer.start(chat, services, engine.tokenizer, engine.tokens.end_of_turn,
                         engine_tool_names if toolbox is not None else frozenset()), toolbox
 
 
-async def complete(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+async def complete(engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
                    toolbox: EngineToolbox | None = None) -> dict:
     """The whole answer (n choices of it) as one chat.completion object."""
     done = await asyncio.gather(*(_complete_choice(engine, services, c, toolbox)
@@ -54,7 +54,7 @@ async def complete(engine: EngineBackend, services: MemoryServices, chat: Prepar
     return body
 
 
-async def _complete_choice(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+async def _complete_choice(engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
                            toolbox: EngineToolbox | None) -> tuple[dict, Answer]:
     answer, toolbox = start_answer(engine, services, chat, toolbox)
     parts: list[ParsedDelta] = []
@@ -131,7 +131,7 @@ def _joined(first: ParsedDelta, then: ParsedDelta) -> ParsedDelta:
                        tool_calls=[*first.tool_calls, *then.tool_calls])
 
 
-async def stream(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+async def stream(engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
                  include_usage: bool, toolbox: EngineToolbox | None = None,
                  continuous_usage: bool = False) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format (the n choices' chunks as they come),
@@ -151,7 +151,7 @@ async def stream(engine: EngineBackend, services: MemoryServices, chat: Prepared
     yield DONE
 
 
-async def _choice_events(engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+async def _choice_events(engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
                          toolbox: EngineToolbox | None, answers: list[Answer],
                          continuous_usage: bool = False) -> AsyncIterator[str]:
     """One choice's chunks, from its role to its finish reason; as vLLM's, the last

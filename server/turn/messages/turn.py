@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from conductor.memory.services import MemoryServices
+from conductor.memory.interface import MemoryDoor
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
@@ -97,7 +97,7 @@ def chat_request(request: MessagesInput, engine: EngineBackend) -> ChatCompletio
         raise as_messages_error(validation_error(exc)) from None
 
 
-def _prepare_chat(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def _prepare_chat(engine: EngineBackend, profile: Profile, services: MemoryDoor,
                   chat: ChatCompletionRequest, headers, peer: str | None,
                   key_user: str | None, counting: bool = False) -> PreparedChat:
     continuous = profile.memory.conversation == "continuous" and not counting
@@ -111,7 +111,7 @@ def _prepare_chat(engine: EngineBackend, profile: Profile, services: MemoryServi
         raise as_messages_error(error, profile.max_model_len) from None
 
 
-def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def prepare(engine: EngineBackend, profile: Profile, services: MemoryDoor,
             request: MessagesRequest, headers, peer: str | None,
             key_user: str | None) -> PreparedChat:
     """The chat turn of this message, on the profile's way (the continuous
@@ -124,7 +124,7 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
     return prepared
 
 
-def count_tokens(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def count_tokens(engine: EngineBackend, profile: Profile, services: MemoryDoor,
                  request: CountTokensRequest, headers, peer: str | None,
                  key_user: str | None) -> int:
     """The tokens the prompt of a Messages request with these fields holds, memory's
@@ -139,7 +139,7 @@ class MessageRun:
     """One message on the engine: `events` runs it; `message` is the message object as it
     stands (whole once `events` has ended)."""
 
-    def __init__(self, engine: EngineBackend, services: MemoryServices, chat: PreparedChat,
+    def __init__(self, engine: EngineBackend, services: MemoryDoor, chat: PreparedChat,
                  toolbox: EngineToolbox | None) -> None:
         self.engine, self.chat = engine, chat
         self.answer, self._toolbox = start_answer(engine, services, chat, toolbox)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from conductor.memory.services import MemoryServices
+from conductor.memory.interface import MemoryDoor
 from conductor.memory.types import StoredResponse, new_response_id
 from engine.backend import EngineBackend, EngineDead
 from engine.profiles import Profile
@@ -109,7 +109,7 @@ def previous_conversation(stored: StoredResponse | None, request: ResponsesReque
     return stored.conversation  # an empty answer is still the ledger's turn
 
 
-def prepare(engine: EngineBackend, profile: Profile, services: MemoryServices,
+def prepare(engine: EngineBackend, profile: Profile, services: MemoryDoor,
             request: ResponsesRequest, previous: list[dict[str, Any]], headers,
             peer: str | None, key_user: str | None) -> ResponseTurn:
     """The chat turn of this response, on the profile's way (the continuous
@@ -135,7 +135,7 @@ class ResponseRun:
     written so far (a cancelled response keeps it). `finished` is the completed object
     once `events` has it, so a cancel that lands while it is being stored keeps it."""
 
-    def __init__(self, engine: EngineBackend, services: MemoryServices, turn: ResponseTurn,
+    def __init__(self, engine: EngineBackend, services: MemoryDoor, turn: ResponseTurn,
                  toolbox: EngineToolbox | None) -> None:
         self.engine, self.turn = engine, turn
         self.answer, self._toolbox = start_answer(engine, services, turn.chat, toolbox)

@@ -1,0 +1,113 @@
+"""Memory's front door as an interface: what the server may call on `MemoryServices`.
+
+`MemoryDoor` names the calls and the few fields a server module that needs only the door
+annotates with (the turn, the MCP tools, the routes that read and write a user's memory);
+`create_app` builds the concrete `MemoryServices`, which satisfies it
+(tests/test_memory_door.py holds every member to the same signature, so the two cannot
+drift). The plain data that crosses the door is in `conductor.memory.turn` (a chat turn's)
+and `conductor.memory.types` (the parts' own types).
+
+What is not here the server still reaches as a part of `MemoryServices` (the ledger, the
+Responses store, the writer's triggers, the prefetch's and prewarm's queues): the idle-time
+services and the app that starts them, which annotate with `MemoryServices` itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from conductor.hidden.shared_context import SharedContext
+    from conductor.layers.user_layers import UserLayers
+    from conductor.memory.lease import LeaseKeeper
+    from conductor.memory.settings import MemorySettings
+    from conductor.memory.turn import LaidTurn, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
+    from conductor.notes import NoteStore
+    from conductor.storage.journal import Journal
+    from conductor.storage.recovery import Recovery
+
+
+class MemoryDoor(Protocol):
+    """What the server may ask of memory: a chat turn's three flat calls, a user's stores,
+    the session tokens and cache salts, the shared context, and a user's delete."""
+
+    settings: MemorySettings  # server-wide: who the engine's own user is, the proxies
+    # What the server counts for /metrics (server.http.metrics.TandemMetrics), or None.
+    metrics: Any
+    # Told the user whose memory files changed: the search index syncs in idle time.
+    on_change: Callable[[str | None], None]
+    # Replicas: the keeper of this replica's user leases (None on one machine).
+    leases: LeaseKeeper | None
+
+    @property
+    def root(self) -> Path:
+        """The notes root: the shared one with replicas, else ``$TANDEM_HOME/memory``."""
+        ...
+
+    @property
+    def journal(self) -> Journal:
+        """The journal every user's entries go to (each names its user)."""
+        ...
+
+    def store(self, user: str) -> NoteStore:
+        """The user's note store (one a process, fenced with replicas)."""
+        ...
+
+    def layers(self, user: str) -> UserLayers:
+        """The user's memory layers (core, working, semantic, history)."""
+        ...
+
+    def recover(self) -> Recovery:
+        """What a start does after a crash; file work."""
+        ...
+
+    def delete_user(self, user: str, via: str, also: dict[str, int]) -> dict[str, int]:
+        """The user's delete, every file of theirs and what the process holds of them;
+        what went, by kind."""
+        ...
+
+    def token_for(self, user: str, session: str) -> str:
+        """The session's token for the memory routes: the same one after a restart."""
+        ...
+
+    def cache_salt(self, user: str | None) -> str:
+        """The prefix-cache salt of `user`'s requests, client and background alike."""
+        ...
+
+    def resolve_token(self, token: str | None) -> tuple[str, str] | None:
+        """The (user, session) a memory token stands for, or None."""
+        ...
+
+    def shared_context(self, user: str, project: str | None, card: bool, reads: bool,
+                       count_tokens: Callable[[str], int]) -> SharedContext | None:
+        """The card and the index of the user's and project's notes, as every session of
+        this user and project gets them now."""
+        ...
+
+    def answers_shown(self, user: str | None) -> Callable[[str], str]:
+        """`as_written` for the user's messages: an answer the client was shown with
+        status lines, back to what the model wrote (what render_chat takes)."""
+        ...
+
+    def show_answer(self, user: str | None, shown: str, written: str) -> None:
+        """An answer shown as `shown`, written by the model as `written`, made known."""
+        ...
+
+    def begin_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int]) -> TurnMemory:
+        """A chat turn's first call down: what its layout reads of memory and the hiding
+        decision bound to the turn."""
+        ...
+
+    def admit_turn(self, turn: TurnMemory, laid: LaidTurn) -> TurnPlan:
+        """A chat turn's second call down, once its layout stands: a miss noted, a memory
+        command carried out, the user's cache salt."""
+        ...
+
+    def record_turn(self, outcome: TurnOutcome) -> None:
+        """A chat turn's one call up, on the event loop, once it is answered."""
+        ...
+
+    def seed_prewarm(self, mode: str) -> int:
+        """At start: the prewarm's heads from the newest saved records; how many."""
+        ...
