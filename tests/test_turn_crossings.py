@@ -98,8 +98,15 @@ def count_crossings(served, app: InProcessApp, path: str, body: dict) -> Counter
     finally:
         threading.setprofile(None)
         crossings.done = True
-        loop.call_soon_threadsafe(setattr, loop, "_default_executor", before)
-        executor.shutdown(wait=False)
+
+        async def unhook_the_loop() -> None:
+            sys.setprofile(None)
+            loop._default_executor = before
+
+        # put back on the loop before this executor shuts: a later to_thread must not
+        # meet a shut executor ("cannot schedule new futures after shutdown")
+        served.run(unhook_the_loop())
+        executor.shutdown(wait=True)
     assert response.status_code == 200, response.text
     return counter
 
