@@ -21,8 +21,10 @@ from conductor.notes import NoteStore
 from conductor.notes.note_format import Note
 
 CORRECTION_KIND = "correction"
-# The hidden spans that hold a note's text (the shared index holds titles only).
+# The hidden spans that hold a note's text (the shared index holds titles only), and of
+# them those that list titles alone (the session's own index).
 HOLDS_TEXT = ("notes", "session", "block", CORRECTION_KIND, PREFETCH_KIND)
+TITLES_ONLY = ("session",)
 FRAME = ("Memory update: notes shown earlier in this conversation have changed since. "
          "These versions replace them:")
 
@@ -65,6 +67,11 @@ def build_corrections(store: NoteStore, spans: Sequence[Span],
             line = f"archived: {note.title}"
             if _plain(line) in shown:
                 continue
+        elif all(span.kind in TITLES_ONLY for span in held):
+            # only its title was shown: a body it never showed is no change to tell
+            if _plain(note.title) in shown:
+                continue
+            line = note_block(note)
         else:
             if not note.body.strip() or _plain(note.body) in shown:
                 continue
