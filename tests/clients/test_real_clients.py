@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from itertools import pairwise
 from pathlib import Path
@@ -21,9 +22,33 @@ import pytest
 from tests.clients.agents import AGENTS, ANSWER, PROMPT, README, RUN_TIMEOUT_S
 from tests.clients.install import REPO
 from tests.clients.relay import Exchange, Relay
+from tests.docs_text import section
 
 pytestmark = pytest.mark.clients
 REPORT = REPO / "test-artifacts" / "real-clients.json"
+# Each agent's heading in docs/agents.md, where its measured first prompt is stated.
+HEADINGS = {"codex": "Codex CLI", "claude": "Claude Code", "qwen": "Qwen Code",
+            "opencode": "opencode", "aider": "aider"}
+# How far the stated size may be from this run's: the prompt holds the run's own paths
+# and date, a few tokens; a new client version's catalog moves it by hundreds.
+STATED_WITHIN = 0.02
+
+
+def stated_first_prompt(name: str) -> int:
+    """The first prompt docs/agents.md says the agent sends, in tokens."""
+    found = re.search(r"First prompt, measured: ([\d,]+) tokens",
+                      section("docs/agents.md", HEADINGS[name]))
+    assert found, f"docs/agents.md states no first prompt for {HEADINGS[name]}"
+    return int(found.group(1).replace(",", ""))
+
+
+def assert_docs_state(name: str, measured: int) -> None:
+    """The docs' figure is this run's, within STATED_WITHIN: a client whose prompt grew
+    (a new version, a new tool) fails here until the docs say so."""
+    stated = stated_first_prompt(name)
+    assert abs(stated - measured) <= STATED_WITHIN * measured, (
+        f"docs/agents.md states {stated:,} tokens for {HEADINGS[name]}'s first prompt; "
+        f"this run measured {measured:,}")
 
 
 def run_agent(name: str, server, tmp_path: Path) -> tuple[Relay, list[str], str]:
@@ -90,6 +115,7 @@ def test_an_agent_runs_its_tool_loop_unchanged_and_cached(name, clients, agent_s
     report(name, relay, fractions)
     assert ANSWER in printed
     assert fractions[0] >= 0.95, fractions
+    assert_docs_state(name, first.tokens()[0])
 
 
 def test_aider_s_two_turns_run_and_its_cached_fraction_is_reported(clients, agent_server,
@@ -103,3 +129,4 @@ def test_aider_s_two_turns_run_and_its_cached_fraction_is_reported(clients, agen
     fractions = cached_fractions([first, asked[-1]])
     report("aider", relay, fractions)
     assert "OK." in printed
+    assert_docs_state("aider", first.tokens()[0])
