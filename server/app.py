@@ -96,6 +96,7 @@ class ServerState:
         if seeded:
             log.info("prewarm: %d heads from the saved sessions", seeded)
         self.engine = engine
+        self.memory.use_tokenizer(engine.count_tokens, engine.tokenizer.decode)
         engine.stats.observers.append(self.metrics.request_finished)
         if count_generation not in engine.stats.observers:  # the access log's tokens, once
             engine.stats.observers.append(count_generation)

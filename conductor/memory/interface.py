@@ -94,7 +94,12 @@ class MemoryDoor(Protocol):
         """An answer shown as `shown`, written by the model as `written`, made known."""
         ...
 
-    def begin_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int]) -> TurnMemory:
+    def use_tokenizer(self, count_tokens: Callable[[str], int],
+                      decode: Callable[[list[int]], str]) -> None:
+        """The served model's tokenizer, handed over once when the engine is ready."""
+        ...
+
+    def begin_turn(self, facts: TurnFacts) -> TurnMemory:
         """A chat turn's first call down: what its layout reads of memory and the hiding
         decision bound to the turn."""
         ...

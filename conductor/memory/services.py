@@ -85,6 +85,10 @@ class MemoryServices:
     on_change: Callable[[str | None], None] = lambda user: None
     # What the server counts for /metrics (server.http.metrics.TandemMetrics); none by default.
     metrics: Any = None
+    # The served model's tokenizer (`use_tokenizer`, once the engine is ready): what the
+    # hiding decision counts a part's tokens with, and reads replayed notes back with.
+    _count_tokens: Callable[[str], int] | None = None
+    _decode: Callable[[list[int]], str] | None = None
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _layers: dict[str, UserLayers] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -228,27 +232,38 @@ class MemoryServices:
                                         self.notes_shown.index_budget)
 
     # -- a chat turn: flat calls, as vLLM's scheduler is called (conductor/memory/turn.py) --
-    def begin_turn(self, facts: TurnFacts, count_tokens: Callable[[str], int]) -> TurnMemory:
+    def use_tokenizer(self, count_tokens: Callable[[str], int],
+                      decode: Callable[[list[int]], str]) -> None:
+        """The served model's tokenizer, handed over once when the engine is ready (as
+        vLLM's scheduler is given its cache's shape at start), so that no turn passes a
+        callable into memory."""
+        self._count_tokens, self._decode = count_tokens, decode
+
+    def begin_turn(self, facts: TurnFacts) -> TurnMemory:
         """A chat turn's first call down: what its layout reads of memory (the ledger's
         match, the shown answers, the matched record's deleted notes) and the hiding
-        decision bound to this turn, which the server asks for each layout it tries.
-        `facts.memory` must be set; `count_tokens` is the engine's tokenizer."""
+        decision bound to this turn, which the server asks for each layout it tries
+        (`TurnMemory.hidden(replay)`). `facts.memory` must be set."""
         memory = facts.memory
         assert memory is not None, "a turn's facts name its memory context"
+        count_tokens, decode = self._count_tokens, self._decode
+        assert count_tokens is not None and decode is not None, \
+            "the engine's tokenizer is handed over when it is ready (use_tokenizer)"
         user = memory.user
         match = self.ledger.find(user or "-relayed-", memory.session, list(facts.visible),
                                  memory.project, bare=memory.off_reason is not None)
         if match is not None and facts.tools_message:  # the tools' pseudo-message
             match = replace(match, matched_messages=match.matched_messages - 1)
 
-        def hidden(replay: Replayed | None,
-                   decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
-            return choose_hidden(self, memory, replay, facts, count_tokens, decode)
+        def hidden(replay: Replayed | None) -> HiddenContext:
+            # the replayed notes are read back (for their corrections) from the replay's ids
+            return choose_hidden(self, memory, replay, facts, count_tokens,
+                                 decode if replay is not None else None)
 
         return TurnMemory(
             match=match, as_written=self.answers_shown(user),
             deleted=self._deleted_notes(user, match), shows_shared=self._shows_shared(memory),
-            hidden=hidden, facts=facts, count_tokens=count_tokens)
+            hidden=hidden, facts=facts)
 
     def admit_turn(self, turn: TurnMemory, laid: LaidTurn) -> TurnPlan:
         """A chat turn's second call down, once its layout stands (the request is valid):
@@ -261,7 +276,7 @@ class MemoryServices:
         command = None
         if not facts.counting:
             if laid.missed and memory.off_reason is None:
-                note_miss(self, memory, list(laid.visible), turn.count_tokens)
+                note_miss(self, memory, list(laid.visible), self._count_tokens)
             # "remember that ...": carried out now, in the user's words (the request is valid)
             command = self._command(memory, facts.command_text, facts.visible)
         return TurnPlan(command, self.cache_salt(memory.user))

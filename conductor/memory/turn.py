@@ -4,7 +4,7 @@ vLLM's core/sched/output.py holds what its scheduler hands the model runner).
 A turn calls memory flat, as vLLM's engine calls its scheduler (`schedule()`, then
 `update_from_output()`), and memory never calls the server back:
 
-* `MemoryServices.begin_turn(facts, count_tokens) -> TurnMemory`: the request's
+* `MemoryServices.begin_turn(facts) -> TurnMemory`: the request's
   `TurnFacts` in; out, what the layout reads of memory (the ledger's match, the shown
   answers, the matched record's deleted notes) and the hiding decision bound to this
   turn (`TurnMemory.hidden`), which the server asks for each layout it tries.
@@ -58,9 +58,8 @@ class TurnMemory:
     shows_shared: bool  # this request would get a shared context (the card, or an index)
     # The hiding decision for this turn, given the replayed part of the record (None: the
     # prompt is rendered whole) and a decode that reads replayed notes back
-    hidden: Callable[[Replayed | None, Callable[[list[int]], str] | None], HiddenContext]
+    hidden: Callable[[Replayed | None], HiddenContext]
     facts: TurnFacts  # the request's, as begin_turn was given them
-    count_tokens: Callable[[str], int]  # the engine's tokenizer, for a miss's notes
 
 
 @dataclass(frozen=True)

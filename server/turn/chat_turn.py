@@ -89,7 +89,7 @@ def prepare(engine: EngineBackend, profile: Profile, services: MemoryDoor,
     forwarded = request.forwarded_ids()
 
     facts = turn_facts(offered, visible, memory, profile.memory.commands != "off", counting)
-    view = services.begin_turn(facts, engine.count_tokens)  # memory's first call down
+    view = services.begin_turn(facts)  # memory's first call down
     # the token work: the first layout that fits, and the request refused (before memory
     # acts on it) when not even the client's own does
     layout = fitting(layouts(engine, view, memory, request, offered, engine_tools, visible,

@@ -115,7 +115,7 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = view.hidden(replay, tokenizer.decode)
+    hidden = view.hidden(replay)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
                             [*leading_tails, *hidden.tails], block),
@@ -153,7 +153,7 @@ def _rendered_whole(engine: EngineBackend, view: TurnMemory, memory: MemoryConte
     a new session would get it; None when memory is off."""
     if memory.off_reason is not None:
         return None
-    hidden = view.hidden(None, None)
+    hidden = view.hidden(None)
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(engine.tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails], engine.reuse_block))
