@@ -61,9 +61,9 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+def imports_of(path: Path, modules: dict[str, Path], types: bool = False) -> set[str]:
     """The project modules `path` imports at run time, in functions too (an import
-    inside a function is still an arrow; only `if TYPE_CHECKING:` ones are not)."""
+    inside a function is still an arrow; `if TYPE_CHECKING:` ones only with `types`)."""
     found: set[str] = set()
 
     def resolve(name: str) -> str | None:
@@ -75,7 +75,7 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking_only(child):
+            if isinstance(child, ast.If) and _type_checking_only(child) and not types:
                 continue
             if isinstance(child, ast.Import):
                 for alias in child.names:
@@ -93,9 +93,10 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(types: bool = False) -> dict[str, set[str]]:
+    """Each module's imports: at run time, or with `types` the type-only ones too."""
     modules = source_modules()
-    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+    return {name: imports_of(path, modules, types) - {name} for name, path in modules.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -144,6 +145,13 @@ def test_circles_are_found_by_the_walker():
 
 def test_no_module_imports_itself_back_through_others():
     assert circles(import_graph()) == []
+
+
+def test_no_module_imports_itself_back_even_for_its_types():
+    """A circle of type-only imports is a circle of meaning all the same (the turn's data
+    and the hiding decision naming each other, the decision naming the services that
+    ask it): each part's types sit below the parts that use them."""
+    assert circles(import_graph(types=True)) == []
 
 
 def test_each_part_imports_only_the_parts_below_it():

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from conductor.hidden.branches import branch_candidates
 from conductor.hidden.corrections import CORRECTION_KIND, HOLDS_TEXT, build_corrections
@@ -28,6 +27,7 @@ from conductor.hidden.prefetch import (
     HINT_MAX_CHARS,
     MATCHED_KINDS,
     PREFETCH_KIND,
+    PrefetchDue,
     PrefetchLimits,
     choose_prefetch,
     goes_on,
@@ -53,12 +53,11 @@ from conductor.hidden.tail_notes import (
     note_match_words,
 )
 from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Record, Span, VisibleMessage
+from conductor.ledger.records import Ledger, Record, VisibleMessage
 from conductor.memory.context import MemoryContext
-from conductor.memory.turn import TurnFacts
-
-if TYPE_CHECKING:  # services.py asks this module for the decision
-    from conductor.memory.services import MemoryServices
+from conductor.memory.turn import HiddenContext, Replayed, Tail, TurnFacts
+from conductor.notes import NoteStore
+from conductor.writing.triggers import WriterTriggers
 
 # The server's part of conductor/hidden/ (the front door: nothing deeper), and the decision below.
 __all__ = [
@@ -99,36 +98,21 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Tail:
-    """A hidden system message: the shared context after the head, or a tail right after
-    the turn's new messages (the session's tail, matching notes), or right before them
-    (`leads`: the matching notes, placed before the message they match)."""
+class HidingServices(Protocol):
+    """What the hiding decision reads of memory's services (MemoryServices has them): a
+    protocol here, so that this module imports nothing of services.py, which imports it."""
 
-    kind: str
-    text: str
-    note_ids: tuple[str, ...] = ()
-    versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
-    leads: bool = False
+    ledger: Ledger
+    notes_shown: NotesShown
+    prefetch_due: PrefetchDue
+    triggers: WriterTriggers
 
+    def store(self, user: str) -> NoteStore: ...
 
-class Replayed(Protocol):
-    """The part of a ledger record a prompt starts with (the server's `Replay`)."""
-
-    ids: Sequence[int]  # the record's ids kept
-    spans: tuple[Span, ...]  # its hidden spans among them
-    dropped: tuple[Span, ...]  # its hidden spans past the cut
+    def token_for(self, user: str, session: str) -> str: ...
 
 
-@dataclass
-class HiddenContext:
-    token: str | None = None  # the session's memory-routes token, when memory is on for it
-    head: Tail | None = None  # the shared context, placed after the system prompt and tools
-    tails: list[Tail] = field(default_factory=list)  # around the new messages (Tail.leads)
-    version: str | None = None  # the shared context's version, when the head carries it
-
-
-def choose_hidden(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,
+def choose_hidden(services: HidingServices, memory: MemoryContext, replay: Replayed | None,
                   facts: TurnFacts, count_tokens,
                   decode: Callable[[list[int]], str] | None = None) -> HiddenContext:
     """The hidden messages of one request. `replay`: the part of a ledger record the
@@ -180,7 +164,7 @@ def drop_note_memos() -> None:
     _decoded.cache_clear()
 
 
-def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | None,
+def _choose(services: HidingServices, memory: MemoryContext, replay: Replayed | None,
             facts: TurnFacts, count_tokens, hidden: HiddenContext) -> None:
     store = services.store(memory.user) if memory.reads else None
     budget = services.notes_shown.index_budget
@@ -223,7 +207,7 @@ def _choose(services: MemoryServices, memory: MemoryContext, replay: Replayed | 
 COMPACTION_MIN_DROPPED_TOKENS = 512
 
 
-def note_miss(services: MemoryServices, memory: MemoryContext,
+def note_miss(services: HidingServices, memory: MemoryContext,
               visible: list[VisibleMessage], count_tokens) -> None:
     """A prompt not replayed in a known session. Only a real compaction (the client no
     longer sends a part of the session's history that holds enough tokens) sets off the
@@ -258,7 +242,7 @@ def injections_to_record(memory: MemoryContext, hidden: list[Tail]) -> bool:
         for tail in hidden)
 
 
-def record_injections(services: MemoryServices, memory: MemoryContext, hidden: list[Tail],
+def record_injections(services: HidingServices, memory: MemoryContext, hidden: list[Tail],
                       request_id: str) -> None:
     """usage.json and the journal learn which notes went in (ids only). File work: it
     runs in a thread once the answer is done, never before the first token."""

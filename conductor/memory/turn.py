@@ -20,18 +20,46 @@ A turn calls memory flat, as vLLM's engine calls its scheduler (`schedule()`, th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from conductor.ledger.records import Match, Span, VisibleMessage
 from conductor.memory.context import MemoryContext
 from conductor.writing.command_writes import CommandOutcome
 
-if TYPE_CHECKING:  # the hiding decision's types (conductor/memory/hiding.py imports this)
-    from conductor.memory.hiding import HiddenContext, Replayed, Tail
+
+# -- the hiding decision's plain data (conductor/memory/hiding.py decides it) ----------
+@dataclass(frozen=True)
+class Tail:
+    """A hidden system message: the shared context after the head, or a tail right after
+    the turn's new messages (the session's tail, matching notes), or right before them
+    (`leads`: the matching notes, placed before the message they match)."""
+
+    kind: str
+    text: str
+    note_ids: tuple[str, ...] = ()
+    versions: tuple[int, ...] = ()  # a correction's (conductor/hidden/corrections.py)
+    leads: bool = False
 
 
+class Replayed(Protocol):
+    """The part of a ledger record a prompt starts with (the server's `Replay`)."""
+
+    ids: Sequence[int]  # the record's ids kept
+    spans: tuple[Span, ...]  # its hidden spans among them
+    dropped: tuple[Span, ...]  # its hidden spans past the cut
+
+
+@dataclass
+class HiddenContext:
+    token: str | None = None  # the session's memory-routes token, when memory is on for it
+    head: Tail | None = None  # the shared context, placed after the system prompt and tools
+    tails: list[Tail] = field(default_factory=list)  # around the new messages (Tail.leads)
+    version: str | None = None  # the shared context's version, when the head carries it
+
+
+# -- the turn's calls ------------------------------------------------------------------
 @dataclass(frozen=True)
 class TurnFacts:
     """What memory reads of a request, as plain values (the turn computes them)."""
