@@ -53,8 +53,10 @@ async def lift(scope: Scope, receive: Receive) -> Receive:
     whole = b"".join(chunks)
     try:
         fields = json.loads(whole) if whole else None
-    except (ValueError, UnicodeDecodeError):
-        fields = None  # the route's own parsing answers it with a 422
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # the route's own parsing answers it: a 422, or the 400 of a body nested past
+        # the parser's depth (json.loads recurses, and would end in a 500 here)
+        fields = None
     if isinstance(fields, dict):
         headers = list(scope["headers"])
         for field, header in FIELDS.items():
