@@ -61,8 +61,14 @@ def synced(app: InProcessApp, served, turns: int) -> None:
     folder = app.memory.layers("tester").files.turns_dir
     eventually(lambda: len(list(folder.rglob("*.json"))) == turns)
     search = app.app.state.tandem.search
-    served.run(search.tick())  # a turn marked after its file was read is synced again: fine
-    assert search.index("tester").count() > 0
+
+    def ticked() -> bool:
+        # the sync waits while a client request runs on the shared engine (an earlier
+        # test's answer still ending): tick until it has run; a turn marked after its
+        # file was read is synced again, which is fine
+        served.run(search.tick())
+        return search.index("tester").count() > 0
+    eventually(ticked, timeout=60)
 
 
 def test_a_question_finds_the_turn_that_answers_it_by_route_and_cli(app, served, tmp_path,
