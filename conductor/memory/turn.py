@@ -85,7 +85,7 @@ class TurnMemory:
     deleted: frozenset[str]  # notes the matched record holds that are gone (not replayed)
     shows_shared: bool  # this request would get a shared context (the card, or an index)
     # The hiding decision for this turn, given the replayed part of the record (None: the
-    # prompt is rendered whole) and a decode that reads replayed notes back
+    # prompt is rendered whole); memory reads the replayed notes back itself
     hidden: Callable[[Replayed | None], HiddenContext]
     facts: TurnFacts  # the request's, as begin_turn was given them
 
