@@ -67,6 +67,9 @@ def _covered(word: str, words: set[str]) -> bool:
         shared = len(_common_opening(word, other))
         if shared >= STEM and shared >= 0.75 * min(len(word), len(other)):
             return True
+        # a ratio can reach SPELLING only when the lengths are close: 2*min/(a+b) bounds it
+        if 2 * min(len(word), len(other)) < SPELLING * (len(word) + len(other)):
+            continue
         if difflib.SequenceMatcher(None, word, other).ratio() >= SPELLING:
             return True
     return False
@@ -83,10 +86,13 @@ def _score(wanted: set[str], note: Note) -> tuple[float, float] | None:
     """(the share of `wanted` the note says, the share of the note's words named) when the
     note is named strongly enough; None when it is not."""
     said = target_words(f"{note.title}\n{note.body}")
-    missing = [w for w in wanted if not _covered(w, said)]
     allowed = 1 if len(wanted) >= LONG_TARGET else 0
-    if len(missing) > allowed or any(_SPECIFIC.search(w) for w in missing):
-        return None
+    missing: list[str] = []
+    for word in wanted:  # a note ruled out by its first words missing is left at once
+        if not _covered(word, said):
+            missing.append(word)
+            if len(missing) > allowed or _SPECIFIC.search(word):
+                return None
     named = sum(1 for w in said if _covered(w, wanted))
     return (1 - len(missing) / len(wanted), named / len(said) if said else 0.0)
 

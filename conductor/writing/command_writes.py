@@ -67,7 +67,8 @@ def carry_out(store: NoteStore, command: Command, *, session: str, project: str 
         if did is not None:
             return _repeated(store, command, did)
         outcome = _carry_out(store, command, session, project)
-        handled.record(key, store.clock(), _handled(outcome))
+        if outcome.note_ids:  # a refusal or a failure is not kept: the user's retry runs
+            handled.record(key, store.clock(), _handled(outcome))
     return outcome
 
 
