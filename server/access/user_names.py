@@ -13,6 +13,7 @@ holding control characters.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -42,9 +43,10 @@ def header_text(value: str) -> str:
         return value
 
 
+@functools.lru_cache(maxsize=4096)  # every request's user: a handful of names, over and over
 def user_folder(name: str) -> str:
     """The folder (and user id everywhere in memory) of the user `name`; UserNameError
-    when it names no one."""
+    when it names no one (not memoised: an exception is not cached)."""
     if not name or not name.strip():
         raise UserNameError(f"the user name is empty ({ALLOWED})")
     if len(name) > MAX_NAME_CHARS:

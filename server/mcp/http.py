@@ -33,7 +33,7 @@ from server.http.errors import APIError, error_response
 from server.mcp.access import ServedMemory
 from server.mcp.catalog import build_server
 from server.mcp.tools import Caller
-from server.turn.memory import MEMORY_HEADER, PROJECT_HEADER, request_user
+from server.turn.memory import MEMORY_HEADER, PROJECT_HEADER, memory_switch, request_user
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -45,7 +45,6 @@ PATH = "/mcp"
 # One call's body: a note is at most 8,000 characters (up to 6 bytes each once escaped in
 # JSON); a body past this is refused with 413 before it is parsed.
 MAX_BODY_BYTES = 256 * 1024
-MEMORY_SWITCHES = ("read", "off")  # X-Tandem-Memory's values, as the chat routes take them
 
 # The call's caller, set by the middleware below for the tools it runs (a frozen value).
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar(
@@ -72,7 +71,7 @@ def mount_mcp(app: FastAPI, services: MemoryDoor,
             return await call_next(ctx)
         user = caller_of(request)  # PostOnly refused a name that can be no one's
         token = _CALLER.set(Caller(user, request.headers.get(PROJECT_HEADER) or None,
-                                   memory_switch(request.headers)))
+                                   memory_switch(request.headers.get(MEMORY_HEADER))))
         try:
             return await call_next(ctx)
         finally:
@@ -95,12 +94,6 @@ def mount_mcp(app: FastAPI, services: MemoryDoor,
 
     app.router.lifespan_context = lifespan
 
-
-def memory_switch(headers: Any) -> str | None:
-    """The request's X-Tandem-Memory, lower-cased ("read", "off"; None: none sent). The
-    gate has refused any other value before a tool runs."""
-    value = (headers.get(MEMORY_HEADER) or "").strip().lower()
-    return value or None
 
 
 def _gated(route: Any, caller_of: Callable[[Request], str | None]) -> Any:
@@ -142,9 +135,8 @@ class PostOnly:
                             "JSON body and keeps no session or event stream to GET or "
                             f"DELETE (not {scope['method']})", code="method_not_allowed",
                             headers={"Allow": "POST"})
-        switch = next((v.decode("latin-1") for k, v in scope["headers"]
-                       if k == MEMORY_HEADER.encode()), None)
-        if switch is not None and switch.strip().lower() not in MEMORY_SWITCHES:
-            return APIError(400, "X-Tandem-Memory must be 'off' or 'read'",
-                            code="invalid_value", param="X-Tandem-Memory")
+        try:
+            memory_switch(Request(scope).headers.get(MEMORY_HEADER))
+        except APIError as exc:
+            return exc
         return None

@@ -46,6 +46,7 @@ from conductor.memory.types import (
     write_note,
 )
 from server.mcp.access import MemoryAccess, Unavailable
+from server.turn.memory import MEMORY_SWITCHES
 
 log = logging.getLogger("tandem.mcp")
 
@@ -95,7 +96,7 @@ class Caller:
 
     @property
     def writes(self) -> bool:
-        return self.memory not in ("read", "off")
+        return self.memory not in MEMORY_SWITCHES
 
 
 def _snippet(text: str) -> str:

@@ -16,6 +16,7 @@ from server.http.schema import ChatCompletionRequest
 from server.turn.constraints.response_format import answer_schema
 from server.turn.constraints.structured import check_structured
 from server.turn.constraints.tool_choice import ForcedChoice, forced_choice
+from server.turn.memory import MEMORY_HEADER, memory_switch
 from server.turn.tool_exchange import template_shows_tools
 
 
@@ -58,10 +59,7 @@ def check_request(engine: EngineBackend, profile: Profile, request: ChatCompleti
         raise APIError(400, f"'script' is only accepted by scripted profiles; {profile.name!r} "
                        "is not one", code="invalid_value", param="script")
     check_tools(engine, profile, request)
-    switch = headers.get("x-tandem-memory")
-    if switch is not None and switch.strip().lower() not in ("off", "read"):
-        raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
-                       param="X-Tandem-Memory")
+    memory_switch(headers.get(MEMORY_HEADER))
     check_token_ids(engine, "logit_bias", [int(token) for token in request.logit_bias or {}])
     check_token_ids(engine, "logprob_token_ids", request.logprob_token_ids or [])
     check_token_ids(engine, "allowed_token_ids", request.allowed_token_ids or [])

@@ -17,6 +17,17 @@ USER_HEADER = "x-tandem-user"
 SESSION_HEADER = "x-tandem-session"
 PROJECT_HEADER = "x-tandem-project"
 TOKEN_HEADER = "x-tandem-memory-token"
+MEMORY_SWITCHES = ("off", "read")  # what X-Tandem-Memory may say: it only turns memory down
+
+
+def memory_switch(value: str | None) -> str | None:
+    """X-Tandem-Memory's value, lower-cased (None: none sent); a 400 for any other, on
+    the chat routes and /mcp alike."""
+    switch = (value or "").strip().lower() or None
+    if value is not None and switch not in MEMORY_SWITCHES:
+        raise APIError(400, "X-Tandem-Memory must be 'off' or 'read'", code="invalid_value",
+                       param="X-Tandem-Memory")
+    return switch
 
 
 def request_messages(request: ChatCompletionRequest) -> list[VisibleMessage]:
@@ -62,7 +73,7 @@ def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, m
                     settings: MemorySettings, key_user: str | None = None,
                     session: str | None = None) -> MemoryContext:
     user = request_user(headers, peer, settings, key_user)
-    header = (headers.get(MEMORY_HEADER) or "").strip().lower() or None
+    header = memory_switch(headers.get(MEMORY_HEADER))
     project = headers.get(PROJECT_HEADER) or None
     session = session or headers.get(SESSION_HEADER)
     derived = not session
