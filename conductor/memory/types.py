@@ -91,8 +91,7 @@ from conductor.writing.client_writes import (
     note_json,
     write_note,
 )
-from conductor.writing.command_writes import CommandOutcome, carry_out
-from conductor.writing.commands import recognise
+from conductor.writing.command_writes import CommandOutcome
 from conductor.writing.writer import GenerationPiece, Writer, WriterRun
 
 __all__ = [
@@ -144,10 +143,8 @@ __all__ = [
     "WriteOp",
     "Writer",
     "WriterRun",
-    "carry_out",
     "note_json",
     "parse_block",
-    "recognise",
     "write_block",
     "write_note",
     # the layers
