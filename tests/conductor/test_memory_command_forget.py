@@ -93,3 +93,12 @@ def test_a_handled_message_is_kept_for_a_while_and_by_digest_only(store, clock):
     # past the window it is carried out again: a restatement, the same note
     assert say(store, "Remember that my locker code is 4417", said).status[0][0] == "updated"
     assert live(store) == ["My locker code is 4417."]
+
+
+def test_a_message_sent_again_after_its_note_was_deleted_says_nothing_of_it(store):
+    said = conversation("Remember that my bike lock code is 3381")
+    first = say(store, "Remember that my bike lock code is 3381", said)
+    (note_id,) = first.note_ids
+    assert store.delete(note_id).ok
+    again = say(store, "Remember that my bike lock code is 3381", said)  # the retry
+    assert again.note_ids == () and again.status == () and store.list() == []
