@@ -25,8 +25,16 @@ MARKER_TEXT = re.compile(r"\[redacted:[a-z_]+\]")
 # A value that is a reference, not a secret: $VAR, ${VAR}, <placeholder>, {{ tmpl }}, ***.
 _NOT_A_VALUE = r"(?!\[redacted:|\$|<|\{\{|\*{3}|%\()"
 
-_SECRET_WORD = (r"(?:password|passwd|passphrase|pwd|secret|api[ _-]?key|apikey|token|bearer"
-                r"|private[ _-]?key|signing[_-]?key|encryption[_-]?key|credentials?)")
+_SECRET_WORD = (r"(?:password|passwd|passphrase|pass[ _-]?code|pwd|secret|api[ _-]?key|apikey"
+                r"|token|bearer|private[ _-]?key|signing[_-]?key|encryption[_-]?key"
+                r"|credentials?)")
+# What stands where a value would and is none: a placeholder ("password: TBD"), or an
+# instruction that goes on as a sentence ("Password: check the vault").
+_PLACEHOLDER = r"tbd|tba|tbc|todo|fixme|n/?a|none|null|nil|unset|pending|unknown"
+_INSTRUCTION = (r"use|see|ask|check|call|contact|email|text|find|look|get|read|talk|go|"
+                r"in|on|at|from|stored|kept|sent|given|shared")
+_NO_PLACEHOLDER = (rf"(?![\"']?(?i:{_PLACEHOLDER})[\"']?(?:[\s,;.!?)]|$))"
+                   rf"(?!(?i:{_INSTRUCTION})\s)")
 # A value someone made, not an English word: 8+ characters without spaces that mix
 # letters with digits, or upper with lower case (10+), or carry signs.
 _MADE_VALUE = (r"(?=\S{0,512}[A-Za-z])(?:(?=\S{0,512}\d)\S{8,512}"
@@ -45,6 +53,14 @@ _LITTLE_WORDS = (r"a|an|the|my|your|our|his|her|their|its|this|that|these|those|
                  r"always|usually|probably|and|or|but|in|on|at|under|inside|behind|with|"
                  r"from|for|of|to|by|as|is|are|was|be|been|being|going|getting|what|where|"
                  r"how|which|there|here|see|ask|check|something|nothing|whatever|one|none")
+# A verb's irregular participle ("is sent by email", "was given at the desk"): the regular
+# ones end in -ed (_PARTICIPLE).
+_IRREGULAR = (r"sent|given|shown|told|made|done|taken|chosen|found|held|sold|lent|built|"
+              r"put|left|bought|got|gotten|seen|spoken|stolen|broken|frozen|drawn|thrown|"
+              r"known|meant|read|kept|set|hidden|written|forgotten|lost|shared|emailed")
+# A count describes ("the passphrase is three random words").
+_NUMBER_WORDS = (r"two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
+                 r"several|few|many|some|multiple|more|less|fewer|most|both|each|every|all")
 _DESCRIBING = (r"same|different|written|kept|set|hidden|unknown|long|short|strong|weak|"
                r"wrong|right|correct|incorrect|invalid|valid|empty|blank|missing|new|old|"
                r"secret|private|safe|secure|insecure|easy|hard|simple|complex|fine|ok|okay|"
@@ -52,23 +68,38 @@ _DESCRIBING = (r"same|different|written|kept|set|hidden|unknown|long|short|stron
                r"easier|harder|weaker|stronger|obvious|unique|random|optional|mandatory|"
                r"visible|public|known|reset|lost|forgotten")
 _PARTICIPLE = r"[A-Za-z]{2,40}(?:ed|ly|ing|able|ible)\b"
-_NOT_A_PASSWORD = rf"(?!(?:{_LITTLE_WORDS}|{_DESCRIBING})\b)(?!{_PARTICIPLE})"
+_NOT_A_PASSWORD = (rf"(?!(?:{_LITTLE_WORDS}|{_DESCRIBING}|{_IRREGULAR}|{_NUMBER_WORDS}|"
+                   rf"{_PLACEHOLDER})\b)(?!{_PARTICIPLE})")
 _VALUE_END = r"(?=[\s\"'”’,;!?.)]|$)"
 _COUNTED = (r"(?!\s{0,4}(?:characters?|chars?|digits?|letters?|symbols?|words?|numbers?|"
             r"long|or (?:more|fewer|less)|min(?:imum)?|max(?:imum)?)\b)")
 # "the PIN for my bank card is ...", "the password to the wifi was ...", "PIN: ..."
-_FOR_WHAT = r"(?:\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}[^\s.,;:!?=]{1,40}){1,6}?)?"
-_STATED_AS = (r"(?:\s{1,4}(?:is|was)(?:\s{0,4}:)?\s{1,4}|\s{0,4}[:=]\s{0,4})" + _NOT_A_VALUE
-              + r"[\"'“‘]?")
+_FOR_SOME = r"\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}[^\s.,;:!?=]{1,40}){1,6}?"
+_FOR_WHAT = rf"(?:{_FOR_SOME})?"
+# A pin of a release or a version is no PIN ("the pin for the release is 2024").
+_VERSIONED = (r"releases?|versions?|builds?|packages?|dependency|dependencies|deps?|images?|"
+              r"tags?|branch(?:es)?|commits?|librar(?:y|ies)|libs?|modules?|sdk|toolchain|"
+              r"python|node|npm|pip|docker|charts?|plugins?|runtime|compiler|crates?|gems?|"
+              r"schema|lockfile|requirements?|wheels?|distro|kernel|firmware")
+_FOR_A_PIN = (r"(?:\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}(?!(?i:" + _VERSIONED + r")\b)"
+              r"[^\s.,;:!?=]{1,40}){1,6}?)?")
+_QUOTE = r"[\"'“‘]?"
+_SAID_IS = r"\s{1,4}(?:is|was)(?:\s{0,4}:)?\s{1,4}" + _NOT_A_VALUE + _QUOTE
+_SAID_SET = r"\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE + _QUOTE
+# "password: x" and "pwd=x" are password_assignment's (a name it knows, then ":" or "=");
+# stated, a password is "is/was" one, or ": x" after what it is for, where no name is.
+_STATED_AS = rf"(?:{_FOR_WHAT}{_SAID_IS}|{_FOR_SOME}{_SAID_SET})"
+# A PIN has no name password_assignment knows: "PIN: 4417" is stated too.
+_PIN_STATED_AS = rf"{_FOR_A_PIN}(?:{_SAID_IS}|{_SAID_SET})"
 _PASSWORD_WORD = r"(?i)\b(?:password|passwd|passcode|pass\s{1,4}code|pwd)"
 _PASSPHRASE_WORD = r"(?i)\b(?:passphrase|pass\s{1,4}phrase)"
 _PHRASE_WORD = rf"(?!(?:{_LITTLE_WORDS})\b)(?!{_PARTICIPLE})[A-Za-z]{{1,40}}"
 _STATED: list[tuple[str, str]] = [
     ("password_stated", r"(?i)\b(?:pin|pin\s{1,4}(?:code|number)|passcode|pass\s{1,4}code)"
-     + _FOR_WHAT + _STATED_AS + r"(?P<value>\d{4,12})(?![\d.,]\d)" + _COUNTED),
-    ("password_stated", _PASSPHRASE_WORD + _FOR_WHAT + _STATED_AS + rf"(?P<value>{_PHRASE_WORD}"
-     rf"(?:\s{{1,4}}{_PHRASE_WORD}){{2,9}}){_VALUE_END}"),
-    *[("password_stated", word + _FOR_WHAT + _STATED_AS + _NOT_A_PASSWORD
+     + _PIN_STATED_AS + r"(?P<value>\d{4,12})(?![\d.,]\d)" + _COUNTED),
+    ("password_stated", _PASSPHRASE_WORD + _STATED_AS + rf"(?!(?i:{_NUMBER_WORDS})\b)"
+     rf"(?P<value>{_PHRASE_WORD}(?:\s{{1,4}}{_PHRASE_WORD}){{2,9}}){_VALUE_END}"),
+    *[("password_stated", word + _STATED_AS + _NOT_A_PASSWORD
        + r"(?P<value>[^\s\"'”’,;!?]{0,63}[^\s\"'”’,;!?.])" + _VALUE_END + _COUNTED)
       for word in (_PASSWORD_WORD, _PASSPHRASE_WORD)],
 ]
@@ -139,7 +170,7 @@ _PATTERNS: list[tuple[str, str]] = [
         # characters costs one bounded try, not one a position.
         r"(?i)(?<![\w.-])(?:\w[\w.-]{0,63}?)?" + _SECRET_WORD
         + r"[\w.-]{0,40}[\"']?\s{0,8}"
-        r"[:=]\s{0,8}" + _NOT_A_VALUE
+        r"[:=]\s{0,8}" + _NOT_A_VALUE + _NO_PLACEHOLDER
         + r"(?P<value>\"[^\"\s]{4,512}\"|'[^'\s]{4,512}'|[^\s\"',;]{4,512})",
     ),
     # A payment card number: 13 to 19 digits, in groups or not, that pass the Luhn check.

@@ -207,6 +207,15 @@ STATED = [
     ("my phone passcode is " + "918273", "918273"),
     ("my password is: " + "sunshine!", "sunshine"),
     ("the wifi password is '" + "tulips" + "'", "tulips"),
+    # the ": value" forms stay refused with password_stated narrowed to "is/was": a PIN or
+    # passcode (no name password_assignment knows), and a password named "for" something
+    ("PIN: " + "4417", "4417"),
+    ("pin code = " + "2580", "2580"),
+    ("passcode: " + "sunshine", "sunshine"),
+    ("the password for the router: " + "dragon", "dragon"),
+    ("password: " + "sunshine", "sunshine"),
+    # a year-shaped PIN is a PIN unless it pins a release or a version
+    ("the PIN for the front door is " + "2024", "2024"),
 ]
 TALK_OF_PASSWORDS = [
     "I forgot my password yesterday",
@@ -224,6 +233,21 @@ TALK_OF_PASSWORDS = [
     "the pin is bent",
     "the PIN for the GPIO is 17",
     "reset the admin password from the console",
+    # they talk about a password and state none: an instruction, a placeholder, a verb's
+    # irregular participle, a release number, a count of words
+    "Password: use the vault",
+    "Password: check the vault",
+    "Password for the wifi: ask the front desk",
+    "the password is sent by email",
+    "the password is given at the desk",
+    "password: TBD",
+    "password: N/A",
+    "password: TODO",
+    "the password is TBD",
+    "the pin for the release is 2024",
+    "the pin for the base image is 20240101",
+    "the passphrase is three random words",
+    "the passphrase is four words",
 ]
 
 
@@ -236,6 +260,12 @@ def test_a_stated_password_is_a_secret_whatever_its_shape(text: str, value: str)
 
 @pytest.mark.parametrize("text", TALK_OF_PASSWORDS)
 def test_talk_of_passwords_is_not_a_secret(text: str) -> None:
+    assert find_secrets(text) == [], text
+
+
+@pytest.mark.parametrize("text", ["PIN is 4417.5", "the pin is 2024.1", "my PIN is 1.2.3",
+                                  "the PIN for the lock is 4417,5", "version 1.2.3"])
+def test_a_number_with_decimals_is_no_pin(text: str) -> None:
     assert find_secrets(text) == [], text
 
 
