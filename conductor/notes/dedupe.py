@@ -60,22 +60,40 @@ _OPENERS = frozenset(
     "new old first last next our connect deploy build install start stop check call send "
     "open close read write see ask tell let try put get go take give find".split())
 SPELLING = 0.85  # two words this alike (difflib ratio) are one word spelt two ways
+_POSSESSIVE = re.compile(r"['’]s$")
 
 
 def same_title(a: str, b: str) -> bool:
     return normalise_title(a) == normalise_title(b)
 
 
+def normal_word(token: str, skip: frozenset[str]) -> str | None:
+    """`token` as compared: lower case, without its 's, a plural's s dropped (deploys ~
+    deploy); None for a word of `skip` or a single letter (a digit is kept). Shared with
+    a forget's target words (`conductor.writing.command_targets`)."""
+    word = _POSSESSIVE.sub("", token.lower())
+    if word in skip or len(word) < 2 and not word.isdigit():
+        return None
+    if word.isalpha() and len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    return word
+
+
+def spelt_alike(a: str, b: str) -> bool:
+    """One word spelt two ways: a difflib ratio of SPELLING or more. The ratio can reach
+    it only when the lengths are close (2*min/(a+b) bounds it): difflib is skipped else."""
+    if 2 * min(len(a), len(b)) < SPELLING * (len(a) + len(b)):
+        return False
+    return difflib.SequenceMatcher(None, a, b).ratio() >= SPELLING
+
+
 def _words(text: str) -> dict[str, str]:
     """Normalised word -> the word as written (for telling names and values apart)."""
     out: dict[str, str] = {}
     for token in _TOKEN.findall(text):
-        word = token.lower().removesuffix("'s")
-        if word in _STOPWORDS or len(word) < 2 and not word.isdigit():
-            continue
-        if word.isalpha() and len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]  # deploys ~ deploy
-        out.setdefault(word, token)
+        word = normal_word(token, _STOPWORDS)
+        if word is not None:
+            out.setdefault(word, token)
     return out
 
 
@@ -158,7 +176,7 @@ def _changed_key_words(old: Note, title: str, body: str) -> tuple[dict[str, str]
     # A spelling fix is not a new value: pair off alphabetic words that are close.
     for word in list(dropped):
         twin = next((a for a in added if word.isalpha() and a.isalpha() and
-                     difflib.SequenceMatcher(None, word, a).ratio() >= SPELLING), None)
+                     spelt_alike(word, a)), None)
         if twin is not None:
             del dropped[word]
             del added[twin]

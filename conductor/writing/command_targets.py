@@ -14,11 +14,11 @@ the one the target covers most of wins (then the newest).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 
 from conductor.notes import NoteStore
+from conductor.notes.dedupe import normal_word, spelt_alike
 from conductor.notes.note_format import Note
 
 # Words that say nothing of which note: function words, and what a forget wraps its
@@ -34,7 +34,6 @@ _FILLER = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff]+")
 _SPECIFIC = re.compile(r"\d")
-SPELLING = 0.85  # difflib ratio of one word spelt two ways (as conductor.notes.dedupe)
 STEM = 5  # a shared opening this long (and most of the shorter word) is one stem
 LONG_TARGET = 6  # from this many content words, one plain word may be missing
 
@@ -46,13 +45,9 @@ def target_words(text: str) -> set[str]:
     for run in _CJK.findall(text):
         words |= {run[i:i + 2] for i in range(max(1, len(run) - 1))}
     for token in _WORD.findall(_CJK.sub(" ", text.lower())):
-        word = re.sub(r"['’]s$", "", token)
-        if word in _FILLER or (len(word) < 2 and not word.isdigit()):
-            continue
-        if word.isalpha() and len(word) > 3 and word.endswith("s") and \
-                not word.endswith("ss"):
-            word = word[:-1]  # codes ~ code
-        words.add(word)
+        word = normal_word(token, _FILLER)  # as a new note's dedupe: codes ~ code
+        if word is not None:
+            words.add(word)
     return words
 
 
@@ -67,10 +62,7 @@ def _covered(word: str, words: set[str]) -> bool:
         shared = len(_common_opening(word, other))
         if shared >= STEM and shared >= 0.75 * min(len(word), len(other)):
             return True
-        # a ratio can reach SPELLING only when the lengths are close: 2*min/(a+b) bounds it
-        if 2 * min(len(word), len(other)) < SPELLING * (len(word) + len(other)):
-            continue
-        if difflib.SequenceMatcher(None, word, other).ratio() >= SPELLING:
+        if spelt_alike(word, other):  # "colour" ~ "color", as a new note's dedupe
             return True
     return False
 
