@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from conductor.ledger.records import VisibleMessage
-from conductor.storage.atomic import atomic_write
+from conductor.storage.atomic import FileLock, atomic_write
 
 FILE_NAME = "commands.json"
+# A command's check, its carrying out and its record are one step under this flock (a
+# retry racing the first request waits, then finds it handled), in any process or replica.
+LOCK_NAME = "commands.lock"
 REPEAT_WINDOW = timedelta(hours=24)
 KEPT = 256
-# One lock a user's file: a command's check, its carrying out and its record are one step
-# (a retry racing the first request waits, then finds it handled). Commands of a user run
-# only on the replica that holds their lease, so a process's lock is enough.
-_locks: dict[Path, threading.Lock] = {}
-_locks_guard = threading.Lock()
 
 
 def message_key(user: str, session: str, project: str | None,
@@ -48,9 +45,11 @@ def message_key(user: str, session: str, project: str | None,
     return digest.hexdigest()
 
 
-def lock_for(path: Path) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault(path, threading.Lock())
+def lock_for(path: Path) -> FileLock:
+    """The lock of the handled commands kept at `path`: an flock on `LOCK_NAME` beside it.
+    A new object a call: two objects on one file exclude each other, threads of one
+    process too (a command holds it once, never nested)."""
+    return FileLock(path.with_name(LOCK_NAME))
 
 
 # What a repeat says of each verb the first time said.
@@ -60,10 +59,15 @@ Handled = list[tuple[str, str | None, str | None]]  # (verb, note id, reason), a
 
 
 class HandledCommands:
-    """The messages whose command was carried out, in one user's notes folder."""
+    """The messages whose command was carried out, in one user's notes folder.
+
+    One object a command, used under `lock_for(path)`: `record` writes back what `lookup`
+    read (the file is read once a command; nothing else writes it while the lock is held).
+    """
 
     def __init__(self, user_dir: Path) -> None:
         self.path = user_dir / FILE_NAME
+        self._entries: dict[str, dict] | None = None
 
     def lookup(self, key: str, now: datetime) -> Handled | None:
         """What the message `key` did, when it was handled within the window."""
@@ -77,13 +81,20 @@ class HandledCommands:
         entries[key] = {"at": now.timestamp(), "did": [list(d) for d in did]}
         newest = sorted(entries.items(), key=lambda item: item[1]["at"])[-KEPT:]
         atomic_write(self.path, json.dumps(dict(newest)), kind="commands", durable=False)
+        self._entries = dict(newest)
 
     def _read(self) -> dict[str, dict]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):  # none yet, or torn: nothing handled
-            return {}
-        return data if isinstance(data, dict) else {}
+        if self._entries is None:
+            self._entries = _load(self.path)
+        return self._entries
+
+
+def _load(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # none yet, or torn: nothing handled
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _age(entry: dict, now: datetime) -> timedelta:

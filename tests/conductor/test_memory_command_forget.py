@@ -4,6 +4,11 @@ again must not archive the nuts note, nor "forget my gym locker code" the work l
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 from conductor.ledger.records import VisibleMessage
 from conductor.notes import NoteStore
 from conductor.writing.command_repeats import FILE_NAME, REPEAT_WINDOW
@@ -102,3 +107,47 @@ def test_a_message_sent_again_after_its_note_was_deleted_says_nothing_of_it(stor
     assert store.delete(note_id).ok
     again = say(store, "Remember that my bike lock code is 3381", said)  # the retry
     assert again.note_ids == () and again.status == () and store.list() == []
+
+
+def test_a_command_waits_for_the_users_command_lock_held_by_another_process(store):
+    """The check, the carrying out and the record are one step across processes too: the
+    lock is an flock on commands.lock, not a lock of this process."""
+    lock = store.layout.user_dir / "commands.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said = conversation("Remember that my bike lock code is 3381")
+        done: list[CommandOutcome] = []
+        worker = threading.Thread(target=lambda: done.append(
+            say(store, "Remember that my bike lock code is 3381", said)))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and done == [], "carried out while another process held it"
+    finally:
+        holder.communicate("go\n", timeout=10)
+    worker.join(timeout=10)
+    assert done and done[0].status[0][0] == "remembered"
+
+
+def test_a_command_reads_its_users_record_once(store, monkeypatch):
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: object, **kwargs: object) -> str:
+        if self.name == FILE_NAME:
+            reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    say(store, "Remember that I am allergic to nuts")
+    monkeypatch.setattr(Path, "read_text", counted)
+    said = conversation("forget that I am allergic to nuts")
+    assert say(store, "forget that I am allergic to nuts", said).status[0][0] == "archived"
+    assert len(reads) == 1, reads  # looked up, then recorded from what was read
+    assert say(store, "forget that I am allergic to nuts", said).status[0][0] == (
+        "already archived")
+    assert len(reads) == 2, reads
