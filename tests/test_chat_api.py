@@ -26,13 +26,17 @@ def chat(client: httpx.Client, **body) -> httpx.Response:
 
 
 def stream_events(client: httpx.Client, **body) -> list[dict]:
+    """A chat stream's chunks; the stream, never cached, ends with `data: [DONE]`."""
     events = []
     with client.stream("POST", "/v1/chat/completions",
                        json={"model": "tiny", "messages": USER, "stream": True, **body}) as r:
         assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                events.append(json.loads(line[len("data: "):]))
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["cache-control"] == "no-cache"
+        data = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "data: [DONE]" and data.count("data: [DONE]") == 1
+    for line in data[:-1]:
+        events.append(json.loads(line[len("data: "):]))
     return events
 
 

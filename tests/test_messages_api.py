@@ -128,13 +128,18 @@ def test_a_tool_use_round_trip_with_thinking_replays_the_turn(client, stream):
         prompt_of(asked.usage) + asked.usage.output_tokens - 32), "the turn was replayed"
 
 
-def test_a_stream_sends_anthropic_s_events_in_order(server):
-    response = httpx.post(f"{server.base_url}/v1/messages", headers={"x-api-key": KEY},
-                          timeout=120, json={
-        "model": "tiny", "max_tokens": 2048, "stream": True, "tools": [READ],
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "messages": [{"role": "user", "content": "Read the README, streamed."}],
-        "script": THOUGHT + "Reading.\n" + CALL})
+def test_a_stream_sends_anthropic_s_events_in_order(server, caplog):
+    with caplog.at_level("WARNING", logger="tandem.server"):
+        response = httpx.post(f"{server.base_url}/v1/messages", headers={"x-api-key": KEY},
+                              timeout=120, json={
+            "model": "tiny", "max_tokens": 2048, "stream": True, "tools": [READ],
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [{"role": "user", "content": "Read the README, streamed."}],
+            "script": THOUGHT + "Reading.\n" + CALL})
+    # every tool runs here: no warning of one left out
+    assert not [r for r in caplog.records if "left out" in r.getMessage()]
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache"
     events = events_of(response)
     kinds = [(name, data.get("delta", {}).get("type")) for name, data in events]
     thinking = kinds.count(("content_block_delta", "thinking_delta"))
@@ -280,6 +285,10 @@ def test_stop_sequences_max_tokens_and_a_named_tool(client):
      "thinking.budget_tokens"),
     ({"model": "claude-sonnet-4-5", "max_tokens": 8,
       "messages": [{"role": "user", "content": "hi"}]}, 404, "not_found_error", "model"),
+    # a tool is named by its place in the client's list, a server tool left out before it
+    ({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "web_search_20250305", "name": "web_search"}, {"name": "Read"}]}, 400,
+     "invalid_request_error", "tools[1].input_schema"),
 ])
 def test_errors_come_in_anthropic_s_shape(server, body, status, kind, named):
     response = httpx.post(f"{server.base_url}/v1/messages", headers={"x-api-key": KEY},

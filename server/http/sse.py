@@ -69,8 +69,9 @@ async def typed_events(events: AsyncIterator[dict[str, Any]],
                        ) -> AsyncIterator[str]:
     """A dialect's events, each named by its `type` (`event: <type>`), `numbered` with a
     `sequence_number` where the API has one; an engine or a backend that fails mid-stream
-    ends the stream with `error_event` of its error. A `large` event is framed off the
-    event loop (one that echoes a whole response object)."""
+    ends the stream with `error_event` of its error. A backend that fails before the first
+    event is the route's error (a 502, as on the chat route: see `started`). A `large`
+    event is framed off the event loop (one that echoes a whole response object)."""
     number = 0
 
     def framed(event: dict[str, Any]) -> str:
@@ -80,12 +81,16 @@ async def typed_events(events: AsyncIterator[dict[str, Any]],
             number += 1
         return frame(event, event["type"])
 
+    sent = False
     try:
         async with aclosing(events):  # a client that leaves ends the run now, not at GC
             async for event in events:
                 yield await asyncio.to_thread(framed, event) if large(event) \
                     else framed(event)
+                sent = True
     except (EngineDead, BackendFailed) as exc:
+        if isinstance(exc, BackendFailed) and not sent:
+            raise  # nothing streamed yet: the route answers the 502
         yield framed(error_event(stream_error(exc)))
 
 

@@ -147,7 +147,7 @@ def responses_router(state) -> APIRouter:
         _, run, headers, keep, keep_cut = await begin(request, engine, parsed, user)
         events = run.events(keep, keep_cut)
         if parsed.stream:
-            stream = _sse(events)
+            stream = _sse(events, run)
             first = await anext(stream)  # the engine has the request: see server.http.sse
             return event_stream(prepended(first, stream), headers)
         final = None
@@ -217,14 +217,12 @@ def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None
                    "has_more": len(items) > limit})
 
 
-def _sse(events: AsyncIterator[dict]) -> AsyncIterator[str]:
+def _sse(events: AsyncIterator[dict], run: ResponseRun) -> AsyncIterator[str]:
     """The events as server-sent events, numbered; an engine or a backend that fails
-    mid-stream ends it with an `error` event. The response object echoes the request's
-    tools and instructions: its events are framed off the event loop (a delta's are a
-    few tokens)."""
-    return typed_events(events, _error_event, numbered=True,
-                        large=lambda event: "response" in event)
-
-
-def _error_event(error: APIError) -> dict[str, Any]:
-    return {"type": "error", "code": error.code, "message": error.message, "param": None}
+    mid-stream ends it with `response.failed` (the failed response, as stored), as
+    OpenAI's stream ends a response that failed. The response object echoes the
+    request's tools and instructions: its events are framed off the event loop (a
+    delta's are a few tokens)."""
+    return typed_events(events, lambda error: {"type": "response.failed",
+                                               "response": run.failed(error)},
+                        numbered=True, large=lambda event: "response" in event)

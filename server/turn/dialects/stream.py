@@ -6,7 +6,10 @@ event waits for it, as a chat stream's does), open the dialect's stream, hand ea
 reasoning, text and tool calls to the dialect's builder, and on the answer's end its last
 delta, then the dialect's closing events. A client that leaves, a cancelled task or an
 engine that dies ends the answer where the client's text did (in the ledger too) and
-tells the dialect (`cut`). Each dialect keeps only its event shapes (`Emitter`).
+tells the dialect (`cut`); a backend that fails it (proxy mode) tells the dialect and
+records nothing. The error goes on to the stream's framing (`server.http.sse.
+typed_events`), which ends the stream with the dialect's error event. Each dialect keeps
+only its event shapes (`Emitter`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any, Protocol
 
-from engine.backend import EngineBackend, EngineDead
+from engine.backend import BackendFailed, EngineBackend, EngineDead
 from server.turn.answering.answer import Answer
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.generate import answer_deltas
@@ -75,6 +78,11 @@ async def dialect_events(engine: EngineBackend, answer: Answer,
                     yield event
     except (GeneratorExit, asyncio.CancelledError, EngineDead) as error:
         answer.stopped()  # the record ends where the client's text did
+        cut(error)
+        raise
+    except BackendFailed as error:
+        # proxy mode keeps nothing of an answer its backend lost, as on the chat route:
+        # the same turn goes through whole once the backend is back
         cut(error)
         raise
     for event in fed(emitter, answer.finish()):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from server.http.errors import APIError
+from server.turn.dialects.params import bad_param
 
 log = logging.getLogger("tandem.server")
 
@@ -33,30 +33,36 @@ class ToolForm:
     wire: str  # the wire's name in the log's warning ("messages", "responses")
     runs_here: Callable[[Tool], bool]  # a tool this server can run; the others left out
     function: Callable[[Tool, str], dict[str, Any]]  # its chat `function`; `param` names it
-    group: Callable[[Tool], list[Any] | None] = _no_group  # a group's tools, if it is one
+    # a group's tools (its `tools`, named within it), if it is one
+    group: Callable[[Tool], list[Any] | None] = _no_group
 
 
 def chat_tools(tools: list[Any] | None, form: ToolForm) -> list[dict[str, Any]] | None:
     """`tools` as the chat route's (None stays None); an APIError naming the first tool
-    that is not one (a group's tools are numbered within it)."""
+    that is not one by its place in the client's list (a group's: `tools[3].tools[0]`)."""
     if tools is None:
         return None
     out: list[dict[str, Any]] = []
     left_out: list[str] = []
-    for n, tool in enumerate(tools):
-        param = f"tools[{n}]"
-        if not isinstance(tool, dict):
-            raise APIError(400, f"{param}: a tool is an object", code="invalid_value",
-                           param=param)
-        grouped = form.group(tool)
-        if grouped is not None:
-            out += chat_tools([t for t in grouped if isinstance(t, dict)], form) or []
-            continue
-        if not form.runs_here(tool):
-            left_out.append(str(tool.get("type"))[:40])
-            continue
-        out.append({"type": "function", "function": form.function(tool, param)})
+    _convert(tools, form, "tools", out, left_out)
     if left_out:
         log.warning("%s: tools this server cannot run left out: %s", form.wire,
                     ", ".join(sorted(set(left_out))))
     return out
+
+
+def _convert(tools: list[Any], form: ToolForm, at: str, out: list[dict[str, Any]],
+             left_out: list[str]) -> None:
+    """Each of `tools` (the list at `at` in the request) into `out`, or its type into
+    `left_out`; a group's tools in its place, named within it."""
+    for n, tool in enumerate(tools):
+        param = f"{at}[{n}]"
+        if not isinstance(tool, dict):
+            raise bad_param(param, "a tool is an object")
+        grouped = form.group(tool)
+        if grouped is not None:
+            _convert(grouped, form, f"{param}.tools", out, left_out)
+        elif not form.runs_here(tool):
+            left_out.append(str(tool.get("type"))[:40])
+        else:
+            out.append({"type": "function", "function": form.function(tool, param)})

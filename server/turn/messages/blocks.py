@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from server.http.errors import APIError
+from server.turn.dialects.params import bad_param
 from server.turn.dialects.tools import ToolForm
 
 # Claude Code's first system block: its version and a hash that changes with every
@@ -28,27 +29,23 @@ IMAGE_PLACEHOLDER = "[an image: not shown, this model reads text only]"
 MAX_ID_CHARS = 256  # a tool_use id, as the chat route's call ids: text in every prompt
 
 
-def bad(param: str, why: str, code: str = "invalid_value") -> APIError:
-    return APIError(400, f"{param}: {why}", code=code, param=param)
-
-
 def _block_kind(block: Any, param: str) -> str:
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-        raise bad(param, "a content block is an object with a type")
+        raise bad_param(param, "a content block is an object with a type")
     return block["type"]
 
 
 def _text(block: dict, param: str, key: str = "text") -> str:
     value = block.get(key)
     if not isinstance(value, str):
-        raise bad(f"{param}.{key}", "a string is required")
+        raise bad_param(f"{param}.{key}", "a string is required")
     return value
 
 
 def _unsupported(kind: str, param: str, allowed: str) -> APIError:
     why = ("this model reads text only" if kind in ("image", "document")
            else f"not a block this server takes here ({allowed})")
-    return bad(f"{param}.type", f"'{kind[:40]}': {why}", code="unsupported_value")
+    return bad_param(f"{param}.type", f"'{kind[:40]}': {why}", code="unsupported_value")
 
 
 def system_text(system: str | list[dict[str, Any]] | None) -> str | None:
@@ -82,16 +79,16 @@ def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
     for n, message in enumerate(messages):
         param = f"messages[{n}]"
         if not isinstance(message, dict):
-            raise bad(param, "a message is an object with a role and content")
+            raise bad_param(param, "a message is an object with a role and content")
         role = message.get("role")
         if role not in ("user", "assistant", "system"):
-            raise bad(f"{param}.role", "'user', 'assistant' or 'system'")
+            raise bad_param(f"{param}.role", "'user', 'assistant' or 'system'")
         content = message.get("content")
         if role == "system":
             # Claude Code 2.1 sends its environment as a system message after the user's
             # first one; vLLM's route keeps it in place, as Qwen's templates render it.
             if not isinstance(content, str | list):
-                raise bad(f"{param}.content", "a string or a list of text blocks")
+                raise bad_param(f"{param}.content", "a string or a list of text blocks")
             text = _system_blocks_text(content, f"{param}.content")
             if text:
                 out.append({"role": "system", "content": text})
@@ -103,7 +100,7 @@ def chat_messages(messages: list[Any]) -> list[dict[str, Any]]:
             else:
                 out.append(_assistant_message(content, f"{param}.content"))
         else:
-            raise bad(f"{param}.content", "a string or a list of content blocks")
+            raise bad_param(f"{param}.content", "a string or a list of content blocks")
     return out
 
 
@@ -128,7 +125,7 @@ def _user_messages(blocks: list[Any], param: str) -> list[dict[str, Any]]:
 def _tool_result(block: dict, param: str) -> dict[str, Any]:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
-        raise bad(f"{param}.tool_use_id", "the id of the tool_use this answers is required")
+        raise bad_param(f"{param}.tool_use_id", "the id of the tool_use this answers is required")
     content = block.get("content", "")
     if isinstance(content, str):
         text = content
@@ -147,10 +144,10 @@ def _tool_result(block: dict, param: str) -> dict[str, Any]:
                 raise _unsupported(kind, at, "text, image, tool_reference")
         text = "\n".join(parts)
     else:
-        raise bad(f"{param}.content", "a string or a list of text blocks")
+        raise bad_param(f"{param}.content", "a string or a list of text blocks")
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):
-        raise bad(f"{param}.is_error", "true or false")
+        raise bad_param(f"{param}.is_error", "true or false")
     # A chat tool message has no error flag: the model reads it in the result's words.
     return {"role": "tool", "tool_call_id": call_id,
             "content": f"Error: {text}" if is_error else text}
@@ -163,7 +160,7 @@ def _tool_reference(block: dict, param: str) -> str:
     would stop every Claude Code session with an MCP server (its tools are deferred)."""
     name = block.get("tool_name")
     if not isinstance(name, str) or not name.strip():
-        raise bad(f"{param}.tool_name", "the referenced tool's name is required")
+        raise bad_param(f"{param}.tool_name", "the referenced tool's name is required")
     return f"Tool loaded: {name} (call it as any other tool)"
 
 
@@ -197,12 +194,12 @@ def _assistant_message(blocks: list[Any], param: str) -> dict[str, Any]:
 def _tool_use(block: dict, param: str) -> dict[str, Any]:
     call_id, name = block.get("id"), block.get("name")
     if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_ID_CHARS:
-        raise bad(f"{param}.id", f"a non-empty string of at most {MAX_ID_CHARS} characters")
+        raise bad_param(f"{param}.id", f"a non-empty string of at most {MAX_ID_CHARS} characters")
     if not isinstance(name, str) or not name:
-        raise bad(f"{param}.name", "the tool's name is required")
+        raise bad_param(f"{param}.name", "the tool's name is required")
     arguments = block.get("input", {})
     if not isinstance(arguments, dict):
-        raise bad(f"{param}.input", "an object (the tool's arguments)")
+        raise bad_param(f"{param}.input", "an object (the tool's arguments)")
     return {"id": call_id, "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
@@ -211,13 +208,13 @@ def _function(tool: dict, param: str) -> dict[str, Any]:
     """A custom tool's chat `function`: its name, `input_schema` and description."""
     name, schema = tool.get("name"), tool.get("input_schema")
     if not isinstance(name, str) or not name:
-        raise bad(f"{param}.name", "the tool's name is required")
+        raise bad_param(f"{param}.name", "the tool's name is required")
     if not isinstance(schema, dict):
-        raise bad(f"{param}.input_schema", "a JSON schema object is required")
+        raise bad_param(f"{param}.input_schema", "a JSON schema object is required")
     function: dict[str, Any] = {"name": name, "parameters": schema}
     if tool.get("description") is not None:
         if not isinstance(tool["description"], str):
-            raise bad(f"{param}.description", "a string")
+            raise bad_param(f"{param}.description", "a string")
         function["description"] = tool["description"]
     return function
 

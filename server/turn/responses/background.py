@@ -24,8 +24,9 @@ from contextlib import aclosing, contextmanager
 from typing import Any
 
 from engine.backend import BackendFailed, EngineDead
-from server.http.errors import APIError, backend_error, engine_dead_error
+from server.http.errors import APIError
 from server.http.load_tracking import ServerLoad
+from server.http.sse import stream_error
 from server.turn.responses.turn import ResponseRun
 
 log = logging.getLogger("tandem.server")
@@ -112,8 +113,7 @@ async def _in_background(run: ResponseRun, keep: Keep) -> None:
     except asyncio.CancelledError:
         await keep(run.finished or run.final("cancelled"))
     except (EngineDead, BackendFailed) as exc:
-        error = (engine_dead_error() if isinstance(exc, EngineDead) else backend_error(exc))
-        await keep(run.final("failed", {"code": "server_error", "message": error.message}))
+        await keep(run.failed(stream_error(exc)))
     except Exception:  # the client polls: it reads "failed", the log has the trace
         log.exception("a background response failed")
         await keep(run.final("failed", {"code": "server_error",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from server.http.errors import APIError
+from server.turn.dialects.params import bad_param
 from server.turn.dialects.tools import ToolForm
 
 INPUT_ROLES = ("user", "system", "developer", "assistant")
@@ -24,23 +24,19 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
-def _bad(param: str, why: str, code: str = "invalid_value") -> APIError:
-    return APIError(400, f"{param}: {why}", code=code, param=param)
-
-
 def _text_of(content: Any, param: str, allowed: tuple[str, ...] = TEXT_PARTS) -> str:
     """A string, or the text parts joined; any other part (an image, a file) refused."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _bad(param, "a string or a list of text parts")
+        raise bad_param(param, "a string or a list of text parts")
     texts = []
     for n, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in allowed or not isinstance(part.get("text"), str):
             shown = kind if isinstance(kind, str) else "not a text part"
-            raise _bad(f"{param}[{n}]", f"'{shown}' is not served: only text parts "
-                       f"({', '.join(allowed)})", code="unsupported_value")
+            raise bad_param(f"{param}[{n}]", f"'{shown}' is not served: only text parts "
+                            f"({', '.join(allowed)})", code="unsupported_value")
         texts.append(part["text"])
     return "".join(texts)
 
@@ -53,9 +49,9 @@ MAX_ID_CHARS = 256
 def _string(item: dict, key: str, param: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
-        raise _bad(f"{param}.{key}", "a non-empty string is required")
+        raise bad_param(f"{param}.{key}", "a non-empty string is required")
     if key.endswith("id") and len(value) > MAX_ID_CHARS:
-        raise _bad(f"{param}.{key}", f"at most {MAX_ID_CHARS} characters")
+        raise bad_param(f"{param}.{key}", f"at most {MAX_ID_CHARS} characters")
     return value
 
 
@@ -70,16 +66,16 @@ def input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _one_item(item: Any, param: str) -> dict[str, Any]:
     if not isinstance(item, dict):
-        raise _bad(param, "an item is an object")
+        raise bad_param(param, "an item is an object")
     if item.get("id") is not None and not isinstance(item["id"], str):
-        raise _bad(f"{param}.id", "an item's id is a string")
+        raise bad_param(f"{param}.id", "an item's id is a string")
     if len(item.get("id") or "") > MAX_ID_CHARS:
-        raise _bad(f"{param}.id", f"at most {MAX_ID_CHARS} characters")
+        raise bad_param(f"{param}.id", f"at most {MAX_ID_CHARS} characters")
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
         role = item.get("role")
         if role not in INPUT_ROLES:
-            raise _bad(f"{param}.role", f"one of {', '.join(INPUT_ROLES)}")
+            raise bad_param(f"{param}.role", f"one of {', '.join(INPUT_ROLES)}")
         part = "output_text" if role == "assistant" else "input_text"
         text = _text_of(item.get("content"), f"{param}.content")
         return {"type": "message", "id": item.get("id") or new_id("msg"), "role": role,
@@ -87,7 +83,7 @@ def _one_item(item: Any, param: str) -> dict[str, Any]:
     if kind == "function_call":
         arguments = item.get("arguments", "{}")
         if not isinstance(arguments, str):
-            raise _bad(f"{param}.arguments", "a string of JSON")
+            raise bad_param(f"{param}.arguments", "a string of JSON")
         return {"type": "function_call", "id": item.get("id") or new_id("fc"),
                 "call_id": _string(item, "call_id", param), "name": _string(item, "name", param),
                 "arguments": arguments, "status": "completed"}
@@ -102,8 +98,9 @@ def _one_item(item: Any, param: str) -> dict[str, Any]:
         return {"type": "reasoning", "id": item.get("id") or new_id("rs"), "summary": [],
                 "content": [{"type": "reasoning_text", "text": text}]}
     shown = kind if isinstance(kind, str) else "(none)"
-    raise _bad(f"{param}.type", f"'{shown}' is not an item this server takes (message, "
-               "function_call, function_call_output, reasoning)", code="unsupported_value")
+    raise bad_param(f"{param}.type", f"'{shown}' is not an item this server takes "
+                    "(message, function_call, function_call_output, reasoning)",
+                    code="unsupported_value")
 
 
 def reasoning_text(item: dict, param: str) -> str:
@@ -154,10 +151,13 @@ def _function(tool: dict, param: str) -> dict[str, Any]:
     """A function tool's chat `function`: its name, description and parameters."""
     function = {"name": _string(tool, "name", param)}
     if tool.get("description") is not None:
+        # checked here: the chat request's check would name the chat route's tool
+        if not isinstance(tool["description"], str):
+            raise bad_param(f"{param}.description", "a string")
         function["description"] = tool["description"]
     if tool.get("parameters") is not None:
         if not isinstance(tool["parameters"], dict):
-            raise _bad(f"{param}.parameters", "a JSON schema object")
+            raise bad_param(f"{param}.parameters", "a JSON schema object")
         function["parameters"] = tool["parameters"]
     return function
 
@@ -181,8 +181,8 @@ def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any
     if not isinstance(choice, dict):
         return choice
     if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-        raise _bad("tool_choice", "'none', 'auto', 'required' or "
-                   '{"type": "function", "name": ...}')
+        raise bad_param("tool_choice", "'none', 'auto', 'required' or "
+                        '{"type": "function", "name": ...}')
     return {"type": "function", "function": {"name": choice["name"]}}
 
 

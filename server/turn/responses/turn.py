@@ -19,12 +19,13 @@ from pydantic import ValidationError
 
 from conductor.memory.interface import MemoryDoor
 from conductor.memory.types import StoredResponse, new_response_id
-from engine.backend import EngineBackend, EngineDead
+from engine.backend import BackendFailed, EngineBackend, EngineDead
 from engine.profiles import Profile
 from server.http.errors import APIError, validation_error
 from server.http.responses_schema import ResponsesRequest
 from server.http.schema import ChatCompletionRequest
 from server.http.server_defaults import with_server_defaults
+from server.http.sse import stream_error
 from server.turn import chat_turn
 from server.turn.answering.engine_tools import EngineToolbox
 from server.turn.answering.respond import start_answer
@@ -141,17 +142,23 @@ class ResponseRun:
         self.answer, self._toolbox = start_answer(engine, services, turn.chat, toolbox)
         self.output = OutputItems()
         self.finished: dict[str, Any] | None = None
+        self._failed: dict[str, Any] | None = None
 
     def events(self, on_final: Callable[[dict[str, Any]], Awaitable[None]],
                on_cut: Callable[[dict[str, Any]], None] = lambda _final: None
                ) -> AsyncIterator[Event]:
         """From `response.created` to `response.completed` (or `response.incomplete`);
         `on_final` has the finished object before the last event, `on_cut` (which must
-        not wait) what was written when the client leaves or the run is cancelled. The
-        first event waits for the engine's first delta, as a chat stream's does."""
+        not wait) what was written when the client leaves or the run is cancelled, or
+        the `failed` object when the engine or the backend fails it (the stream's
+        framing then ends it with `response.failed`). The first event waits for the
+        engine's first delta, as a chat stream's does."""
 
         def cut(error: BaseException) -> None:
-            on_cut(self.final("failed" if isinstance(error, EngineDead) else "cancelled"))
+            if isinstance(error, EngineDead | BackendFailed):
+                on_cut(self.failed(stream_error(error)))
+            else:
+                on_cut(self.final("cancelled"))
 
         async def ended() -> AsyncIterator[Event]:
             length = self.answer.finish_reason == "length"
@@ -168,6 +175,15 @@ class ResponseRun:
         started = self.turn.shape.object("in_progress")
         return [{"type": "response.created", "response": started},
                 {"type": "response.in_progress", "response": started}]
+
+    def failed(self, error: APIError) -> dict[str, Any]:
+        """The response object failed by an engine or a backend (`error`: what the stream
+        tells the client), what was written before kept; the same object each call, as
+        it is stored and as the stream's `response.failed` carries it."""
+        if self._failed is None:
+            self._failed = self.final("failed", {"code": "server_error",
+                                                 "message": error.message})
+        return self._failed
 
     def final(self, status: str, error: dict[str, Any] | None = None) -> dict[str, Any]:
         """The response object as it stands: "completed", "incomplete" (cut by its
