@@ -8,8 +8,10 @@ Memory screen), so a note is named only when it holds **every** word the user na
 the target's content words (not the filler around a forget: "my", "that", "old", "the
 note about"), each said in the note's title or body, allowing a plural, a spelling variant
 ("colour"/"color") or another form of one stem ("allergies"/"allergic"). A long target
-(six words or more) may miss one word that is no number or name. Of the notes that pass,
-the one the target covers most of wins (then the newest).
+(six words or more) may miss one word that is no number or name (a word the user wrote
+with a capital past their first: "Lisbon" is not "Porto"). Of the notes that pass, the
+one the target covers most of wins (then the newest, the user's and the project's
+together).
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def target_words(text: str) -> set[str]:
     return words
 
 
+def target_names(text: str) -> frozenset[str]:
+    """The target words of `text` written with a capital past its first word: names, which
+    a note must say however long the target."""
+    tokens = _WORD.findall(_CJK.sub(" ", text))[1:]
+    return frozenset(word for token in tokens if token[0].isupper()
+                     and (word := normal_word(token, _FILLER)) is not None)
+
+
 def _covered(word: str, words: set[str]) -> bool:
     if word in words:
         return True
@@ -74,7 +84,8 @@ def _common_opening(a: str, b: str) -> str:
     return a[:n]
 
 
-def _score(wanted: set[str], note: Note) -> tuple[float, float] | None:
+def _score(wanted: set[str], note: Note,
+           names: frozenset[str] = frozenset()) -> tuple[float, float] | None:
     """(the share of `wanted` the note says, the share of the note's words named) when the
     note is named strongly enough; None when it is not."""
     said = target_words(f"{note.title}\n{note.body}")
@@ -83,17 +94,19 @@ def _score(wanted: set[str], note: Note) -> tuple[float, float] | None:
     for word in wanted:  # a note ruled out by its first words missing is left at once
         if not _covered(word, said):
             missing.append(word)
-            if len(missing) > allowed or _SPECIFIC.search(word):
+            if len(missing) > allowed or _SPECIFIC.search(word) or word in names:
                 return None
     named = sum(1 for w in said if _covered(w, wanted))
     return (1 - len(missing) / len(wanted), named / len(said) if said else 0.0)
 
 
-def strongest(wanted: set[str], notes: Iterable[Note]) -> Note | None:
-    """The note `wanted` names, of `notes` (newest first), or None."""
+def strongest(wanted: set[str], notes: Iterable[Note],
+              names: frozenset[str] = frozenset()) -> Note | None:
+    """The note `wanted` (of which `names` are names) names, of `notes` (newest first), or
+    None."""
     best: tuple[tuple[float, float], Note] | None = None
     for note in notes:
-        score = _score(wanted, note)
+        score = _score(wanted, note, names)
         if score is not None and (best is None or score > best[0]):
             best = (score, note)
     return best[1] if best is not None else None
@@ -108,5 +121,6 @@ def forget_target(store: NoteStore, what: str, project: str | None) -> str | Non
     notes = store.list(scope="user")
     if project is not None:
         notes += store.list(scope="project", project=project)
-    found = strongest(wanted, notes)
+        notes.sort(key=lambda note: note.updated, reverse=True)  # each list was newest first
+    found = strongest(wanted, notes, target_names(what))
     return found.id if found is not None else None

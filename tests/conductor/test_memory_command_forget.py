@@ -151,3 +151,92 @@ def test_a_command_reads_its_users_record_once(store, monkeypatch):
     assert say(store, "forget that I am allergic to nuts", said).status[0][0] == (
         "already archived")
     assert len(reads) == 2, reads
+
+
+def test_a_forget_allows_another_form_of_one_stem_but_not_a_shared_opening(store):
+    """STEM: "vaccination" names "vaccine" (a six-letter opening, most of the shorter word;
+    no spelling ratio reaches them); "internship" does not name "international"."""
+    say(store, "Remember that I had my flu vaccine in October")
+    say(store, "Remember that my international travel insurance is with Allianz")
+    assert say(store, "forget my internship").status[0][0] == "nothing to forget"
+    assert say(store, "forget my vaccination").status == (
+        ("archived", "I had my flu vaccine in October"),)
+    assert live(store) == ["My international travel insurance is with Allianz."]
+
+
+OFFSITE = "Remember that our team offsite is in Porto at the riverside hotel on May 20"
+
+
+def test_a_long_target_may_miss_one_plain_word(store):
+    say(store, OFFSITE)
+    outcome = say(store, "forget that our team offsite is in Porto at the riverside venue "
+                  "on May 20")  # eight content words, "venue" not in the note
+    assert outcome.status[0][0] == "archived" and live(store) == []
+
+
+def test_a_long_target_may_not_miss_a_number(store):
+    say(store, OFFSITE)
+    outcome = say(store, "forget that our team offsite is in Porto at the riverside hotel "
+                  "on May 21")
+    assert outcome.status[0][0] == "nothing to forget" and len(live(store)) == 1
+
+
+def test_a_long_target_may_not_miss_a_name(store):
+    """Another city is another fact: a name is said exactly, however long the target."""
+    say(store, OFFSITE)
+    outcome = say(store, "forget that our team offsite is in Lisbon at the riverside hotel "
+                  "on May 20")
+    assert outcome.status[0][0] == "nothing to forget" and len(live(store)) == 1
+
+
+def test_a_short_target_may_miss_no_word(store):
+    say(store, "Remember that my gym locker code is 4417")
+    assert say(store, "forget my gym locker key").status[0][0] == "nothing to forget"
+
+
+def test_the_note_covering_most_of_the_target_wins_over_a_newer_one(store, clock):
+    # the project's note (in a scope apart, so no dedupe merges the two) says every word
+    assert store.add(title="Team offsite", body="Our team offsite is in Porto at the "
+                     "riverside hotel on May 20, with the budget approved by finance and the "
+                     "agenda shared on the wiki.", kind="reference", scope="project",
+                     project="/work/app").ok
+    clock.advance(seconds=60)
+    # newer, and more of its words named, but it never says "riverside"
+    say(store, "Remember that the team offsite is at the hotel in Porto on May 20")
+    command = recognise("forget that our team offsite is in Porto at the riverside hotel "
+                        "on May 20")
+    assert command is not None
+    outcome = carry_out(store, command, session="s1", project="/work/app")
+    assert outcome.status == (("archived", "Team offsite"),)
+    assert live(store) == ["The team offsite is at the hotel in Porto on May 20."]
+
+
+def test_of_notes_named_alike_the_newest_is_forgotten(store, clock):
+    say(store, "Remember that my gym locker code is 4417")
+    clock.advance(seconds=60)
+    say(store, "Remember that my gym locker code is 5512")
+    assert say(store, "forget my gym locker code").status == (
+        ("archived", "My gym locker code is 5512"),)
+
+
+def test_the_newest_wins_across_the_users_and_the_projects_notes(store, clock):
+    say(store, "Remember that my gym locker code is 4417")
+    clock.advance(seconds=60)
+    assert store.add(title="My gym locker code is 5512", kind="reference", scope="project",
+                     project="/work/app").ok
+    command = recognise("forget my gym locker code")
+    assert command is not None
+    outcome = carry_out(store, command, session="s1", project="/work/app")
+    assert outcome.status == (("archived", "My gym locker code is 5512"),)
+
+
+def test_a_number_with_decimals_is_remembered_and_a_pin_is_refused(store):
+    """A PIN is whole digits: "the PIN is 4417.5" (a measure, a version) is no secret;
+    "my bank PIN is 4417" is, and is not remembered."""
+    assert say(store, "Remember that the PIN of my hinge is 4417.5 mm long").status[0][0] == (
+        "remembered")
+    assert say(store, "Remember that the pin for the release is 2024").status[0][0] == (
+        "remembered")
+    assert say(store, "Remember that my bank PIN is 4417").status[0][0] == "not remembered"
+    assert say(store, "forget my hinge PIN").status[0][0] == "archived"
+    assert live(store) == ["The pin for the release is 2024."]
