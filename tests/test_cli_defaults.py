@@ -223,3 +223,23 @@ def test_proxy_takes_the_backend_with_or_without_v1(started, monkeypatch, suffix
     assert asked == ["/v1/models"]
     engine = started.app_kwargs["engine"]
     assert engine.base_url == base and engine.model == "tiny-backend"
+
+
+def test_serve_takes_any_user_a_request_may_name_and_announces_their_folder(
+        started, monkeypatch, capsys):
+    from server.access.user_names import user_folder
+    from server.mcp import discovery
+
+    announced = []
+    monkeypatch.setattr(discovery, "announce", lambda home, url, user, uds=None:
+                        announced.append(user))
+    assert main(["serve", "--profile", "tiny", "--user", "José"]) == 0
+    # the name, as the engine's own user: each request maps it to its folder itself
+    assert started.app_kwargs["memory_settings"].user_name == "josé"
+    assert announced == [user_folder("josé")]  # what `tandem mcp --user josé` serves as
+    for name, why in (("a\x01b", "control character"), ("x" * 129, "longer than")):
+        assert main(["serve", "--profile", "tiny", "--user", name]) == 2
+        assert why in capsys.readouterr().err
+    monkeypatch.setenv("TANDEM_USER", "a\tb")
+    assert main(["serve", "--profile", "tiny"]) == 2
+    assert "TANDEM_USER" in capsys.readouterr().err

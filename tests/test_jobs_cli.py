@@ -54,5 +54,5 @@ def test_jobs_run_asks_the_running_server(served, capsys):
 
 
 def test_jobs_run_refuses_a_bad_user_with_a_message(served, capsys):
-    assert main(["jobs", "run", VERIFY, "--url", served.base_url, "--user", "../x"]) == 2
-    assert "not a user name" in capsys.readouterr().err
+    assert main(["jobs", "run", VERIFY, "--url", served.base_url, "--user", "a\x1bb"]) == 2
+    assert "user name holds a control character" in capsys.readouterr().err

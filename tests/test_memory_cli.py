@@ -50,8 +50,8 @@ def test_memory_history_prints_the_last_turns_in_local_time(tmp_path, capsys):
 
 
 def test_memory_commands_refuse_bad_input_with_a_message(tmp_path, capsys):
-    assert main(["memory", "history", "--home", str(tmp_path), "--user", "../x"]) == 2
-    assert "not a user name" in capsys.readouterr().err
+    assert main(["memory", "history", "--home", str(tmp_path), "--user", "a\x1bb"]) == 2
+    assert "user name holds a control character" in capsys.readouterr().err
     assert main(["memory", "history", "--home", str(tmp_path), "--user", "ada",
                  "--last", "0"]) == 2
     assert "--last" in capsys.readouterr().err

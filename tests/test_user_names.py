@@ -1,12 +1,15 @@
-"""User names to folders (server/access/user_names.py): a pure unit test of our own rule,
+"""User names to folders (conductor/storage/paths.py, beside valid_user: the CLI and the
+server file users by the one rule; server/access/user_names.py reads a header's name):
+a pure unit test of our own rule,
 without an engine. The rule's end to end test is in test_session_identity.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from conductor.memory.types import valid_user
-from server.access.user_names import UserNameError, header_text, user_folder
+from conductor.storage.paths import UserNameError, user_folder, valid_user
+from server.access import user_names
+from server.access.user_names import header_text
 
 
 def test_a_name_the_store_takes_keeps_its_folder_lower_cased():
@@ -46,3 +49,8 @@ def test_a_header_sent_as_utf8_reads_as_its_sender_wrote_it():
     assert header_text("josé".encode().decode("latin-1")) == "josé"
     assert header_text("jos\xe9") == "josé"  # Latin-1 bytes that are no UTF-8: as they are
     assert header_text("alice") == "alice"
+
+
+def test_the_server_files_users_by_the_storage_rule_itself():
+    assert user_names.user_folder is user_folder  # one rule, not a copy that drifts
+    assert user_names.UserNameError is UserNameError

@@ -76,8 +76,10 @@ from conductor.storage.atomic import append_line, atomic_write, remove_file
 from conductor.storage.clock import utc_now
 from conductor.storage.fence import FenceRefused
 from conductor.storage.paths import (
+    UserNameError,
     default_home,
     default_memory_root,
+    user_folder,
     users_under,
     valid_session,
     valid_user,
@@ -187,11 +189,13 @@ __all__ = [
     "utc_now",
     # the storage
     "FenceRefused",
+    "UserNameError",
     "append_line",
     "atomic_write",
     "default_home",
     "default_memory_root",
     "remove_file",
+    "user_folder",
     "users_under",
     "valid_session",
     "valid_user",

@@ -15,6 +15,7 @@ memory/
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -25,6 +26,16 @@ from pathlib import Path
 USER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 SESSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SLUG_MAX = 48
+# A user's name to their folder (`user_folder`): at most this many characters; any other
+# name is filed under a slug of this length and a hash of this many hex digits.
+MAX_NAME_CHARS = 128
+NAME_SLUG_CHARS = 24
+NAME_HASH_HEX = 16
+# The mapped form; a plain name of this shape is mapped as well (see `user_folder`).
+MAPPED_RE = re.compile(rf".*--[0-9a-f]{{{NAME_HASH_HEX}}}")
+ALLOWED_NAMES = ("letters, digits and . _ @ + - (up to 64) keep their name as the folder; "
+                 f"any other name of up to {MAX_NAME_CHARS} characters without control "
+                 "characters is filed under a slug and a hash of it")
 
 
 class StoreRootError(ValueError):
@@ -50,8 +61,49 @@ def index_home(root: Path) -> Path:
     return Path(folder) if folder else root
 
 
+class UserNameError(ValueError):
+    """A name that cannot be anyone's: the message says why, and what is accepted."""
+
+
 def valid_user(user: str) -> bool:
+    """A folder name a user's tree may have (what `user_folder` gives)."""
     return isinstance(user, str) and USER_RE.fullmatch(user) is not None
+
+
+@functools.lru_cache(maxsize=4096)  # every request's user: a handful of names, over and over
+def user_folder(name: str) -> str:
+    """The folder (and user id everywhere in memory) of the user `name`, for the server
+    (a key's label, a trusted proxy's X-Tandem-User) and the CLI's --user alike;
+    UserNameError when it names no one (not memoised: an exception is not cached).
+
+    A name the store can file under as it is (letters, digits and ``. _ @ + -``, at most
+    64, lower-cased: `Alice` and `alice` are one user) keeps that folder, so no existing
+    user's folder changes. Any other name of reasonable length (`josé`, `o'brien`, `山田`)
+    is filed under a readable ASCII slug and a hash of the whole name: ``jose--<16 hex>``.
+    That form is reserved: a name that already looks like it is hashed too, so two
+    different names never share a folder, nor the prefix-cache salt derived from it,
+    whichever way they are spelled. Refused, with a reason a proxy's author or a person
+    at a terminal can act on: an empty name, a longer one, or one holding control
+    characters."""
+    if not name or not name.strip():
+        raise UserNameError(f"the user name is empty ({ALLOWED_NAMES})")
+    if len(name) > MAX_NAME_CHARS:
+        raise UserNameError(f"the user name is longer than {MAX_NAME_CHARS} characters")
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise UserNameError(f"the user name holds a control character ({ALLOWED_NAMES})")
+    # One spelling of one name: composed or decomposed accents, any case
+    exact = unicodedata.normalize("NFC", name).lower()
+    if valid_user(exact) and MAPPED_RE.fullmatch(exact) is None:
+        return exact
+    digest = hashlib.blake2b(exact.encode("utf-8"), digest_size=NAME_HASH_HEX // 2).hexdigest()
+    return f"{_name_slug(exact)}--{digest}"
+
+
+def _name_slug(name: str) -> str:
+    """The name's readable part in the characters a folder name may hold."""
+    folded = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^a-z0-9._@+]+", "-", folded).strip("-._@+")[:NAME_SLUG_CHARS]
+    return slug.rstrip("-._@+") or "user"
 
 
 def valid_session(session: str) -> bool:

@@ -32,16 +32,16 @@ from conductor.memory.types import (
     default_home,
     endpoint_model,
     read_job_state,
-    valid_user,
 )
-from server.cli.notes import default_user
+from server.cli.notes import user_or_refusal
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--user", default=None, help="whose layers (default: the OS user name)")
+    common.add_argument("--user", default=None, help="whose layers (default: "
+                        "$TANDEM_USER, else the OS user name)")
     common.add_argument("--home", default=None,
                         help="Tandem home (default: $TANDEM_HOME or ~/.tandem)")
     jobs = subparsers.add_parser("jobs", help="cognition jobs: list, run, choose a model")
@@ -70,9 +70,9 @@ def _fail(message: str) -> int:
 
 
 def run_command(args: argparse.Namespace, default_profile: Callable[[], str]) -> int:
-    user = args.user or default_user()
-    if not valid_user(user):
-        return _fail(f"not a user name: {user!r}")
+    user, code = user_or_refusal(args.user, "jobs")  # the folder the server reads
+    if user is None:
+        return code
     home = Path(args.home).expanduser() if args.home else default_home()
     root = home / "memory"
     models = JobModels(root / "jobs" / "models.json")
@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace, home: Path, user: str,
 
 
 async def _run_on_own_engine(profile_name: str, home: Path, user: str, job: str) -> dict:
-    from conductor.memory.services import MemoryServices, MemorySettings
+    from conductor.memory.services import MemoryServices
+    from conductor.memory.settings import MemorySettings
     from engine.engine import Engine
     from engine.profiles import load_profile
     from server.idle.jobs import JobService

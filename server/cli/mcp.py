@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from conductor.memory.types import default_home, valid_user
-from server.cli.notes import default_user
+from conductor.memory.types import default_home
+from server.cli.notes import user_or_refusal
 
 
 def register(subparsers: Any) -> None:
     mcp = subparsers.add_parser("mcp", help="Tandem's memory as an MCP server over stdio "
                                 "(memory_search, memory_remember, ...)")
-    mcp.add_argument("--user", default=None, help="whose memory (default: the OS user name, "
-                     "as tandem notes)")
+    mcp.add_argument("--user", default=None, help="whose memory (default: $TANDEM_USER, "
+                     "else the OS user name, as tandem serve)")
     mcp.add_argument("--home", default=None,
                      help="Tandem home (default: $TANDEM_HOME or ~/.tandem)")
     mcp.add_argument("--project", default=None, metavar="PATH", help="the project's folder: "
@@ -34,10 +33,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    user = (args.user or default_user()).lower()  # one user whatever the case, as serve
-    if not valid_user(user):
-        print(f"tandem mcp: not a user name: {user!r}", file=sys.stderr)
-        return 2
+    # the folder a request for the user reads (one user whatever the case, as serve)
+    user, code = user_or_refusal(args.user, "mcp")
+    if user is None:
+        return code
     home = Path(args.home).expanduser() if args.home else default_home()
     from server.mcp.stdio import run_stdio
 

@@ -34,14 +34,14 @@ from conductor.memory.types import (
     UserLayers,
     default_home,
     summary,
-    valid_user,
 )
-from server.cli.notes import default_user
+from server.cli.notes import user_or_refusal
 
 
 def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--user", default=None, help="whose layers (default: the OS user name)")
+    common.add_argument("--user", default=None, help="whose layers (default: "
+                        "$TANDEM_USER, else the OS user name)")
     common.add_argument("--home", default=None,
                         help="Tandem home (default: $TANDEM_HOME or ~/.tandem)")
     common.add_argument("--json", action="store_true", help="print JSON")
@@ -70,10 +70,9 @@ def register(subparsers: Any, default_profile: Callable[[], str]) -> None:
 
 
 def run(args: argparse.Namespace, default_profile: Callable[[], str]) -> int:
-    user = args.user or default_user()
-    if not valid_user(user):
-        print(f"tandem memory: not a user name: {user!r}", file=sys.stderr)
-        return 2
+    user, code = user_or_refusal(args.user, "memory")  # the folder the server reads
+    if user is None:
+        return code
     home = Path(args.home).expanduser() if args.home else default_home()
     layers = UserLayers(home / "memory", user)
     if args.memory_command in ("sources", "sync", "search"):

@@ -10,31 +10,34 @@
     tandem notes export  [--out FILE.zip]
     tandem notes nightly [--all-users]
 
-Every subcommand takes ``--user`` (default: the OS user name, or ``local``) and
-``--home`` (default: ``$TANDEM_HOME`` or ``~/.tandem``). Errors go to stderr with a
-non-zero exit code, never a traceback.
+Every subcommand takes ``--user`` (default: the engine's own user, as ``tandem serve``:
+``$TANDEM_USER``, else the OS user name; any name a request may name, filed in the folder
+the server files it in) and ``--home`` (default: ``$TANDEM_HOME`` or ``~/.tandem``).
+Errors go to stderr with a non-zero exit code, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
+import dataclasses
 import json
 import sys
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from conductor.memory.settings import MemorySettings
 from conductor.memory.types import (
     KINDS,
     SCOPES,
     STATUSES,
     Note,
     NoteStore,
+    UserNameError,
     WriteResult,
     default_home,
     default_memory_root,
-    valid_user,
+    user_folder,
 )
 
 EXIT_OK = 0
@@ -43,18 +46,37 @@ EXIT_USAGE = 2
 
 
 def default_user() -> str:
-    """The OS user name when it is a valid store user name, else ``local``."""
+    """The engine's own user, as `tandem serve` names it: ``$TANDEM_USER``, else the OS
+    user name (a request without a key is theirs). MemorySettings' own default, read
+    without building the settings: a bad $TANDEM_NIGHTLY_HOUR is not this command's."""
+    (field,) = (f for f in dataclasses.fields(MemorySettings) if f.name == "user_name")
+    return field.default_factory()  # type: ignore[misc]
+
+
+def user_of(name: str | None) -> str:
+    """The folder of the user a command's ``--user`` names (None: the default user): the
+    very folder an HTTP request for that user reads and writes; UserNameError for a
+    name that can be no one's."""
+    return user_folder(default_user() if name is None else name)
+
+
+def user_or_refusal(name: str | None, command: str) -> tuple[str | None, int]:
+    """``(folder, 0)`` for ``--user``, or ``(None, 2)`` having said on stderr why the name
+    is no one's (for `tandem <command>`)."""
     try:
-        name = getpass.getuser()
-    except (KeyError, OSError):
-        return "local"
-    return name if valid_user(name) else "local"
+        return user_of(name), EXIT_OK
+    except UserNameError as exc:
+        who = (f"--user {name!r}" if name is not None
+               else "the default user ($TANDEM_USER, else the OS user name)")
+        print(f"tandem {command}: {who}: {exc}", file=sys.stderr)
+        return None, EXIT_USAGE
 
 
 def register(subparsers: Any) -> None:
     """Add the ``notes`` command to an argparse subparsers object."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--user", default=None, help="whose notes (default: the OS user name)")
+    common.add_argument("--user", default=None, help="whose notes (default: "
+                        "$TANDEM_USER, else the OS user name)")
     common.add_argument(
         "--home", default=None, help="Tandem home (default: $TANDEM_HOME or ~/.tandem)"
     )
@@ -113,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
     handler = _HANDLERS.get(getattr(args, "notes_command", None) or "")
     if handler is None:
         return _fail("choose a notes command: " + ", ".join(_HANDLERS), EXIT_USAGE)
+    if not getattr(args, "all_users", False):
+        user, code = user_or_refusal(args.user, "notes")
+        if user is None:
+            return code
+        args.user = user  # the folder from here on
     try:
         return handler(args)
     except (ValueError, OSError) as exc:
@@ -123,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace) -> NoteStore:
-    user = args.user or default_user()
+    user = args.user if args.user is not None else user_of(None)
     home = Path(args.home).expanduser() if args.home else default_home()
     return NoteStore(default_memory_root(home), user)
 

@@ -125,14 +125,21 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
         _say(f"ready in {time.monotonic() - started:.0f} s: {where} "
              f"(profile {profile.name}, memory {profile.memory.mode})")
 
-    from conductor.memory.services import MemorySettings
-    from conductor.memory.types import valid_user
+    from conductor.memory.settings import MemorySettings
+    from conductor.memory.types import UserNameError, user_folder
 
-    if args.user is not None and not valid_user(args.user):
-        raise ProfileError(f"--user {args.user!r}: use letters, digits and . _ @ - only")
     settings = MemorySettings()
+    # The engine's own user by name, any name a request may give (josé too): each
+    # request maps it to its folder (server/turn/memory.py); one that is no one's is
+    # refused now, not with a 400 on every request.
+    user_name = (settings.user_name if args.user is None else args.user).lower()
+    try:
+        own_folder = user_folder(user_name)
+    except UserNameError as exc:
+        given = "$TANDEM_USER" if args.user is None else "--user"
+        raise ProfileError(f"{given} {user_name!r}: {exc}") from None
     settings = MemorySettings(
-        user_name=(args.user or settings.user_name).lower(),
+        user_name=user_name,
         trusted_proxies=frozenset(args.trusted_proxy) or settings.trusted_proxies,
         nightly_hour=settings.nightly_hour if args.nightly_hour is None else args.nightly_hour,
     )
@@ -184,8 +191,9 @@ def run_serve(args: argparse.Namespace, engine_for: Callable | None = None,
     access_log.configure(enabled=not args.disable_access_log)
     from server.mcp.discovery import announced, local_url
 
-    # $TANDEM_HOME/server.json while serving: `tandem mcp` forwards its calls here.
-    with announced(tandem_home(), local_url(args.host, args.port), settings.user_name,
+    # $TANDEM_HOME/server.json while serving: `tandem mcp` forwards its calls here. Its
+    # user is the folder, as `tandem mcp --user` resolves its own to compare the two.
+    with announced(tandem_home(), local_url(args.host, args.port), own_folder,
                    uds=args.uds):
         if listener is None:
             server.run()

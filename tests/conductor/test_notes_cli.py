@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import time
@@ -198,7 +199,8 @@ def test_without_flags_the_notes_are_the_os_users_under_tandem_home(
     """``--home`` defaults to ``$TANDEM_HOME`` and ``--user`` to the OS user name: list
     shows that user's note with its whole title, show prints its file, title and body."""
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "envhome"))
-    monkeypatch.setattr(notes_cli.getpass, "getuser", lambda: "dave")
+    monkeypatch.delenv("TANDEM_USER", raising=False)
+    monkeypatch.setattr(getpass, "getuser", lambda: "dave")
     root = tmp_path / "envhome" / "memory"
     note = NoteStore(root, "dave").add(
         title="Deploys go out on Thursdays", body="Never on a Friday afternoon.",
@@ -218,14 +220,16 @@ def test_without_flags_the_notes_are_the_os_users_under_tandem_home(
     assert shown.endswith("\n---\nNever on a Friday afternoon.\n")
 
 
-def test_odd_os_user_name_falls_back_to_local(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(notes_cli.getpass, "getuser", lambda: "we ird/name")
-    assert notes_cli.default_user() == "local"
+def test_odd_os_user_name_is_the_engines_own_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TANDEM_USER", raising=False)
+    monkeypatch.setattr(getpass, "getuser", lambda: "we ird/name")
+    assert notes_cli.default_user() == "we-ird-name"  # as `tandem serve` names its user
 
 
 def test_bad_user_name_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["notes", "list", "--user", "../x", "--home", str(home)]) == 1
-    assert "bad user name" in capsys.readouterr().err
+    assert run(["notes", "list", "--user", "a\x07b", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tandem notes: ") and "control character" in err
 
 
 def test_split_restores_a_merged_revision_as_a_note_of_its_own(
