@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from server.access.auth import Auth
-from server.access.body_credentials import MAX_LIFT_BYTES
+from server.access.body_credentials import MAX_MEMORY_BODY_BYTES
 from server.access.keys import KeyStore
 from tests.inprocess import InProcessApp
 
@@ -69,7 +69,7 @@ def test_only_the_memory_routes_lift_and_only_a_small_body(app, keys):
         "api_key": alice})
     assert chat.status_code == 401  # the chat routes keep their key in the header
     big = app.request("POST", "/v1/memory", json={"api_key": alice,
-                                                  "body": "x" * (MAX_LIFT_BYTES + 1)})
+                                                  "body": "x" * (MAX_MEMORY_BODY_BYTES + 1)})
     assert big.status_code == 413
     assert big.json()["error"]["code"] == "body_too_large"
 
@@ -78,5 +78,5 @@ def test_the_limits_page_states_the_lift_limit():
     from tests.docs_text import docs_text
 
     assert (f"a `/v1/memory` POST body without `Authorization` (its key read from the body, "
-            f"behind vllm-router) | {MAX_LIFT_BYTES // 1024} KiB |") in docs_text(
+            f"behind vllm-router) | {MAX_MEMORY_BODY_BYTES // 1024} KiB |") in docs_text(
         "docs/serving/limits.md")

@@ -9,12 +9,16 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 MAX_CHUNK_CHARS = 1500
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-_TITLE = re.compile(r"^title:\s*(.+?)\s*$", re.MULTILINE)
+_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+# libyaml's loader reads a note's frontmatter many times faster (every file of an index
+# sync is read); PyYAML built without libyaml has the pure Python one only.
+LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -62,21 +66,36 @@ def _title_only(title: str | None) -> list[Chunk]:
 
 
 def without_frontmatter(text: str) -> tuple[str, str | None]:
+    """The text past its frontmatter, and the frontmatter's title (None: it has none)."""
     if not text.startswith("---\n"):
         return text, None
     end = text.find("\n---", 4)
     if end < 0:
         return text, None
-    match = _TITLE.search(text[4:end])
-    title = _scalar(match.group(1)) if match else None
-    return text[end + 4:].lstrip("\n"), title
+    return text[end + 4:].lstrip("\n"), _title(text[4:end])
+
+
+def _title(front: str) -> str | None:
+    """The frontmatter's title as YAML reads it (a quoted title such as 'It''s: here' or
+    "caf\\u00e9" unquoted, a long one wrapped onto lines whole), so the trail says what
+    the note's title says; a title that is no text (`title: 1234`) as written. Read once;
+    frontmatter YAML cannot read as a whole gives its title line, read alone."""
+    try:
+        fields = yaml.load(front, Loader=LOADER)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError:
+        fields = None
+    if isinstance(fields, dict) and isinstance(fields.get("title"), str):
+        return fields["title"]
+    match = _TITLE.search(front)
+    if match is None:
+        return None
+    return match.group(1).strip("'\"") if isinstance(fields, dict) else _scalar(match.group(1))
 
 
 def _scalar(raw: str) -> str:
-    """A YAML scalar's text: a quoted title ('It''s: here', "caf\\u00e9") unquoted as
-    YAML reads it, so the trail says what the note's title says."""
+    """The title line's value read alone (its frontmatter is no YAML as a whole)."""
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError:
         return raw.strip("'\"")
     return value if isinstance(value, str) else raw.strip("'\"")

@@ -18,14 +18,16 @@ from starlette.types import Message, Receive, Scope
 from server.http.asgi import scope_header
 
 MEMORY_PREFIX = "/v1/memory"
-# A memory route's body is a note (at most 8,000 characters) or a query: far below this.
-MAX_LIFT_BYTES = 256 * 1024
+# One memory call's body, a note (at most 8,000 characters, up to 6 bytes each once
+# escaped in JSON) or a query, is far below this: a memory route's body read for its key,
+# and a `/mcp` call's (server/mcp/http.py imports it), past it are refused with a 413.
+MAX_MEMORY_BODY_BYTES = 256 * 1024
 FIELDS = {"api_key": b"authorization", "memory_token": b"x-tandem-memory-token",
           "project": b"x-tandem-project"}
 
 
 class BodyTooLarge(ValueError):
-    """A memory route's body past MAX_LIFT_BYTES (a 413)."""
+    """A memory route's body past MAX_MEMORY_BODY_BYTES (a 413)."""
 
 
 def wants_lift(scope: Scope, path: str) -> bool:
@@ -45,8 +47,8 @@ async def lift(scope: Scope, receive: Receive) -> Receive:
             return _replay([message], receive)
         body = message.get("body", b"")
         size += len(body)
-        if size > MAX_LIFT_BYTES:
-            raise BodyTooLarge(f"a memory route's body is over {MAX_LIFT_BYTES} bytes")
+        if size > MAX_MEMORY_BODY_BYTES:
+            raise BodyTooLarge(f"a memory route's body is over {MAX_MEMORY_BODY_BYTES} bytes")
         chunks.append(body)
         if not message.get("more_body", False):
             break

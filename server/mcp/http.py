@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server.access.body_credentials import MAX_MEMORY_BODY_BYTES
 from server.http.errors import APIError, error_response
 from server.mcp.access import ServedMemory
 from server.mcp.catalog import build_server
@@ -42,9 +43,9 @@ if TYPE_CHECKING:
     from server.idle.search import SearchService
 
 PATH = "/mcp"
-# One call's body: a note is at most 8,000 characters (up to 6 bytes each once escaped in
-# JSON); a body past this is refused with 413 before it is parsed.
-MAX_BODY_BYTES = 256 * 1024
+# One call's body past this is refused with 413 before it is parsed: the memory routes'
+# own cap, for the same note or query (the name is /mcp's, for what its docs state).
+MAX_BODY_BYTES = MAX_MEMORY_BODY_BYTES
 
 # The call's caller, set by the middleware below for the tools it runs (a frozen value).
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar(
