@@ -35,6 +35,9 @@ class ShownAnswers:
     # key -> (user, shown, written)
     _answers: OrderedDict[bytes, tuple[str | None, str, str]] = field(
         default_factory=OrderedDict)
+    # (user, written) -> the key of its newest shown form: a client that sends an answer
+    # back without the lines is sending the same message (`as_shown`)
+    _by_written: dict[bytes, bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _changed: set[str | None] = field(default_factory=set)  # users, since `take_changes`
 
@@ -42,13 +45,25 @@ class ShownAnswers:
         if shown.strip() == written.strip():
             return
         with self._lock:
-            key = _key(user, shown)
-            self._answers[key] = (user, shown, written)
-            self._answers.move_to_end(key)
+            self._put(user, shown, written)
             self._changed.add(user)
             while len(self._answers) > self.max_answers:
-                gone_user, _, _ = self._answers.popitem(last=False)[1]
-                self._changed.add(gone_user)
+                self._changed.add(self._pop_oldest())
+
+    def _put(self, user: str | None, shown: str, written: str) -> None:
+        key = _key(user, shown)
+        self._answers[key] = (user, shown, written)
+        self._answers.move_to_end(key)
+        self._by_written[_key(user, written)] = key
+
+    def _pop_oldest(self) -> str | None:
+        key, (user, _, written) = self._answers.popitem(last=False)
+        self._unlink(key, user, written)
+        return user
+
+    def _unlink(self, key: bytes, user: str | None, written: str) -> None:
+        if self._by_written.get(_key(user, written)) == key:
+            del self._by_written[_key(user, written)]
 
     def as_written(self, user: str | None, content: str) -> str:
         """The answer without the status lines the server added to `user`'s answer;
@@ -57,9 +72,25 @@ class ShownAnswers:
             found = self._answers.get(_key(user, content))
             return content if found is None else found[2]
 
+    def as_shown(self, user: str | None, content: str) -> str:
+        """The answer as `user` was shown it, status lines included, where `content` is
+        what the model wrote of one (a client that drops the lines it displays apart, or
+        sends back only what the model said); unchanged otherwise. The ledger knows an
+        answer by its shown form: both forms then find the record, and derive one
+        session."""
+        with self._lock:
+            if _key(user, content) in self._answers:  # shown already
+                return content
+            key = self._by_written.get(_key(user, content))
+            return content if key is None else self._answers[key][1]
+
     def for_user(self, user: str | None):
         """`as_written` for one user's messages (what render_chat takes)."""
         return lambda content: self.as_written(user, content)
+
+    def for_shown(self, user: str | None):
+        """`as_shown` for one user's messages (what the ledger matches)."""
+        return lambda content: self.as_shown(user, content)
 
     def forget_user(self, user: str | None) -> int:
         """The user's delete: their answers go (and their file with the next save).
@@ -67,7 +98,8 @@ class ShownAnswers:
         with self._lock:
             mine = [key for key, (owner, _, _) in self._answers.items() if owner == user]
             for key in mine:
-                del self._answers[key]
+                _, _, written = self._answers.pop(key)
+                self._unlink(key, user, written)
             self._changed.add(user)
             return len(mine)
 
@@ -86,8 +118,6 @@ class ShownAnswers:
         """Saved pairs back, as `remember` made them (not marked as changed)."""
         with self._lock:
             for shown, written in pairs:
-                key = _key(user, shown)
-                self._answers[key] = (user, shown, written)
-                self._answers.move_to_end(key)
+                self._put(user, shown, written)
             while len(self._answers) > self.max_answers:
-                self._answers.popitem(last=False)
+                self._pop_oldest()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from conductor.hidden.prewarm import ContextGroup
@@ -113,3 +113,16 @@ def session_after_answer(memory: MemoryContext, messages: Sequence[VisibleMessag
     return derive_session(memory.user, memory.project, messages)
 
 
+
+
+def as_the_ledger_knows(messages: Sequence[VisibleMessage],
+                        as_shown: Callable[[str], str]) -> tuple[VisibleMessage, ...]:
+    """The messages as the ledger files them: each answer in the form its client was
+    shown it, status lines included (`as_shown`: ShownAnswers.as_shown for the user). A
+    client that sends an answer back without the lines (what the model wrote) holds the
+    same conversation: without this it derived another session and missed the record, or
+    matched it only up to that answer, which was then rendered afresh without its hidden
+    block (and, under Qwen3's template, without the empty think block before it): all of
+    the answer's tokens out of the backend's cache on the next turn."""
+    return tuple(replace(m, content=as_shown(m.content)) if m.role == "assistant" and
+                 m.content else m for m in messages)

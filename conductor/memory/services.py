@@ -31,7 +31,7 @@ from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
 from conductor.ledger.records import Ledger, Match, Record, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
-from conductor.memory.context import MemoryContext, session_after_answer
+from conductor.memory.context import MemoryContext, as_the_ledger_knows, session_after_answer
 from conductor.memory.erase import drop_indexes_of_gone_users, erase_user
 from conductor.memory.hiding import (
     HiddenContext,
@@ -250,8 +250,11 @@ class MemoryServices:
         assert count_tokens is not None and decode is not None, \
             "the engine's tokenizer is handed over when it is ready (use_tokenizer)"
         user = memory.user
-        match = self.ledger.find(user or "-relayed-", memory.session, list(facts.visible),
-                                 memory.project, bare=memory.off_reason is not None)
+        # an answer sent back without its status lines is the one the ledger holds
+        visible = as_the_ledger_knows(facts.visible, self._shown.for_shown(user))
+        match = self.ledger.find(user or "-relayed-", session_after_answer(memory, visible),
+                                 list(visible), memory.project,
+                                 bare=memory.off_reason is not None)
         if match is not None and facts.tools_message:  # the tools' pseudo-message
             match = replace(match, matched_messages=match.matched_messages - 1)
 
@@ -322,11 +325,12 @@ class MemoryServices:
         user, session = memory.user, memory.session
         if outcome.recorded:
             self.show_answer(user, outcome.shown, outcome.written)
-            session = session_after_answer(memory, outcome.messages)
+            messages = as_the_ledger_knows(outcome.messages, self._shown.for_shown(user))
+            session = session_after_answer(memory, messages)
             if outcome.ledger_kept:
                 self.ledger.record(Record(
                     user=user or "-relayed-", session=session, project=memory.project,
-                    bare=memory.off_reason is not None, messages=outcome.messages,
+                    bare=memory.off_reason is not None, messages=messages,
                     ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
                     spans=outcome.spans, shared_flags=None if memory.off_reason is not None
                     else (memory.shows_card, memory.reads)))

@@ -49,7 +49,7 @@ def vllm_backend(url: str) -> Backend:
 
 def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_policy=None,
               timeout_s: float = 600.0, trusted_proxies: frozenset[str] = frozenset(),
-              shared_cache: bool = False):
+              shared_cache: bool = False, profile_name: str = "tiny"):
     from conductor.memory.services import MemorySettings
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
@@ -58,10 +58,12 @@ def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_polic
     from engine.proxy.http_backend import HttpEngine
     from server.app import create_app
 
-    profile = load_profile("tiny")
+    # Another tiny profile (tiny-qwen3-template): the same weights and vocabulary as the
+    # backend's tiny model, so its ids mean the same there; only its template differs.
+    profile = load_profile(profile_name)
     profile = dataclasses.replace(profile, scripted=True, memory=dataclasses.replace(
         profile.memory, mode="on"))
-    tokenizer = load_tokenizer(str(models_dir(tandem_home()) / "tiny-qwen3"))
+    tokenizer = load_tokenizer(str(models_dir(tandem_home()) / profile.builtin_model))
     engine = HttpEngine(profile, tokenizer, backend.base, model or backend.model,
                         scripted_kernels=backend.kind == "vllm", kind=backend.kind,
                         timeout_s=timeout_s, wire=backend.wire, shared_cache=shared_cache)
@@ -94,9 +96,9 @@ def cache_counters(backend: str) -> tuple[float, float]:
 
 
 def chat(base: str, messages: list[dict], script: str | None = None,
-         session: str = "kitchen", **extra):
+         session: str | None = "kitchen", **extra):
     body = {"model": "tiny", "messages": messages, "max_tokens": 24, **extra}
     if script is not None:
         body["script"] = script
     return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120,
-                      headers={"X-Tandem-Session": session})
+                      headers={"X-Tandem-Session": session} if session else {})

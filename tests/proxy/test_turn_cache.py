@@ -9,6 +9,8 @@ not vLLM's global counters, which the idle loop's prefills also move."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 
 import httpx
 import pytest
@@ -54,5 +56,122 @@ def test_turn_two_reads_turn_ones_prompt_and_answer_from_the_cache(plain_vllm_se
         # every full block of turn one's prompt and answer (all but the last token, which
         # vLLM never serves from the cache) came from the cache
         assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+    finally:
+        served.stop()
+
+
+def streamed_text(base: str, messages: list[dict], script: str, session: str | None,
+                  model: str) -> str:
+    """An answer streamed as a client reads it: the content deltas joined."""
+    body = {"model": model, "messages": messages, "max_tokens": 120, "script": script,
+            "stream": True}
+    parts = []
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=120,
+                      headers={"X-Tandem-Session": session} if session else {}) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[len("data: "):]).get("choices") or ():
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+def first_record(app, timeout: float = 10.0):
+    """Turn one's record, once the turn has filed it (a stream files it as it ends)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = app.state.tandem.memory.ledger.user_records(USER)
+        if records or time.monotonic() > deadline:
+            assert len(records) == 1, records
+            return records[0]
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("profile", ["tiny", "tiny-qwen3-template"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("session", ["turns", None], ids=["header", "derived"])
+def test_turn_two_reads_turn_one_as_a_plain_client_sends_it(plain_vllm_server, tmp_path,
+                                                             profile, stream, session):
+    """As the plainest OpenAI client calls (no X-Tandem-Session: the session is derived
+    from the conversation's opening, turn one's answer included), streamed or not, under
+    Tandem's template and under Qwen3's published one (which renders an earlier answer
+    without the empty think block the thinking-off generation prompt put before it)."""
+    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path, profile_name=profile)
+    assert app.state.tandem.memory.store(USER).add(
+        title="the user's dog", body="The user has a dog called Biscuit, a beagle.",
+        kind="reference", scope="user", source="cli", has_user_message=True).ok
+    served = ServedApp(app)
+    served.start(ready_timeout=60)
+    try:
+        words = " ".join(f"step{i} water the beds" for i in range(120))
+        first = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle needs a "
+                          f"walk every morning. Then the garden: {words}"}]
+        if stream:
+            text = streamed_text(served.base_url, first, BLOCK, session, profile)
+        else:
+            answer = chat(served.base_url, first, script=BLOCK, max_tokens=120,
+                          session=session, model=profile)
+            assert answer.status_code == 200, answer.text
+            text = answer.json()["choices"][0]["message"]["content"]
+        assert "› remembered: the kettle is blue" in text
+        one = first_record(app)
+        second = chat(served.base_url, [*first, {"role": "assistant", "content": text},
+                                        {"role": "user", "content": "What first?"}],
+                      script="The walk.", session=session, model=profile)
+        cached, prompt = own_cached(second), second.json()["usage"]["prompt_tokens"]
+        print(f"{profile} stream={stream} session={session}: cached {cached} of {prompt}, "
+              f"turn one {len(one.ids)}")
+        assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+    finally:
+        served.stop()
+
+
+def without_status_lines(text: str) -> str:
+    """What a client that shows the server's status lines apart sends back: the answer
+    as the model wrote it."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("› ")).strip()
+
+
+@pytest.mark.parametrize("session", ["turns", None], ids=["header", "derived"])
+def test_turn_two_reads_turn_one_when_the_client_sends_the_answer_without_its_status_line(
+        plain_vllm_server, tmp_path, session):
+    """The answer wrote a note, so the client was shown "Noted." and a status line; it
+    sends back "Noted." alone. That is the same answer: the ledger finds turn one's record
+    (under the session the shown form derives) and its ids stand, the note's hidden block
+    in the answer included. Before, a derived session was another (turn one's record not
+    found: 480 of 1,266 cached) and a named one matched only up to the answer, which was
+    rendered afresh without its block (1,312 of 1,351 where 1,376 were turn one's)."""
+    profile = "tiny-qwen3-template"
+    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path, profile_name=profile)
+    assert app.state.tandem.memory.store(USER).add(
+        title="the user's dog", body="The user has a dog called Biscuit, a beagle.",
+        kind="reference", scope="user", source="cli", has_user_message=True).ok
+    served = ServedApp(app)
+    served.start(ready_timeout=60)
+    try:
+        words = " ".join(f"step{i} water the beds" for i in range(120))
+        first = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle needs a "
+                          f"walk every morning. Then the garden: {words}"}]
+        answer = chat(served.base_url, first, script=BLOCK, max_tokens=120, session=session,
+                      model=profile)
+        assert answer.status_code == 200, answer.text
+        text = answer.json()["choices"][0]["message"]["content"]
+        assert "› remembered: the kettle is blue" in text
+        one = first_record(app)
+        sent = without_status_lines(text)
+        assert sent == "Noted."
+        second = chat(served.base_url, [*first, {"role": "assistant", "content": sent},
+                                        {"role": "user", "content": "What first?"}],
+                      script="The walk.", session=session, model=profile)
+        cached, prompt = own_cached(second), second.json()["usage"]["prompt_tokens"]
+        print(f"stripped session={session}: cached {cached} of {prompt}, turn one "
+              f"{len(one.ids)}")
+        assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+        # and turn two's record goes on from turn one's, under one session
+        records = app.state.tandem.memory.ledger.user_records(USER)
+        assert len({r.session for r in records}) == 1, records
+        two = max(records, key=lambda r: len(r.ids))
+        assert list(two.ids[:len(one.ids)]) == list(one.ids)
     finally:
         served.stop()
