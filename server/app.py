@@ -17,8 +17,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from conductor.memory.hiding import NotesShown, PrefetchLimits
-from conductor.memory.services import MemoryServices, MemorySettings
-from conductor.memory.types import Ledger, nightly_loop
+from conductor.memory.services import MemoryServices
+from conductor.memory.settings import MemorySettings
+from conductor.memory.types import nightly_loop
 from engine.engine import Engine, EngineDead
 from engine.profiles import Profile
 from server.access.admin import AdminGate
@@ -87,7 +88,10 @@ class ServerState:
     def engine_ready(self, engine: Engine) -> None:
         if self.profile.tool_call_format == "qwen":
             _check_template(self.profile, engine)
-        dropped = self.memory.ledger.serve_fingerprint(engine.fingerprint)
+        # A hybrid model's record, prefilled after each answer (none on a dense engine or
+        # a proxy's backend: their reuse_block is None, and nothing is queued)
+        dropped = self.memory.serve_model(engine.fingerprint,
+                                          hybrid=engine.reuse_block is not None)
         if dropped:
             log.info("ledger: %d saved records were made under another model, tokenizer or "
                      "chat template; their conversations are rendered afresh once", dropped)
@@ -104,10 +108,7 @@ class ServerState:
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
                                     self.writer_policy)
         self.prewarm = PrewarmService(self.memory, engine)
-        # A hybrid model's record, prefilled after each answer (none on a dense engine or
-        # a proxy's backend: their reuse_block is None, and nothing is queued)
         self.record_prefill = RecordPrefillService(self.memory, engine)
-        self.memory.records_due.on = engine.reuse_block is not None
         self.prefetch = PrefetchService(self.memory, engine)
         self.jobs = JobService(self.memory, engine, self.profile)
         self.search = SearchService(self.memory, engine,
@@ -171,12 +172,12 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     writer's price and limits on a paid backend (proxy mode)."""
     browser = browser or BrowserPolicy()
     memory = MemoryServices(home, memory_settings or MemorySettings(),
-                            ledger=Ledger(max_tokens=profile.memory.ledger_max_tokens),
+                            ledger_max_tokens=profile.memory.ledger_max_tokens,
                             notes_shown=NotesShown.of(profile.memory.notes_shown),
                             prefetch_limits=_prefetch_limits(profile),
                             command_recogniser=profile.memory.command_recogniser)
     memory.responses.max_bytes = profile.memory.responses_store_mib * 1024 * 1024
-    memory.prewarm.notes = profile.memory.prewarm_notes
+    memory.idle.prewarm.notes = profile.memory.prewarm_notes  # likely notes a head branches
     auth = auth or Auth(keys=KeyStore(home))
     auth.engine_user = memory.settings.user_name
     state = ServerState(profile=profile, home=home, memory=memory,
@@ -190,8 +191,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         # after a crash: temp files of the dead process go, torn journal lines are counted
         await asyncio.to_thread(memory.recover)
         # background work: the saver waits while clients run
-        memory.ledger_saver.busy = lambda: bool(state.engine and state.engine.running("client"))
-        saver = asyncio.create_task(memory.ledger_saver.run())
+        saver = asyncio.create_task(memory.keep_saved(
+            busy=lambda: bool(state.engine and state.engine.running("client"))))
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready,
@@ -218,7 +219,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
             elif state.over_http:  # proxy mode: the backend's connections
                 await state.engine.close()
             saver.cancel()
-            memory.ledger_saver.save_now()  # the last records
+            memory.save_now()  # the last records
             if memory.leases is not None:  # the users' next replica writes at once
                 await asyncio.to_thread(memory.leases.close)
 

@@ -58,7 +58,7 @@ def served(test_home: Path, tiny_profile):
     # Its idle loop would prefill a branch per note that a test writes, behind the tests'
     # backs (engine tests wait for a background request of their own): the branches are
     # tested on apps of their own (tests/test_prewarm_branches.py).
-    app.state.tandem.memory.prewarm.notes = 0
+    app.state.tandem.memory.idle.prewarm.notes = 0
     server = ServedApp(app)
     server.start()
     yield server

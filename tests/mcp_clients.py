@@ -17,7 +17,7 @@ TESTER_KEY = "tk-tester-key-for-the-mcp-tests"
 def keyed(served, tmp_path_factory):
     """An app of its own on the session's engine, served over HTTP with API keys on: the
     engine's key is `tester`'s, a named key `bob`'s."""
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from server.access.auth import Auth
     from server.access.keys import KeyStore
     from server.app import create_app

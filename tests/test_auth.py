@@ -77,7 +77,7 @@ def test_two_named_keys_are_two_users_who_never_see_each_others_notes(app, keys)
     # Bob's chat: his shared context lists none of alice's notes.
     app.chat([{"role": "user", "content": "What is my locker code?"}], "No idea.",
              headers={**bearer(bob), "X-Tandem-Session": "bob-1"})
-    record = app.memory.ledger.latest("bob", "bob-1")
+    record = app.memory.latest_record("bob", "bob-1")
     tokenizer = app.app.state.tandem.engine.tokenizer
     assert "alice locker code" not in tokenizer.decode(list(record.ids))
     assert app.memory.store("bob").list() == []
@@ -176,8 +176,8 @@ def test_keys_refuse_a_bad_label_a_duplicate_and_an_unknown_revoke(keys):
     keys.add("dave")
     with pytest.raises(KeysError):
         keys.add("dave")
-    with pytest.raises(KeysError):
-        keys.add("no spaces/here")
+    with pytest.raises(KeysError, match="control character"):
+        keys.add("no\nnewlines")  # any name a request may give, but none that is no one's
     with pytest.raises(KeysError):
         keys.revoke("nobody")
 

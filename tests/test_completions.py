@@ -51,7 +51,7 @@ def test_a_completion_leaves_no_memory_behind(app):
     response = app.request("POST", "/v1/completions",
                            json={"model": "tiny", "prompt": "Remember this", "max_tokens": 2})
     assert response.status_code == 200
-    assert app.memory.ledger.latest("tester", "s-anything") is None
+    assert app.memory.latest_record("tester", "s-anything") is None
     assert app.memory.store("tester").list() == []
 
 

@@ -25,7 +25,7 @@ def app(template_served, tmp_path) -> InProcessApp:
 
 def prompt_text(app: InProcessApp, tokenizer, user: str = USER) -> str:
     """The last continuous record's ids (prompt and answer) as text."""
-    record = app.memory.ledger.latest(user, "continuous")
+    record = app.memory.latest_record(user, "continuous")
     return tokenizer.decode(record.ids)
 
 

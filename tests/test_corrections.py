@@ -37,7 +37,7 @@ class Chat:
         return usage
 
     def record(self):
-        return self.app.memory.ledger.latest("tester", self.session)
+        return self.app.memory.latest_record("tester", self.session)
 
     def corrections(self) -> list:
         return [s for s in self.record().spans if s.kind == "correction"]

@@ -9,7 +9,8 @@ import asyncio
 import json
 
 from conductor.hidden.prewarm import HEADS_PER_GROUP, ContextGroup, PrewarmHeads
-from conductor.memory.services import MemoryServices, MemorySettings
+from conductor.memory.services import MemoryServices
+from conductor.memory.settings import MemorySettings
 from server.turn.answering.engine_tools import READ, SEARCH, EngineToolbox, ToolLimits
 from server.turn.answering.output_parser import ToolCall
 

@@ -47,7 +47,7 @@ def app(template_served, tmp_path) -> InProcessApp:
 
 
 def record_text(app: InProcessApp, session: str = "tools") -> str:
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     return app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
 
 
@@ -62,7 +62,7 @@ def test_a_search_then_the_answer_is_one_answer_with_a_status_line(app):
     text = record_text(app)
     response_text = text.split("<tool_response>")[1].split("</tool_response>")[0]
     assert "build needs node 20" in response_text and "notes/" in response_text
-    record = app.memory.ledger.latest("tester", "tools")
+    record = app.memory.latest_record("tester", "tools")
     (span,) = [s for s in record.spans if s.kind == "tool"]
     hidden = app.app.state.tandem.engine.tokenizer.decode(list(record.ids[span.start:span.end]))
     assert hidden.startswith("<tool_call>") and "</tool_response>" in hidden
@@ -77,7 +77,7 @@ def test_the_continuation_prefills_only_the_tool_response(app):
     script = [call("memory_search", query="node"), "Node 20."]
     _, _, response = app.chat(history, script, headers=SESSION)
     continuation = engine.stats.recent[response.json()["id"] + "-1"]
-    record = app.memory.ledger.latest("tester", "tools")
+    record = app.memory.latest_record("tester", "tools")
     (span,) = [s for s in record.spans if s.kind == "tool"]
     call_end = list(record.ids[span.start:span.end]).index(TOOL_CALL_END) + 1
     exchange = span.end - span.start - call_end  # the message's end, the response, a header
@@ -178,7 +178,7 @@ def test_the_fourth_engine_call_of_a_turn_is_banned(app):
     content, _, response = app.chat(user("Search hard."), script, headers=SESSION)
     assert content.count("› searched memory:") == 3
     assert response.json()["choices"][0]["finish_reason"] == "stop"
-    record = app.memory.ledger.latest("tester", "tools")
+    record = app.memory.latest_record("tester", "tools")
     first = min(s.start for s in record.spans if s.kind == "tool")
     answer_ids = list(record.ids[first:])  # the catalog's instructions hold the tag too
     assert answer_ids.count(TOOL_CALL) == 3, "the fourth <tool_call> token was sampled"
@@ -188,7 +188,7 @@ def test_the_next_turn_is_served_from_the_cache_and_status_lines_are_stripped(ap
     question = user("Which node does the build need?")
     content, _, _ = app.chat(question, [call("memory_search", query="node"), "Node 20."],
                              headers=SESSION)
-    previous = app.memory.ledger.latest("tester", "tools").ids
+    previous = app.memory.latest_record("tester", "tools").ids
     history = [*question, {"role": "assistant", "content": content}, *user("And npm?")]
     _, usage, _ = app.chat(history, "npm 10.", headers=SESSION)
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(previous) - 32
@@ -236,7 +236,7 @@ def test_the_plain_sdk_call_gets_one_answer_after_a_search(template_served):
 def test_the_continuous_conversation_keeps_the_turn_cached_and_its_status_line(app, tmp_path):
     content, _, _ = app.converse("Which node?", [call("memory_search", query="node"), "20."])
     assert content == "› searched memory: node\n20."
-    previous = app.memory.ledger.latest("tester", "continuous").ids
+    previous = app.memory.latest_record("tester", "continuous").ids
     _, usage, _ = app.converse("And npm?", "10.")
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(previous) - 32
     turns = tmp_path / "memory" / "layers" / "tester" / "history" / "turns"

@@ -172,7 +172,7 @@ def test_each_kind_of_turn_calls_memory_once_down_and_once_up(served, tmp_path, 
     assert turn("POST", "/v1/responses", {
         "model": "tiny", "input": "what does the build script do?",
         "script": "It builds."}) == once
-    assert app.memory.ledger.user_records("tester")  # the calls did what they stand for
+    assert app.memory.records("tester")  # the calls did what they stand for
 
 
 def test_the_hiding_decision_copies_no_note_to_match_when_no_index_is_shown(tmp_path,

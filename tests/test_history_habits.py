@@ -70,7 +70,7 @@ class Conversation:
             headers["X-Tandem-Project"] = project
         call = dict(model="tiny", messages=messages, extra_body={"script": script, **body},
                     extra_headers=headers, **kwargs)
-        before = self.memory.ledger.records(self.user, self.session)
+        before = self.memory.records(self.user, self.session)
         message, usage = (self._streamed(call) if self.stream else self._plain(call))
         if extends and self.previous is not None:
             floor = (self.previous["prompt_tokens"] + self.previous["completion_tokens"]
@@ -112,7 +112,7 @@ class Conversation:
         return message, usage
 
     def record(self):
-        return self.memory.ledger.latest(self.user, self.session)
+        return self.memory.latest_record(self.user, self.session)
 
     def answer_text(self) -> str:
         """The last record's answer as the model wrote it, after its generation prompt."""
@@ -127,7 +127,7 @@ class Conversation:
 
     def due(self) -> list[str]:
         """The writer's triggers for this conversation."""
-        return [t for _, session, t in self.memory.triggers.due() if session == self.session]
+        return [t for _, session, t in self.memory.idle.triggers.due() if session == self.session]
 
 
 def add_note(memory, title: str, body: str) -> str:
@@ -259,7 +259,7 @@ def test_a_real_compaction_hands_the_writer_the_dropped_history(talk, memory):
                {"role": "user", "content": "Go on."}]
     chat.send(summary, "Going on.", extends=False)
     assert chat.due() == ["compaction"]
-    assert memory.triggers.dropped(chat.user, chat.session) is dropped
+    assert memory.idle.triggers.dropped(chat.user, chat.session) is dropped
     chat.send([*summary, {"role": "assistant", "content": "Going on."},
                {"role": "user", "content": "More."}], "More.")
     assert chat.due() == ["compaction"]  # once
@@ -325,7 +325,7 @@ def test_a_status_line_sent_back_on_a_miss_is_taken_off_by_what_was_shown(talk):
 
 def test_a_stopped_stream_records_what_the_client_saw(template_served, tiny_profile):
     served = template_served
-    ledger = served.app.state.tandem.memory.ledger
+    ledger = served.app.state.tandem.memory
     user = served.app.state.tandem.memory.settings.user_name
     session = f"stopped-{uuid.uuid4().hex[:8]}"
     first = [{"role": "user", "content": "Tell me a long story."}]
@@ -341,9 +341,9 @@ def test_a_stopped_stream_records_what_the_client_saw(template_served, tiny_prof
                     seen += delta.get("content") or ""
                 if len(seen) > 200:
                     break
-    eventually(lambda: ledger.latest(user, session) is not None, timeout=30)
-    record = ledger.latest(user, session)
-    triggers = served.app.state.tandem.memory.triggers
+    eventually(lambda: ledger.latest_record(user, session) is not None, timeout=30)
+    record = ledger.latest_record(user, session)
+    triggers = served.app.state.tandem.memory.idle.triggers
     assert (user, session, "give_up") in triggers.due()  # the writer will look at it
     tokenizer = served.app.state.tandem.engine.tokenizer
     answer = tokenizer.decode(list(record.ids)).rsplit("<|im_start|>assistant\n", 1)[1]
@@ -356,7 +356,7 @@ def test_a_stopped_stream_records_what_the_client_saw(template_served, tiny_prof
         usage = client.post("/v1/chat/completions", headers={"X-Tandem-Session": session},
                             json={"model": "tiny", "messages": second,
                                   "script": "The end."}).json()["usage"]
-    latest = ledger.latest(user, session)
+    latest = ledger.latest_record(user, session)
     assert tuple(latest.ids[: len(record.ids)]) == tuple(record.ids)  # replayed as it was
     assert usage["prompt_tokens_details"]["cached_tokens"] >= len(record.ids) - 2 * (
         tiny_profile.block_size)
@@ -382,11 +382,11 @@ def test_history_dropped_under_512_tokens_sets_off_nothing_and_512_sets_off_the_
     question = text_of_tokens(count, dropped_tokens - 100, "question")
     content, _, _ = app.chat([{"role": "user", "content": question}], answer, headers=session)
     assert content == answer
-    record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+    record = app.memory.latest_record("tester", session["X-Tandem-Session"])
     # The history about to be dropped (beside the tools pseudo-message: the catalog).
     assert [(m.role, count(m.content)) for m in record.messages if m.role != "tools"] == [
         ("user", dropped_tokens - 100), ("assistant", 100)]
     app.chat([{"role": "system", "content": "Summary: questions were asked."},
               {"role": "user", "content": "Go on."}], "Going on.", headers=session)
-    due = [t for _, s, t in app.memory.triggers.due() if s == session["X-Tandem-Session"]]
+    due = [t for _, s, t in app.memory.idle.triggers.due() if s == session["X-Tandem-Session"]]
     assert due == trigger

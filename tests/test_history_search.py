@@ -95,8 +95,8 @@ def test_a_question_finds_the_turn_that_answers_it_by_route_and_cli(app, served,
 
 
 def latest_record_text(app: InProcessApp) -> str:
-    session = app.memory.ledger.sessions_of("tester")[0]  # the one conversation
-    record = app.memory.ledger.latest("tester", session)
+    session = app.memory.sessions_of("tester")[0]  # the one conversation
+    record = app.memory.latest_record("tester", session)
     return app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
 
 

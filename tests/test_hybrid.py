@@ -148,7 +148,7 @@ def test_a_new_session_finds_the_shared_context_cached_to_its_block_boundary(hyb
     user = tandem.memory.settings.user_name
     # a first message past the next boundary: that prompt's own state is kept there
     first_tokens, first = new_session(hybrid, "aligned-a", long_text("zeta", 300))
-    record = tandem.memory.ledger.latest(user, "aligned-a")
+    record = tandem.memory.latest_record(user, "aligned-a")
     (shared,) = [s for s in record.spans if s.kind == "shared"]
     assert shared.end % BLOCK == 0 and first == 0  # laid out to the boundary
     assert first_tokens > shared.end + BLOCK
@@ -267,7 +267,7 @@ def test_an_engine_memory_search_is_one_answer_and_the_turns_after_read_it_cache
     content, _, response = scripted(app, question, script, "hybrid-tools")
     assert content == "› searched memory: node version for the build\nNode 20."
     assert "tool_calls" not in response.json()["choices"][0]["message"]
-    record = app.memory.ledger.latest("tester", "hybrid-tools")
+    record = app.memory.latest_record("tester", "hybrid-tools")
     (span,) = [s for s in record.spans if s.kind == "tool"]
     exchange = list(record.ids[span.start:span.end])
     assert "build needs node 20" in engine.tokenizer.decode(exchange)
@@ -300,7 +300,7 @@ def record_prefill_turn(app, session: str, words: int = 300) -> tuple[list[dict]
 
     history = [{"role": "user", "content": long_text(session.split("-")[-1], words)}]
     content, usage, _ = scripted(app, history, LONG_ANSWER, session)
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     replayed = next_turn_replays(app.app.state.tandem.engine.tokenizer, record)
     assert replayed is not None and replayed[: usage["prompt_tokens"]] == list(
         record.ids[: usage["prompt_tokens"]])
@@ -315,7 +315,7 @@ def test_after_the_record_s_prefill_the_next_turn_reads_its_answer_from_the_cach
     own tokens: the next turn reads every whole block of the answer from the cache."""
     app = hybrid_app
     service = app.app.state.tandem.record_prefill
-    assert app.memory.records_due.on  # a hybrid engine: the job is on
+    assert app.memory.idle.records_due.on  # a hybrid engine: the job is on
     history, first, replayed = record_prefill_turn(app, "hybrid-record")
     prompt_floor = (first["prompt_tokens"] - 1) // BLOCK * BLOCK
     assert replayed // BLOCK * BLOCK > prompt_floor  # the answer crosses a boundary

@@ -67,11 +67,11 @@ def test_a_consolidation_rewrites_working_memory_and_moves_the_checkpoint(app, t
     wm = parse_working_memory((layers_dir(app) / "WORKING_MEMORY.md").read_text())
     assert [e.text for e in wm["Active Tasks"]] == ["move the deploy to Friday"]
     # The job's prompt began with the conversation's exact ids: served from the cache.
-    last = app.memory.ledger.latest("tester", "continuous")
+    last = app.memory.latest_record("tester", "continuous")
     assert record["cached_tokens"] >= len(last.ids) - 32
     # The conversation now replays from after the checkpoint, with the new working memory.
     app.converse("what is next?", "Friday's deploy")
-    text = tokenizer.decode(app.memory.ledger.latest("tester", "continuous").ids)
+    text = tokenizer.decode(app.memory.latest_record("tester", "continuous").ids)
     assert "turn 4:" not in text and "turn 5:" in text and "turn 6:" in text
     assert "move the deploy to Friday" in text
     runs = app.request("GET", "/v1/conductor/jobs/runs", params={"limit": 5}).json()["data"]
@@ -93,7 +93,7 @@ def test_after_a_consolidation_the_new_prefix_is_prefilled_and_the_next_message_
 
 def test_a_job_on_a_long_conversation_leaves_out_its_oldest_turns_not_its_answer(
         app, tiny_profile):
-    record = app.memory.ledger.latest("tester", "continuous")
+    record = app.memory.latest_record("tester", "continuous")
     jobs = app.app.state.tandem.jobs
     jobs.max_tokens = tiny_profile.max_model_len - len(record.ids) + 64  # the record won't do
     done = run(app, CONSOLIDATE, wm_answer(active_tasks=[{"id": "new", "text": "Friday"}]))
@@ -161,7 +161,7 @@ def test_a_job_writing_outside_its_artifacts_is_refused(app, served):
                         "WORKING_MEMORY.md": "# fine\n", "core/AGENT.md": "# taken over\n"}))
     jobs = app.app.state.tandem.jobs
     record = served.run(run_job(rogue, app.memory.layers("tester"),
-                                EngineJobBackend(jobs.engine, app.memory.ledger), "manual",
+                                EngineJobBackend(jobs.engine, app.memory.latest_record), "manual",
                                 window_bounds(jobs.profile), jobs.engine.count_tokens, jobs.caps,
                                 64, script=wm_answer()))
     assert record.outcome == "refused" and "core/AGENT.md" in record.reason
@@ -276,7 +276,7 @@ def test_a_preempted_jobs_prompt_stays_in_the_prefix_cache(app, served, tiny_pro
     [prompt] = prompts
     # The prompt is the conversation's record (cached by its client turns) and then the
     # job's instruction, which only the preempted job ever computed.
-    conversation = app.memory.ledger.latest("tester", "continuous").ids
+    conversation = app.memory.latest_record("tester", "continuous").ids
     assert prompt[:len(conversation)] == list(conversation)
     assert len(prompt) - len(conversation) >= 4 * tiny_profile.block_size
 

@@ -32,7 +32,7 @@ def test_interleaved_sessions_replay_every_turn_from_a_ledger_flat_copies_would_
                 assert usage["prompt_tokens_details"]["cached_tokens"] >= floor, (
                     session, turn, usage)
             previous[session] = usage
-    ledger = app.memory.ledger
+    ledger = app.memory._ledger  # its own bound: the ledger itself
     flat = sum(len(r.ids) for r in ledger.user_records("tester"))
     assert ledger.tokens <= BOUND
     assert flat > 2 * BOUND  # held as flat copies, these records would not fit

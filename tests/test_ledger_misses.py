@@ -35,7 +35,7 @@ class Chat:
         return usage
 
     def record(self):
-        return self.app.memory.ledger.latest("tester", self.headers["X-Tandem-Session"])
+        return self.app.memory.latest_record("tester", self.headers["X-Tandem-Session"])
 
 
 def add_note(app: InProcessApp, title: str) -> str:
@@ -70,7 +70,7 @@ def test_an_edit_right_after_the_system_prompt_keeps_the_card(app, tiny_profile)
     chat = Chat(app)
     chat.turn("Hello there.", "Hi.")
     chat.turn("Second question?", "Second answer.")
-    first = app.memory.ledger.records("tester", chat.headers["X-Tandem-Session"])[0]
+    first = app.memory.records("tester", chat.headers["X-Tandem-Session"])[0]
     (shared,) = [s for s in first.spans if s.kind == "shared"]
     _, usage, _ = app.chat([SYSTEM, {"role": "user", "content": "Hello, edited."}], "Hi!",
                            headers=chat.headers)

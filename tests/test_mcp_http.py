@@ -275,7 +275,7 @@ def test_what_mcp_writes_a_session_sees_and_what_the_model_writes_mcp_finds(keye
 
     written = asyncio.run(remember())
     chat("mcp-sees", "How many animals are in the walrus colony?", "Quite a few.")
-    record = memory.ledger.latest("tester", "mcp-sees")
+    record = memory.latest_record("tester", "mcp-sees")
     prompt = keyed.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     assert "412 animals" in prompt and "notes" in {s.kind for s in record.spans}
 

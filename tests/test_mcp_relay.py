@@ -10,7 +10,7 @@ def test_a_relayed_name_that_can_be_no_one_is_a_400_and_any_other_has_its_own_me
     """Behind a trusted proxy, `/mcp` takes the relayed X-Tandem-User as the chat routes
     do: an empty or control-character name is a 400 saying why (it failed inside the SDK,
     a traceback and "Internal server error"), and `josé` writes to a folder of its own."""
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from server.app import create_app
     from tests.served import AppOnLoop
 

@@ -177,12 +177,12 @@ def test_export_is_a_zip_of_the_users_notes_and_delete_needs_the_name_typed_back
     wrong = app.request("POST", "/v1/conductor/memory/delete-user",
                         json={"user": USER, "confirm": "someone"})
     assert wrong.status_code == 400 and app.memory.store(USER).get(note_id) is not None
-    assert app.memory.ledger.user_records(USER)
+    assert app.memory.records(USER)
     done = app.request("POST", "/v1/conductor/memory/delete-user",
                        json={"user": USER, "confirm": "Tester"}).json()
     assert done["notes_deleted"] == 1 and done["records_dropped"] >= 1
     assert app.memory.store(USER).get(note_id) is None
-    assert not app.memory.ledger.user_records(USER)  # no replay brings the note back
+    assert not app.memory.records(USER)  # no replay brings the note back
 
 
 def test_the_context_of_a_session_is_its_next_prompt_part_by_part(template_served, tmp_path,
@@ -200,7 +200,7 @@ def test_the_context_of_a_session_is_its_next_prompt_part_by_part(template_serve
     assert [s["session"] for s in sessions] == ["kitchen"]
     context = app.request("GET", "/v1/conductor/memory/context",
                           params={"session": "kitchen"}).json()
-    record = app.memory.ledger.latest(USER, "kitchen")
+    record = app.memory.latest_record(USER, "kitchen")
     names = [p["name"] for p in context["parts"]]
     assert names[0] == "system prompt and tools" and "shared context" in names
     assert "replayed turns" in names and "matched notes" in names

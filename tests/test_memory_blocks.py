@@ -152,12 +152,12 @@ def test_the_card_and_token_go_in_on_the_first_turn_only(app):
     first_turn = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "card"},
                           tools=TOOLS)
     token = first_turn[2].headers["x-tandem-memory-token"]
-    record = app.memory.ledger.latest("tester", "card")
+    record = app.memory.latest_record("tester", "card")
     hidden = [s for s in record.spans if s.kind in ("shared", "session")]
     assert [s.kind for s in hidden] == ["shared", "session"]
     history = [*user("hello"), {"role": "assistant", "content": first_turn[0]}, *user("again")]
     app.chat(history, "Hi again.", headers={"X-Tandem-Session": "card"}, tools=TOOLS)
-    second = app.memory.ledger.latest("tester", "card")
+    second = app.memory.latest_record("tester", "card")
     assert [s for s in second.spans if s.kind in ("shared", "session")] == hidden  # replayed
     decode = app.app.state.tandem.engine.tokenizer.decode
     card_text, session_text = (decode(list(second.ids[s.start:s.end])) for s in hidden)
@@ -168,7 +168,7 @@ def test_the_card_and_token_go_in_on_the_first_turn_only(app):
 def test_without_tools_a_new_session_has_no_per_session_tail(app):
     first_turn = app.chat(user("hello"), "Hi.", headers={"X-Tandem-Session": "no-tools"})
     token = first_turn[2].headers["x-tandem-memory-token"]
-    record = app.memory.ledger.latest("tester", "no-tools")
+    record = app.memory.latest_record("tester", "no-tools")
     assert [s.kind for s in record.spans] == ["shared"]
     assert token not in app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
 
@@ -189,7 +189,7 @@ def test_the_turn_after_a_block_is_served_from_the_prefix_cache(served, tmp_path
     if memory_mode == "on":
         assert "› remembered" in content and "tandem_memory" not in content
         # The status line the client sent back was stripped: the prompt never holds it.
-        record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+        record = app.memory.latest_record("tester", session["X-Tandem-Session"])
         prompt_text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
         assert "› remembered: cache check" not in prompt_text
         assert "title: cache check on" in prompt_text  # the hidden block, replayed

@@ -28,7 +28,7 @@ def live(app: InProcessApp) -> list:
 
 
 def prompt_of(app: InProcessApp, session: str) -> str:
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     return app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
 
 

@@ -4,10 +4,15 @@ interface the server annotates with cannot drift from what create_app builds."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 from conductor.memory.interface import MemoryDoor
 from conductor.memory.services import MemoryServices
+from tests.test_front_door import _asked, _is_services, _services_fields
+
+SERVER = Path(__file__).resolve().parents[1] / "server"
 
 
 def _members(cls: type) -> dict[str, object]:
@@ -59,3 +64,51 @@ def test_the_check_sees_a_door_that_drifted(tmp_path):
 
     drift = _drift(Drifted, MemoryServices, MemoryServices(tmp_path))
     assert set(drift) == {"store", "no_such_call", "watchers"}, drift
+
+
+def test_the_server_asks_memory_only_for_what_the_door_names():
+    """Every server module (the turn, the routes, the idle-time services, the app) asks
+    MemoryServices only for the door's members: none of its parts, private or not, is
+    reached around the interface. (Red before the parts went private: the idle time and
+    the app reached the ledger, its saver, the writer's triggers, the prefetch's and the
+    prewarm's queues directly, some 40 times.)"""
+    trees = {path: ast.parse(path.read_text()) for path in sorted(SERVER.rglob("*.py"))}
+    fields = _services_fields(list(trees.values())) - {"memory"}
+    door = set(_members(MemoryDoor))
+    around = {str(path.relative_to(SERVER.parent)): sorted(extra) for path, tree in trees.items()
+              if (extra := (_asked(tree, fields) | _state_memory_asked(tree)
+                            | _subclass_asked(tree, trees.values())) - door)}
+    assert around == {}
+
+
+def _subclass_asked(tree: ast.AST, trees) -> set[str]:
+    """`self.memory.attr` in a subclass of a class whose __init__ keeps the services as
+    `self.memory` (the idle-time services: `IdleService`)."""
+    holders: dict[str, set[str]] = {}
+    for other in trees:
+        for c in ast.walk(other):
+            if isinstance(c, ast.ClassDef):
+                for init in (m for m in c.body if isinstance(m, ast.FunctionDef)
+                             and m.name == "__init__"):
+                    params = {a.arg for a in init.args.args if _is_services(a.annotation)}
+                    kept = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign)
+                            and isinstance(n.value, ast.Name) and n.value.id in params
+                            for t in n.targets if isinstance(t, ast.Attribute)}
+                    if kept:
+                        holders[c.name] = kept
+    asked: set[str] = set()
+    for c in ast.walk(tree):
+        if isinstance(c, ast.ClassDef):
+            kept = set().union(*(holders.get(ast.unparse(b), set()) for b in c.bases))
+            asked |= {n.attr for n in ast.walk(c) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Attribute) and n.value.attr in kept
+                      and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"}
+    return asked
+
+
+def _state_memory_asked(tree: ast.AST) -> set[str]:
+    """`state.memory.attr` and `app.state.tandem.memory.attr`: the app's ServerState's
+    memory (not a profile's memory section, nor a turn's MemoryContext)."""
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute) and n.value.attr == "memory"
+            and ast.unparse(n.value.value).endswith(("state", "tandem"))}

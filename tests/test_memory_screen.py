@@ -52,7 +52,7 @@ def browser():
 @pytest.fixture
 def screen(served, tmp_path):
     """A fresh home served over HTTP as `tandem serve` serves it (memory on, user tester)."""
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from server.app import create_app
     from server.cli.main import server_config
     from tests.inprocess import InProcessApp
@@ -188,7 +188,7 @@ def test_the_context_layers_jobs_and_bench_screens_show_the_engines_own_state(
     for name in ("system prompt and tools", "shared context", "replayed turns",
                  "matched notes"):
         assert name in parts
-    record = client.memory.ledger.latest(USER, "kitchen")
+    record = client.memory.latest_record(USER, "kitchen")
     assert f"{len(record.ids)} tokens" in page.inner_text("#context .meta")
     shot(page, "04-context")
 

@@ -34,7 +34,7 @@ BLOCK = ('<tandem_memory op="add" scope="user" kind="reference">\ntitle: kettle 
 @pytest.fixture(scope="module")
 def server(served, tmp_path_factory):
     """A second app on the session's engine: a home of its own, and an API key."""
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from server.access.auth import Auth
     from server.access.keys import KeyStore
     from server.app import create_app
@@ -348,7 +348,7 @@ def test_a_system_message_after_the_user_s_is_rendered_where_it_stands(server):
     assert response.status_code == 200, response.text
     assert response.json()["content"] == [{"type": "text", "text": "Fine."}]
     memory = server.app.state.tandem.memory
-    record = memory.ledger.latest(USER, "inline-system")
+    record = memory.latest_record(USER, "inline-system")
     text = server.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     assert text.index("Where am I?") < text.index(
         "<|im_start|>system\nPrimary working directory: /srv/app<|im_end|>")
@@ -384,7 +384,7 @@ def test_a_tool_search_s_tool_references_load_the_tools_they_name(server):
         headers={"x-api-key": KEY, "X-Tandem-Session": "tool-reference"})
     assert response.status_code == 200, response.text
     assert response.json()["content"] == [{"type": "text", "text": "Loaded."}]
-    record = server.app.state.tandem.memory.ledger.latest(USER, "tool-reference")
+    record = server.app.state.tandem.memory.latest_record(USER, "tool-reference")
     text = server.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     assert "Tool loaded: mcp__tandem__memory_remember" in text
     nameless = httpx.post(f"{server.base_url}/v1/messages", headers={"x-api-key": KEY},

@@ -51,7 +51,7 @@ def two_turns(app: InProcessApp, session: str) -> list[dict]:
 
 
 def record(app: InProcessApp, session: str):
-    return app.memory.ledger.latest("tester", session)
+    return app.memory.latest_record("tester", session)
 
 
 def tick(app: InProcessApp, served):
@@ -93,7 +93,7 @@ def test_the_prefetched_note_is_in_the_next_turns_replayed_ids_and_cached(app, s
 def test_a_one_shot_request_without_a_session_gets_no_prefetch(app, served):
     app.chat([user("the kafka consumer lags, what do I restart?")], "The consumer.")
     assert tick(app, served) == []
-    assert not [r for r in app.memory.ledger.user_records("tester")
+    assert not [r for r in app.memory.records("tester")
                 if any(s.kind == PREFETCH_KIND for s in r.spans)]
 
 
@@ -172,7 +172,7 @@ def test_by_default_prefetch_is_off(served, tmp_path):
                                           scope="user", source="cli",
                                           has_user_message=True).ok
     two_turns(off, "off")
-    assert len(off.memory.prefetch_due) == 0  # not even marked due
+    assert len(off.memory.idle.prefetch_due) == 0  # not even marked due
     assert tick(off, served) == []
 
 
@@ -239,7 +239,7 @@ def test_the_session_cap_stops_the_guess_once_the_session_was_given_as_many(serv
     capped.chat([*history, user("thanks")], "The kafka consumer lag board and the kafka "
                 "consumer offsets reset runbook cover the rest.", headers={SESSION: "cap"})
     assert tick(capped, served) == []
-    assert capped.memory.prefetch_limits.guess_room(1) == 0
+    assert capped.memory.idle.prefetch_limits.guess_room(1) == 0
 
 
 # Prefetch by branches (memory.prefetch.branches): after a turn, each note the next
@@ -346,7 +346,7 @@ def test_a_client_request_ends_the_branches_and_the_rest_run_in_a_later_idle_mom
     two_turns(branching, "busy")
     during, content, long_answer = tick_while_a_client_runs(branching, served)
     assert during == [] and content == long_answer  # none started beside the client
-    assert len(branching.memory.prefetch_due) == 1  # still due
+    assert len(branching.memory.idle.prefetch_due) == 1  # still due
 
     script = "The client's answer, whole and in order."
     content, first = a_client_during_a_tick(branching, served, script)

@@ -74,7 +74,7 @@ def tick(app: InProcessApp, served):
 
 
 def record(app: InProcessApp, session: str, who: str = "tester"):
-    return app.memory.ledger.latest(who, session)
+    return app.memory.latest_record(who, session)
 
 
 def note_id(app: InProcessApp, title: str, who: str = "tester") -> str:
@@ -131,14 +131,14 @@ def test_a_hint_about_a_message_already_sent_is_dropped(app, served):
     # all): the hint was about it, and is spent
     app.chat([*history, user("never mind, thanks")], "Sure.", headers={SESSION: "late"})
     assert tick(app, served) == []
-    assert app.memory.prefetch_due.hint("tester", "late") is None
+    assert app.memory.idle.prefetch_due.hint("tester", "late") is None
 
 
 def test_a_hint_matching_nothing_new_prefetches_nothing(app, served):
     history, routes = one_turn(app, "nothing")
     assert hint(app, routes, "tell me a joke about penguins please").status_code == 202
     assert tick(app, served) == []
-    assert app.memory.prefetch_due.hint("tester", "nothing") is None
+    assert app.memory.idle.prefetch_due.hint("tester", "nothing") is None
     # a note the conversation holds already (matched by a message) is not fetched again
     app.chat([*history, user("how do I restart the kafka consumer?")], "Like that.",
              headers={SESSION: "nothing"})
@@ -158,7 +158,7 @@ def test_a_bad_hint_is_a_400_with_its_reason(app, body, why):
     response = app.request("POST", "/v1/memory/prefetch", headers=routes, json=body)
     assert response.status_code == 400, response.text
     assert why in response.text
-    assert app.memory.prefetch_due.hint("tester", "bad") is None
+    assert app.memory.idle.prefetch_due.hint("tester", "bad") is None
 
 
 def test_a_hint_needs_the_sessions_token_and_its_user(served, tmp_path):
@@ -174,7 +174,7 @@ def test_a_hint_needs_the_sessions_token_and_its_user(served, tmp_path):
     assert hint(app, bobs, KAFKA_HINT).status_code == 403
     assert hint(app, {k: v for k, v in routes.items() if k != "Authorization"},
                 KAFKA_HINT).status_code == 401
-    assert app.memory.prefetch_due.hint("alice", "mine") is None
+    assert app.memory.idle.prefetch_due.hint("alice", "mine") is None
     assert hint(app, routes, KAFKA_HINT).status_code == 202
 
 
@@ -186,7 +186,7 @@ def test_one_users_flood_of_hints_leaves_another_users_hint_and_its_prefetch(ser
     keys = KeyStore(tmp_path)
     alice, bob = keys.add("alice"), keys.add("bob")
     app = InProcessApp(served, tmp_path, auth=Auth(keys=keys))
-    app.memory.prefetch_due = PrefetchDue(bound=2)
+    app.memory.idle.prefetch_due = PrefetchDue(bound=2)
     add_notes(app, "bob")
     add_notes(app, "alice")
     _, bobs = one_turn(app, "his", {"Authorization": f"Bearer {bob}"})
@@ -194,7 +194,7 @@ def test_one_users_flood_of_hints_leaves_another_users_hint_and_its_prefetch(ser
     for n in range(3):
         _, alices = one_turn(app, f"flood-{n}", {"Authorization": f"Bearer {alice}"})
         assert hint(app, alices, KAFKA_HINT).status_code == 202
-    assert app.memory.prefetch_due.hint("bob", "his") == KAFKA_HINT
+    assert app.memory.idle.prefetch_due.hint("bob", "his") == KAFKA_HINT
     runs = tick(app, served)
     assert [(r.user, r.session) for r in runs][:2] == [("alice", "flood-2"), ("bob", "his")]
     assert sorted((r.user, r.session, r.outcome) for r in runs) == [
@@ -317,10 +317,10 @@ def test_a_parts_whole_hidden_message_counts_against_the_budget(app, served):
     _, routes = one_turn(app, "measure")
     assert hint(app, routes, KAFKA_HINT).status_code == 202
     (run,) = tick(app, served)
-    limits = app.memory.prefetch_limits
+    limits = app.memory.idle.prefetch_limits
     for session, budget, fetched in (("short", run.tokens - 2, []),
                                      ("roomy", run.tokens + 2, [run.tokens])):
-        app.memory.prefetch_limits = dataclasses.replace(limits, budget=budget)
+        app.memory.idle.prefetch_limits = dataclasses.replace(limits, budget=budget)
         _, routes = one_turn(app, session)
         assert hint(app, routes, KAFKA_HINT).status_code == 202
         assert [r.tokens for r in tick(app, served)] == fetched, budget
@@ -340,5 +340,5 @@ def test_a_tool_result_leaves_the_users_hint_for_their_next_message(app, served)
     app.chat([*history, user("read a.py"), calling,
               {"role": "tool", "tool_call_id": "call_1", "content": "print('hi')"}],
              "It prints hi.", headers={SESSION: "agent"}, tools=tools)
-    assert app.memory.prefetch_due.hint("tester", "agent") == KAFKA_HINT
+    assert app.memory.idle.prefetch_due.hint("tester", "agent") == KAFKA_HINT
     assert [(r.outcome, r.hinted) for r in tick(app, served)] == [("done", True)]

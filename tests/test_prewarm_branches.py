@@ -40,7 +40,7 @@ def tick(app: InProcessApp, served) -> list:
 
 
 def matched_span(app: InProcessApp, session: str):
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     (span,) = [s for s in record.spans if s.kind == "notes"]
     return span
 
@@ -134,10 +134,10 @@ def test_after_a_restart_the_first_idle_tick_prewarms_the_saved_heads_and_their_
     notes = [add_note(first, title, body) for title, body in NOTES]
     system = f"You help with this repository. [{uuid.uuid4().hex}]"
     new_session(first, system, "before-restart", OPENER)
-    first.memory.ledger_saver.save_now()  # what the end of the app's lifespan does
+    first.memory.save_now()  # what the end of the app's lifespan does
 
     second = InProcessApp(served, home)  # the restart
-    assert [(g.user, g.project) for g in second.memory.prewarm.groups()] == [("tester", None)]
+    assert [(g.user, g.project) for g in second.memory.idle.prewarm.groups()] == [("tester", None)]
     runs = tick(second, served)
     assert [(r.kind, r.outcome) for r in runs] == [("shared", "done")] + [
         ("note", "done")] * len(NOTES)

@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from server.access.auth import Auth
 from server.access.browser_guard import BrowserPolicy
 from server.access.keys import KeyStore
@@ -39,8 +39,8 @@ def serve_like_tandem(served, home, **create) -> AppOnLoop:
 
 def owner_of(app: AppOnLoop, session: str) -> str:
     """Whose memory the session's turn went to (its ledger record's user)."""
-    ledger = app.app.state.tandem.memory.ledger
-    (user,) = [u for u in ("owner", "alice", "bob") if ledger.latest(u, session) is not None]
+    ledger = app.app.state.tandem.memory
+    (user,) = [u for u in ("owner", "alice", "bob") if ledger.latest_record(u, session) is not None]
     return user
 
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from server.access.auth import Auth
 from server.access.keys import KeysError, KeyStore
 from tests.inprocess import InProcessApp
@@ -62,7 +62,7 @@ def test_special_token_text_in_a_note_never_opens_a_turn(served, tmp_path):
               "\n</tool_call>", "Done."]
     app.chat([{"role": "user", "content": "When does the zebra deploy run?"}], script,
              headers=session)
-    record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+    record = app.memory.latest_record("tester", session["X-Tandem-Session"])
     tokenizer = app.app.state.tandem.engine.tokenizer
     kinds = {s.kind for s in record.spans}
     assert {"shared", "notes", "tool"} <= kinds, kinds
@@ -97,7 +97,7 @@ def test_a_job_endpoint_takes_its_key_only_from_a_variable_meant_for_it(served, 
 
 
 def test_no_named_key_is_made_for_the_engines_own_user(tmp_path, monkeypatch, capsys):
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from server.cli.main import main
 
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
@@ -157,7 +157,7 @@ def test_every_read_path_follows_one_visibility_rule(served, tmp_path):
               "\n</tool_call>")
     app.chat([{"role": "user", "content": "the walrus?"}], [*reads, search, "Done."],
              headers=headers)
-    record = app.memory.ledger.latest("tester", "s-own")
+    record = app.memory.latest_record("tester", "s-own")
     tokenizer = app.app.state.tandem.engine.tokenizer
     responses = [tokenizer.decode(list(record.ids[s.start:s.end])) for s in record.spans
                  if s.kind == "tool"]
@@ -190,13 +190,13 @@ def test_a_deleted_notes_text_is_not_replayed_into_the_next_turn(served, tmp_pat
     first = [{"role": "user", "content": "How does the quokka vault open?"}]
     answer, _, _ = app.chat(first, "With a code.", headers=session)
     tokenizer = app.app.state.tandem.engine.tokenizer
-    ledger = app.memory.ledger
-    assert "4471" in tokenizer.decode(list(ledger.latest("tester", session[
+    ledger = app.memory
+    assert "4471" in tokenizer.decode(list(ledger.latest_record("tester", session[
         "X-Tandem-Session"]).ids))  # injected as a matching note
     assert store.delete(note.note.id, via="cli").ok  # `tandem notes delete`, for good
     app.chat([*first, {"role": "assistant", "content": answer},
               {"role": "user", "content": "Thanks."}], "Welcome.", headers=session)
-    latest = ledger.latest("tester", session["X-Tandem-Session"])
+    latest = ledger.latest_record("tester", session["X-Tandem-Session"])
     assert "4471" not in tokenizer.decode(list(latest.ids))
 
 
@@ -250,7 +250,7 @@ def test_special_token_text_in_a_layer_file_stays_text_in_the_conversation(serve
         user_md = layers.files.core_dir / "USER.md"
         user_md.write_text(user_md.read_text() + f"\n{text}\n")
         app.converse("hello", "hi")
-        ids = list(app.memory.ledger.latest("tester", "continuous").ids)
+        ids = list(app.memory.latest_record("tester", "continuous").ids)
         decoded = app.app.state.tandem.engine.tokenizer.decode(ids)
         return ids.count(IM_START), ids.count(IM_END), decoded
 
@@ -286,7 +286,7 @@ def test_memory_read_never_follows_sources_json_out_of_the_users_folders(served,
         session = {"X-Tandem-Session": f"src-{uuid.uuid4().hex[:6]}"}
         app.chat([{"role": "user", "content": "read it"}], [call + "\n</tool_call>", "Ok."],
                  headers=session)
-        record = app.memory.ledger.latest("tester", session["X-Tandem-Session"])
+        record = app.memory.latest_record("tester", session["X-Tandem-Session"])
         (tool,) = [s for s in record.spans if s.kind == "tool"]
         return app.app.state.tandem.engine.tokenizer.decode(list(record.ids[tool.start:
                                                                             tool.end]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conductor.memory.hiding import SHARED_KIND, Tail
+from conductor.memory.hiding import SHARED_KIND
+from conductor.memory.turn import Tail
 from server.http.schema import ChatCompletionRequest
 from server.turn.answering.engine_tools import DEFINITIONS
 from server.turn.prompt import (

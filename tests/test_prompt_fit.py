@@ -93,7 +93,7 @@ def first_turn(app: InProcessApp, session: str):
     """(messages, the record, its shared span) of a short first turn."""
     first = [{"role": "user", "content": "Hello there."}]
     content, _, _ = app.chat(first, "Hi.", headers={"X-Tandem-Session": session})
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     (shared,) = [s for s in record.spans if s.kind == "shared"]
     return [*first, {"role": "assistant", "content": content}], record, shared
 
@@ -107,11 +107,11 @@ def test_a_card_left_out_to_fit_comes_back_when_there_is_room(template_app, tiny
                   + (shared.end - shared.start) // 2)
     history.append({"role": "user", "content": "Go on."})
     content, _, _ = app.chat(history, "Going.", headers=headers, max_tokens=max_tokens)
-    assert "shared" not in {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+    assert "shared" not in {s.kind for s in app.memory.latest_record("tester", session).spans}
     history += [{"role": "assistant", "content": content},
                 {"role": "user", "content": "And now?"}]
     app.chat(history, "Now.", headers=headers)  # room again: the card is back
-    assert "shared" in {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+    assert "shared" in {s.kind for s in app.memory.latest_record("tester", session).spans}
 
 
 def test_without_max_tokens_memory_leaves_the_answer_its_reserve(template_app, tiny_profile):
@@ -129,7 +129,7 @@ def test_without_max_tokens_memory_leaves_the_answer_its_reserve(template_app, t
         _, usage, response = app.chat(big, "Ok.", headers={"X-Tandem-Session": session},
                                       **extra)
         assert response.status_code == 200
-        kinds = {s.kind for s in app.memory.ledger.latest("tester", session).spans}
+        kinds = {s.kind for s in app.memory.latest_record("tester", session).spans}
         assert ("shared" in kinds) is card, (max_tokens, usage)
         if not card:
             assert context - usage["prompt_tokens"] >= reserve

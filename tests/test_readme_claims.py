@@ -24,7 +24,7 @@ def add(app: InProcessApp, title: str, **where):
 
 
 def prompt_of(app: InProcessApp, session: str) -> tuple[str, list[str]]:
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     return text, [s.kind for s in record.spans]
 
@@ -94,7 +94,7 @@ def test_enable_thinking_changes_the_prompt(app, thinking):
     session = f"think-{thinking}"
     app.chat(user("hi"), "Hi.", headers={"X-Tandem-Session": session},
              chat_template_kwargs={"enable_thinking": thinking})
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     tokenizer = app.app.state.tandem.engine.tokenizer
     text = tokenizer.decode(list(record.ids))
     prompt = text[: text.rindex("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")]
@@ -105,16 +105,17 @@ def test_enable_thinking_changes_the_prompt(app, thinking):
 
 def test_the_writer_idle_wait_and_the_nightly_hour_come_from_the_environment(
         monkeypatch, tmp_path):
-    from conductor.memory.services import MemoryServices, MemorySettings
+    from conductor.memory.services import MemoryServices
+    from conductor.memory.settings import MemorySettings
 
     monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")
     monkeypatch.setenv("TANDEM_NIGHTLY_HOUR", "5")
     services = MemoryServices(tmp_path)
-    assert services.triggers.idle_s == 7.5
+    assert services.idle.triggers.idle_s == 7.5
     assert MemorySettings().nightly_hour == 5
     monkeypatch.delenv("TANDEM_WRITER_IDLE_S")
     monkeypatch.delenv("TANDEM_NIGHTLY_HOUR")
-    assert MemoryServices(tmp_path).triggers.idle_s == 180.0
+    assert MemoryServices(tmp_path).idle.triggers.idle_s == 180.0
     assert MemorySettings().nightly_hour == 3
 
 
@@ -180,7 +181,7 @@ def serve_without_an_engine(monkeypatch, tmp_path, hour: int):
     """The real app and its lifespan, the engine's load replaced by nothing: the nightly
     loop needs no engine."""
     import server.app
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from engine.profiles import load_profile
 
     async def no_engine(*_args) -> None:

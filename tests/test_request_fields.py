@@ -72,7 +72,7 @@ def test_reasoning_effort_turns_thinking_off_or_on(app, effort, think_block):
                            json={"model": "tiny", "messages": ASK, "script": "Hi.",
                                  "reasoning_effort": effort})
     assert response.status_code == 200
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     prompt_end = text.rindex("<|im_start|>assistant\n")
     empty_think = text[prompt_end:].startswith("<|im_start|>assistant\n<think>\n\n</think>")

@@ -42,10 +42,10 @@ def cached(response) -> int:
 
 def latest_record(served, answer: str):
     """The ledger's newest record whose answer is `answer` (the turn just run)."""
-    ledger = served.app.state.tandem.memory.ledger
+    ledger = served.app.state.tandem.memory
     user = served.app.state.tandem.memory.settings.user_name
     user = user.lower() if user else user
-    found = [ledger.latest(user, session) for session in ledger.sessions_of(user)]
+    found = [ledger.latest_record(user, session) for session in ledger.sessions_of(user)]
     return next(r for r in found if r is not None and r.messages[-1].content == answer)
 
 

@@ -389,6 +389,6 @@ def test_codex_s_request_shape_is_served_as_sent(served, tmp_path, caplog):
     assert made.status_code == 200, made.text
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "web_search" in logged and "'client_metadata'" in logged
-    record = app.memory.ledger.latest("tester", "codex")
+    record = app.memory.latest_record("tester", "codex")
     prompt = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
     assert "read_file" in prompt and "shell" in prompt and "web_search" not in prompt

@@ -34,14 +34,14 @@ def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
     headers = {"X-Tandem-Session": session}
     messages = [{"role": "user", "content": QUESTION}]
     answer, _, _ = first.chat(messages, "After the review.", headers=headers)
-    record = first.memory.ledger.latest("tester", session)
+    record = first.memory.latest_record("tester", session)
     injected = [s for s in record.spans if s.kind == "notes"]
     assert injected and note.note.id in injected[0].note_ids, "the note went in"
     token = first.memory.token_for("tester", session)
-    first.memory.ledger_saver.save_now()  # what the end of the app's lifespan does
+    first.memory.save_now()  # what the end of the app's lifespan does
 
     second = InProcessApp(served, home)  # the restart
-    again = second.memory.ledger.latest("tester", session)
+    again = second.memory.latest_record("tester", session)
     assert again is not None, "the record is back"
     assert list(again.ids) == list(record.ids) and again.spans == record.spans
     assert second.memory.token_for("tester", session) == token, "the card stays the same"
@@ -54,7 +54,7 @@ def test_a_restart_keeps_the_session_token_the_injected_notes_and_the_ledger(
     cached = usage["prompt_tokens_details"]["cached_tokens"]
     # replayed: the new prompt opens with the last prompt and answer, ids for ids
     assert cached >= len(record.ids) - tiny_profile.block_size
-    latest = second.memory.ledger.latest("tester", session)
+    latest = second.memory.latest_record("tester", session)
     assert list(latest.ids[: len(record.ids)]) == list(record.ids)
     assert [s for s in latest.spans if s.kind == "notes"][0] == injected[0], (
         "the note is where it went in, not injected a second time")
@@ -72,14 +72,14 @@ def test_a_restart_on_another_chat_template_renders_each_conversation_afresh_onc
     messages = [{"role": "user", "content": QUESTION}]
     session = {"X-Tandem-Session": "moved"}
     answer, _, _ = first.chat(messages, "After the review.", headers=session)
-    first.memory.ledger_saver.save_now()
+    first.memory.save_now()
     with caplog.at_level(logging.INFO, logger="tandem.server"):
         second = InProcessApp(served, home)  # the embedded template on the same home
     assert "ledger: 1 saved records were made under another model" in caplog.text
     follow = [*messages, {"role": "assistant", "content": answer},
               {"role": "user", "content": "and on a bank holiday?"}]
     _, usage, _ = second.chat(follow, "Monday then.", headers=session)
-    record = second.memory.ledger.latest("tester", "moved")
+    record = second.memory.latest_record("tester", "moved")
     assert record.fingerprint == served.app.state.tandem.engine.fingerprint
     assert [s.kind for s in record.spans].count("shared") == 1  # rendered afresh: the card
     third = [*follow, {"role": "assistant", "content": "Monday then."},
@@ -92,7 +92,7 @@ def test_a_restart_on_another_chat_template_renders_each_conversation_afresh_onc
 def test_the_ledger_saver_writes_behind_and_a_stop_writes_the_last(served, tmp_path):
     app = InProcessApp(served, tmp_path / "home")
     files = LedgerFiles(app.memory.root)
-    saver = app.memory.ledger_saver
+    saver = app.memory._saver
 
     def turn(session: str) -> None:
         app.chat([{"role": "user", "content": "hello there"}], "Hi.",
@@ -122,7 +122,7 @@ def test_the_ledger_saver_waits_while_clients_run_but_not_past_its_limit(served,
 
     app = InProcessApp(served, tmp_path / "home")
     files = LedgerFiles(app.memory.root)
-    saver = app.memory.ledger_saver
+    saver = app.memory._saver
     saver.interval = 0.05
     saver.busy = lambda: True  # clients running all the while
     monkeypatch.setattr(ledger_files, "MAX_DEFER_S", 0.6)
@@ -154,12 +154,12 @@ def test_after_a_restart_a_status_line_sent_back_on_a_miss_is_still_taken_off(
     shown, _, _ = first.chat(messages, "Noted. " + BLOCK.format(title=title),
                              headers={"X-Tandem-Session": "before"})
     assert shown.endswith(f"› remembered: {title}")
-    first.memory.ledger_saver.save_now()
+    first.memory.save_now()
 
     second = InProcessApp(served, home)  # the restart; another session: a miss
     follow_up = [*messages, {"role": "assistant", "content": shown},
                  {"role": "user", "content": "Thanks."}]
     second.chat(follow_up, "Ok.", headers={"X-Tandem-Session": "after"})
     text = served.app.state.tandem.engine.tokenizer.decode(
-        list(second.memory.ledger.latest("tester", "after").ids))
+        list(second.memory.latest_record("tester", "after").ids))
     assert "Noted." in text and "› remembered" not in text

@@ -11,7 +11,7 @@ def test_the_loaded_server_s_heap_is_frozen_out_of_the_collectors_walk(served):
     """Once the engine is up, the objects the server holds for good (the ledger among
     them) are in the collector's permanent generation, which no collection walks."""
     assert gc.get_freeze_count() > 0
-    ledger = served.app.state.tandem.memory.ledger
+    ledger = served.app.state.tandem.memory._ledger
     assert not any(obj is ledger for obj in gc.get_objects())
 
 
@@ -34,7 +34,7 @@ def test_a_matched_notes_tail_is_encoded_once_until_its_text_changes(template_to
     """Every request that matches a note carries the same tail text: the second request's
     assembly encodes none of it, with the same ids; an edited note (a new text) is encoded
     afresh, as the tokenizer encodes it."""
-    from conductor.memory.hiding import Tail
+    from conductor.memory.turn import Tail
     from server.http.schema import ChatCompletionRequest
     from server.turn.prompt import assemble, hidden_message_ids, render_chat
 
@@ -62,7 +62,8 @@ def test_the_templates_constant_pieces_are_encoded_once_as_the_tokenizer_encodes
     """The generation prompt (thinking on and off), a hidden message's opening and its end
     are memoised per tokenizer: their ids are the tokenizer's own for each template, and a
     second request's assembly, a shared context and a note in it, encodes none of them."""
-    from conductor.memory.hiding import SHARED_KIND, Tail
+    from conductor.memory.hiding import SHARED_KIND
+    from conductor.memory.turn import Tail
     from server.http.schema import ChatCompletionRequest
     from server.turn.prompt import assemble, constant_ids, render_chat
 

@@ -40,7 +40,7 @@ def test_five_conversations_opening_with_hi_keep_their_cache_interleaved(app, ti
             previous[n] = usage
             tokens[n].add(response.headers["x-tandem-memory-token"])
     assert all(len(t) == 1 for t in tokens) and len(set.union(*tokens)) == 5
-    records = {r.session: r for r in app.memory.ledger.user_records("tester")}
+    records = {r.session: r for r in app.memory.records("tester")}
     assert len(records) == 5
     for record in records.values():  # each replays its own turns, none of another chat's
         text = app.app.state.tandem.engine.tokenizer.decode(list(record.ids))
@@ -84,7 +84,7 @@ def test_two_projects_with_the_same_opening_never_replay_each_others_notes(
 
 def latest(app: InProcessApp, project: str):
     """The most recent record made in `project`."""
-    (record, *_) = [r for r in reversed(app.memory.ledger.user_records("tester"))
+    (record, *_) = [r for r in reversed(app.memory.records("tester"))
                     if r.project == project]
     return record
 

@@ -165,7 +165,7 @@ def test_a_first_turn_is_recorded_under_the_session_its_second_turn_derives():
 
 
 def shared_span(app: InProcessApp, session: str):
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     (span,) = [s for s in record.spans if s.kind == "shared"]
     return span, record
 
@@ -356,11 +356,11 @@ def test_a_dense_engine_makes_no_record_prefill_after_an_answer(served, tmp_path
     backend has no reuse_block either: the same switch, HttpEngine.reuse_block = None.)"""
     plain = InProcessApp(served, tmp_path)
     tandem = plain.app.state.tandem
-    assert tandem.engine.reuse_block is None and not plain.memory.records_due.on
+    assert tandem.engine.reuse_block is None and not plain.memory.idle.records_due.on
     plain.chat([{"role": "user", "content": "What listens on port 5?"}], "Component 5.",
                headers={"X-Tandem-Session": "dense-record"})
-    assert plain.memory.ledger.latest("tester", "dense-record") is not None  # recorded
+    assert plain.memory.latest_record("tester", "dense-record") is not None  # recorded
     started = tandem.engine.stats.requests_started["background"]
     assert served.run(tandem.record_prefill.tick()) == []
     assert tandem.engine.stats.requests_started["background"] == started
-    assert plain.memory.records_due.take() is None
+    assert plain.memory.idle.records_due.take() is None

@@ -66,7 +66,7 @@ def test_smol_streams_and_offers_no_engine_tools(smol):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert re.search(r"[A-Za-z]{3,}", text), text
     memory = smol.app.state.tandem.memory
-    record = memory.ledger.latest(memory.settings.user_name, "smol-stream")
+    record = memory.latest_record(memory.settings.user_name, "smol-stream")
     tokenizer = smol.app.state.tandem.engine.tokenizer
     assert "memory_search" not in tokenizer.decode(list(record.ids))
 
@@ -84,7 +84,7 @@ def test_remember_that_on_smol_is_stored_and_found_in_a_new_session(smol):
         model="smol", messages=[{"role": "user", "content": "What is my locker code?"}],
         max_tokens=20, temperature=0, extra_headers={"X-Tandem-Session": "locker-two"})
     state = smol.app.state.tandem
-    record = state.memory.ledger.latest(state.memory.settings.user_name, "locker-two")
+    record = state.memory.latest_record(state.memory.settings.user_name, "locker-two")
     prompt = state.engine.tokenizer.decode(list(record.ids))
     assert "My locker code is 4417." in prompt
     assert second.choices[0].finish_reason in ("stop", "length")

@@ -32,7 +32,7 @@ def add(app: InProcessApp, title: str, body: str, kind: str = "reference", **ext
 
 
 def spans(app: InProcessApp, session: str, kind: str):
-    record = app.memory.ledger.latest("tester", session)
+    record = app.memory.latest_record("tester", session)
     return [s for s in record.spans if s.kind == kind], record
 
 
@@ -225,7 +225,7 @@ def test_memory_off_by_header_injects_nothing(app):
     add(app, "deploy runbook", "deploy with make deploy from the release branch")
     app.chat(user("How do we deploy the release branch?"), "Hm.",
              headers={"X-Tandem-Session": "off", "X-Tandem-Memory": "off"})
-    record = app.memory.ledger.latest("tester", "off")
+    record = app.memory.latest_record("tester", "off")
     assert record.spans == ()
 
 
@@ -265,5 +265,5 @@ def test_six_turns_with_fifty_notes_keep_every_prefix_cached(served, tmp_path, m
         previous = usage
         history.append({"role": "assistant", "content": content})
     if memory_mode == "on":
-        kinds = {s.kind for s in app.memory.ledger.latest("tester", f"six-{memory_mode}").spans}
+        kinds = {s.kind for s in app.memory.latest_record("tester", f"six-{memory_mode}").spans}
         assert {"shared", "notes", "block"} <= kinds

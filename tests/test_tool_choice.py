@@ -89,7 +89,7 @@ def test_the_call_sent_back_with_its_result_finds_its_prompt_cached(app):
     _, _, response = app.chat(QUESTION, '{"path":"setup.py"}', headers=session, tools=TOOLS,
                               tool_choice=NAMED)
     message = response.json()["choices"][0]["message"]
-    previous = app.memory.ledger.latest("tester", "forced").ids
+    previous = app.memory.latest_record("tester", "forced").ids
     tokenizer = app.app.state.tandem.engine.tokenizer
     assert tokenizer.decode(list(previous)).endswith(
         '<tool_call>\n{"name": "read_file", "arguments": {"path": "setup.py"}}\n</tool_call>'
@@ -101,7 +101,7 @@ def test_the_call_sent_back_with_its_result_finds_its_prompt_cached(app):
     _, usage, _ = app.chat(history, "It uses setuptools.", headers=session, tools=TOOLS)
     forced_prompt = response.json()["usage"]["prompt_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] >= forced_prompt - 32
-    record = app.memory.ledger.latest("tester", "forced")
+    record = app.memory.latest_record("tester", "forced")
     assert list(record.ids[: len(previous)]) == list(previous)  # replayed as recorded
 
 

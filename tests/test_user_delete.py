@@ -105,14 +105,14 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     theirs = app.request("POST", "/v1/chat/completions", headers=bearer(other), json=chat_body(
         "Keep my bike lock code.", f"Kept. {block('Bike lock', 'The bike lock is 9911.')}"))
     their_token = theirs.headers["x-tandem-memory-token"]
-    app.memory.ledger_saver.save_now()  # the write-behind files, as a running server has
+    app.memory.save_now()  # the write-behind files, as a running server has
     needles = [marker.encode(), user.encode(), *hashed_names(user)]
     before = files_holding(tmp_path, needles)
     assert len(before) >= 8, before  # the test sees the places it checks afterwards
 
     held = app.memory  # what the process holds of the user, besides the files
-    assert user in {g.user for g in held.prewarm.groups()}
-    assert user in {u for u, _ in held.triggers._sessions}
+    assert user in {g.user for g in held.idle.prewarm.groups()}
+    assert user in {u for u, _ in held.idle.triggers._sessions}
     assert sum(memo.cache_info().currsize for memo in text_memos(app)) > 0
 
     wrong = app.request("POST", DELETE, headers=bearer(admin),
@@ -121,7 +121,7 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     done = app.request("POST", DELETE, headers=bearer(admin),
                        json={"user": user, "confirm": user.upper()})
     assert done.status_code == 200, done.text
-    app.memory.ledger_saver.save_now()  # nothing the write-behind held brings it back
+    app.memory.save_now()  # nothing the write-behind held brings it back
     served.run(app.app.state.tandem.search.tick())  # nor an idle sync
 
     report = done.json()
@@ -129,12 +129,12 @@ def test_a_deleted_user_leaves_nothing_and_a_user_made_again_starts_empty(served
     removed = report["removed"]
     assert removed["api_keys"] == 1 and removed["history_turns"] >= 1, removed
     assert removed["session_tokens"] >= 1 and removed["search_index"] == 1, removed
-    assert user not in {g.user for g in held.prewarm.groups()}
-    assert user not in {u for u, _ in held.triggers._sessions}
-    assert user not in {u for u, _ in held.prefetch_due.take()}
+    assert user not in {g.user for g in held.idle.prewarm.groups()}
+    assert user not in {u for u, _ in held.idle.triggers._sessions}
+    assert user not in {u for u, _ in held.idle.prefetch_due.take()}
     # the memos keyed by text (a note's tail and words, a head, token counts) hold none
     assert [memo.cache_info().currsize for memo in text_memos(app)] == [0] * 6
-    assert not held.ledger.user_records(user) and not held._shown.take_changes().get(user)
+    assert not held.records(user) and not held._shown.take_changes().get(user)
     left = files_holding(tmp_path, needles)
     assert left == {"memory/journal.jsonl": [user]}, left  # only the delete's entry, below
     journal = [json.loads(line) for line in

@@ -38,7 +38,7 @@ def test_n_choices_are_answered_side_by_side_and_only_the_first_is_recorded(app)
     usage = body["usage"]
     assert usage["completion_tokens"] == 18  # three answers of 6; one prompt, read once
     assert usage["total_tokens"] == usage["prompt_tokens"] + 18
-    records = app.memory.ledger.records("tester", "three")
+    records = app.memory.records("tester", "three")
     assert len(records) == 1
     assert records[0].messages[-1].content == body["choices"][0]["message"]["content"]
 
@@ -95,7 +95,7 @@ def test_a_request_that_asks_for_its_prompt_ids_gets_no_hidden_note(app):
     # the same question without asking for its ids reads the note (memory is on)
     plain = post(app, messages=ask, headers={"X-Tandem-Session": "plain"})
     assert plain.status_code == 200
-    record = app.memory.ledger.latest("tester", "plain")
+    record = app.memory.latest_record("tester", "plain")
     assert "4417" in tokenizer.decode(list(record.ids))
 
 
@@ -207,7 +207,7 @@ def test_a_continued_message_ends_the_prompt_and_echo_repeats_it(app, tokenizer)
     prompt = tokenizer.decode(body["prompt_token_ids"])
     assert prompt.rstrip().endswith(SAYING)
     assert body["choices"][0]["message"]["content"].startswith(SAYING)
-    assert app.memory.ledger.records("tester", "continued") == []
+    assert app.memory.records("tester", "continued") == []
     chunks = events(app.request("POST", "/v1/chat/completions", json={
         "model": "tiny", "messages": OPEN, "max_tokens": 2, "echo": True, "stream": True,
         "continue_final_message": True, "add_generation_prompt": False}))

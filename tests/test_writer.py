@@ -185,7 +185,7 @@ def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, s
     [prompt] = prompts
     # The writer's prompt: the session's record, then its own task text (the writer's
     # instruction and the matching notes), which no client turn ever computed.
-    record = app.memory.ledger.latest("tester", "task-cache").ids
+    record = app.memory.latest_record("tester", "task-cache").ids
     assert prompt[:len(record)] == list(record)
     assert len(prompt) - len(record) >= 2 * tiny_profile.block_size
 
@@ -233,10 +233,10 @@ def test_one_background_turn_at_a_time(app, served):
 
 def test_the_idle_loop_visits_a_session_after_a_give_up(app, served):
     converse(app, "loop")
-    app.memory.triggers.give_up("tester", "loop")
+    app.memory.idle.triggers.give_up("tester", "loop")
     runs = served.run(app.app.state.tandem.writer.tick())
     assert [(r.session, r.trigger) for r in runs] == [("loop", "give_up")]
-    assert app.memory.triggers.due() == []
+    assert app.memory.idle.triggers.due() == []
 
 
 def test_a_writer_block_that_is_mostly_a_secret_is_refused(app):
@@ -259,14 +259,14 @@ def test_the_idle_loop_runs_the_writer_over_the_history_a_compaction_dropped(app
         content, _, _ = app.chat(history, f"Zanzibar part {turn} is long. " * 40,
                                  headers=session)
         history.append({"role": "assistant", "content": content})
-    dropped = app.memory.ledger.latest("tester", "compacted")
+    dropped = app.memory.latest_record("tester", "compacted")
     summary = [{"role": "system", "content": "Summary: we talked about an island."},
                {"role": "user", "content": "Go on about the quokka."}]
     app.chat(summary, "Going on about the quokka.", headers=session)
-    latest = app.memory.ledger.latest("tester", "compacted")
+    latest = app.memory.latest_record("tester", "compacted")
     decode = app.app.state.tandem.engine.tokenizer.decode
     assert "quokka" in decode(list(latest.ids)) and "zanzibar" not in decode(list(latest.ids))
-    assert app.memory.triggers.due() == [("tester", "compacted", "compaction")]
+    assert app.memory.idle.triggers.due() == [("tester", "compacted", "compaction")]
 
     writer = app.app.state.tandem.writer.writer
     backend = writer.backend
@@ -299,7 +299,7 @@ def test_the_idle_loop_runs_the_writer_over_the_history_a_compaction_dropped(app
         assert prompt[: len(dropped.ids)] == list(dropped.ids)
         text = decode(prompt)
         assert "zanzibar part 1" in text and "quokka" not in text
-    assert app.memory.triggers.due() == []  # visited once
+    assert app.memory.idle.triggers.due() == []  # visited once
 
 
 def test_an_unscripted_writer_turn_writes_only_well_formed_blocks_even_on_random_weights(

@@ -89,7 +89,7 @@ def lanes_for(probe: EngineProbe, home: Path) -> dict[str, Lane]:
             lane = Lane(name, probe, home / name, nonce, {})
         # The job in the lever lane only; there even without the layout (the engine's
         # reuse_block set to None), to weigh it on plain vLLM's layout too.
-        lane.services.records_due.on = name == "lever"
+        lane.services.idle.records_due.on = name == "lever"
         if name != "off":
             fill_store(lane.store())
         lanes[name] = lane

@@ -75,7 +75,7 @@ def run(server, mode: str) -> dict:
     for n, question in enumerate(QUESTIONS):
         session = f"{mode}-new-{n}"
         figures = _usage(_chat(server, session, [system, {"role": "user", "content": question}]))
-        (shared,) = [s for s in tandem.memory.ledger.latest(user, session).spans
+        (shared,) = [s for s in tandem.memory.latest_record(user, session).spans
                      if s.kind == "shared"]
         sessions.append({**figures, "shared_start": shared.start, "shared_end": shared.end})
         server.run(tandem.prewarm.tick())

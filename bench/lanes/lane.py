@@ -14,7 +14,7 @@ import httpx
 from bench.lanes.conversation import Turn, naive_system_prompt, system_prompt
 from bench.lanes.probe import EngineProbe
 from conductor.hidden.tail_notes import build_matches
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from conductor.notes import NoteStore
 from engine.profiles import Profile
 from server.app import create_app
@@ -210,7 +210,7 @@ class Lane:
         """The notes `message` matches before the prefetched ones are skipped: which of
         the guesses it needed."""
         store = self.store()
-        record = self.services.ledger.latest(USER, conversation.session)
+        record = self.services.latest_record(USER, conversation.session)
         already = {i for s in (record.spans if record else ()) if s.kind == "notes"
                    for i in s.note_ids}
         found = build_matches(store, message, store.list(include_stale=False), already,
@@ -248,7 +248,7 @@ class Lane:
             tokenizer = self.probe.tokenizer
             return len(tokenizer.encode(system, add_special_tokens=False)) - len(
                 tokenizer.encode(system_prompt(self.nonce, self.number), add_special_tokens=False))
-        record = self.services.ledger.latest(USER, conversation.session)
+        record = self.services.latest_record(USER, conversation.session)
         total = sum(s.end - s.start for s in record.spans if s.kind in TAIL_KINDS) if record else 0
         new, conversation.tail_tokens = total - conversation.tail_tokens, total
         return new

@@ -43,7 +43,7 @@ WRITES = (("runbook", "new session note one", "The staging deploy needs the VPN 
 def _span_end(lane: Lane, session: str, kind: str) -> int | None:
     """Where the hidden part `kind` ends in the session's first prompt (None: it has none):
     the shared context ("shared"), the opener's matched notes before it ("notes")."""
-    record = lane.services.ledger.latest(USER, session)
+    record = lane.services.latest_record(USER, session)
     spans = [s for s in record.spans if s.kind == kind] if record else []
     return spans[0].end if spans else None
 

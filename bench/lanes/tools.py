@@ -32,7 +32,7 @@ from bench.lanes.conversation import TURNS, fill_store
 from bench.lanes.lane import parse_stream
 from bench.paths import RESULTS_DIR
 from bench.report import environment
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from engine.engine import Engine
 from engine.profiles import Profile, load_profile
 from server.app import create_app
@@ -132,7 +132,7 @@ class ToolsBench:
     def _exchange_tokens(self, session: str) -> int:
         """The ids the server appended after the call: the message's end, the tool
         response, the next assistant header."""
-        record = self.state.memory.ledger.latest(USER, session)
+        record = self.state.memory.latest_record(USER, session)
         (span,) = [s for s in record.spans if s.kind == "tool"]
         ids = list(record.ids[span.start:span.end])
         return len(ids) - (ids.index(self.engine.tokens.tool_call_end) + 1)

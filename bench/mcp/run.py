@@ -63,7 +63,8 @@ def served_app(home: Path):
     """`/mcp` as `tandem serve` mounts it, without an engine (search needs none)."""
     from fastapi import FastAPI
 
-    from conductor.memory.services import MemoryServices, MemorySettings
+    from conductor.memory.services import MemoryServices
+    from conductor.memory.settings import MemorySettings
     from conductor.notes import NoteStore
     from conductor.notes.rules import NoteCaps
     from server.access.auth import Auth

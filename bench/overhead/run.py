@@ -38,7 +38,7 @@ from bench.paths import RESULTS_DIR
 from bench.report import environment, fmt, write_run
 from conductor.ledger.id_blocks import BLOCK_SIZE
 from conductor.ledger.records import Record, VisibleMessage
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from engine.profiles import Profile
 from server.app import create_app, freeze_loaded_heap
 from server.turn.memory import SESSION_HEADER, USER_HEADER
@@ -122,12 +122,12 @@ def populate(app, engine: InstantEngine, config: OverheadConfig) -> dict[str, An
                 messages += [VisibleMessage.of("user", f"{turn.user} ({user} {s})"),
                              VisibleMessage.of("assistant", ANSWER)]
                 ids += [rng.randrange(vocab) for _ in range(TURN_IDS)]
-                services.ledger.record(Record(user, f"old-{s}", tuple(messages), list(ids),
+                services._ledger.record(Record(user, f"old-{s}", tuple(messages), list(ids),
                                               ended_cleanly=True,
                                               fingerprint=engine.fingerprint))
     return {"notes_s": round(notes_s, 1), "stores_s": round(stores_s, 1),
             "ledger_s": round(time.perf_counter() - started, 1),
-            "ledger_records": len(services.ledger), "ledger_ids": services.ledger.tokens,
+            "ledger_records": len(services._ledger), "ledger_ids": services._ledger.tokens,
             "notes_per_user": len(first.list(include_stale=False))}
 
 

@@ -102,7 +102,7 @@ def proxy_app(kind: str, base: str, model: str, home: Path, profile_name: str = 
     """`tandem proxy`'s app over the backend, memory on, a store of notes."""
     from bench.load.run import LOAD_USER, write_notes
     from bench.quality.facts import FACTS, load_facts
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir

@@ -46,7 +46,7 @@ from bench.quality.facts import (
     write_facts,
 )
 from bench.quality.judge import judge
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from engine.engine import Engine
 from server.app import create_app
 

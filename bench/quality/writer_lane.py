@@ -22,7 +22,7 @@ import httpx
 
 from bench.quality.facts import Fact
 from bench.quality.judge import judge
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from server.app import create_app
 
 NO_TURN = frozenset({"gated", "no_record", "preempted", "over_budget"})

@@ -26,6 +26,7 @@ from conductor.layers.paths import LayerFiles
 from conductor.layers.turn_format import NewerSchemaError, Turn, TurnFormatError, parse_turn
 from conductor.storage.atomic import FileLock, atomic_write, ensure_dir, fsync_dir
 from conductor.storage.fence import fenced_by
+from conductor.storage.journal import Journal
 
 log = logging.getLogger("tandem.layers")
 
@@ -35,6 +36,19 @@ QuarantineReport = Callable[[str, str], None]
 
 def _log_quarantine(name: str, reason: str) -> None:
     log.warning("history turn %s set aside: %s", name, reason)
+
+
+def journaled_quarantine(journal: Journal, user: str) -> QuarantineReport:
+    """A report that logs a set-aside turn and writes it to `journal` under `user`: file
+    names and reasons only, a turn's text never reaches the journal."""
+    def report(name: str, reason: str) -> None:
+        _log_quarantine(name, reason)
+        try:
+            journal.append(op="history_quarantine", user=user, id=name[:200],
+                           reason=reason[:200].replace("\n", " "))
+        except (OSError, ValueError):
+            log.warning("journal not written for a set-aside turn")
+    return report
 
 
 class HistoryStore:

@@ -18,7 +18,7 @@ import itertools
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from conductor.ledger.id_blocks import IdBlocks
@@ -142,6 +142,8 @@ def _shared_run(record: Record, wanted: list[bytes]) -> int:
 
 
 SessionKey = tuple[str, str]
+# A session's newest record, or None: what a reader of the ledger is handed (`Ledger.latest`)
+LatestRecord = Callable[[str, str], Record | None]
 
 
 def _check_spans(record: Record) -> None:

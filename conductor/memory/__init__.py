@@ -6,8 +6,9 @@ holds the rule), as the rest of vLLM imports its scheduler's interface and the p
 hands across. What is here:
 
 * `services.MemoryServices`: the server's memory state, one object (stores per user, the
-  ledger, session tokens, the Responses store, the writer's triggers, the idle queues),
-  with `MemorySettings`;
+  ledger, session tokens, the Responses store, private behind its calls; `idle_work`'s
+  queues for the idle time), with `MemorySettings`; `interface.MemoryDoor` names what the
+  server may call on it;
 * `context.MemoryContext`: what memory does for one request, and the session derivation;
 * `turn`: the plain data of a chat turn's flat calls: `MemoryServices.begin_turn`
   (`TurnFacts` in, a `TurnMemory` out), `MemoryServices.admit_turn` once the layout

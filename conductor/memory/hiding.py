@@ -27,7 +27,6 @@ from conductor.hidden.prefetch import (
     HINT_MAX_CHARS,
     MATCHED_KINDS,
     PREFETCH_KIND,
-    PrefetchDue,
     PrefetchLimits,
     choose_prefetch,
     goes_on,
@@ -53,11 +52,11 @@ from conductor.hidden.tail_notes import (
     note_match_words,
 )
 from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Ledger, Record, VisibleMessage
+from conductor.ledger.records import Record, VisibleMessage
 from conductor.memory.context import MemoryContext
+from conductor.memory.idle_work import IdleWork
 from conductor.memory.turn import HiddenContext, Replayed, Tail, TurnFacts
 from conductor.notes import NoteStore
-from conductor.writing.triggers import WriterTriggers
 
 # The server's part of conductor/hidden/ (the front door: nothing deeper), and the decision below.
 __all__ = [
@@ -102,12 +101,12 @@ class HidingServices(Protocol):
     """What the hiding decision reads of memory's services (MemoryServices has them): a
     protocol here, so that this module imports nothing of services.py, which imports it."""
 
-    ledger: Ledger
     notes_shown: NotesShown
-    prefetch_due: PrefetchDue
-    triggers: WriterTriggers
+    idle: IdleWork
 
     def store(self, user: str) -> NoteStore: ...
+
+    def latest_in(self, user: str, session: str, project: str | None) -> Record | None: ...
 
     def token_for(self, user: str, session: str) -> str: ...
 
@@ -122,7 +121,7 @@ def choose_hidden(services: HidingServices, memory: MemoryContext, replay: Repla
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
     if memory.has_user_message:  # a hint is about the user's next message, not a tool's
-        services.prefetch_due.message_came(memory.user, memory.session)
+        services.idle.prefetch_due.message_came(memory.user, memory.session)
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
         _choose(services, memory, replay, facts, count_tokens, hidden)
@@ -215,14 +214,14 @@ def note_miss(services: HidingServices, memory: MemoryContext,
     client sending its last N messages drops too little."""
     if not memory.writes:
         return
-    latest = services.ledger.latest_in(memory.user, memory.session, memory.project)
+    latest = services.latest_in(memory.user, memory.session, memory.project)
     if latest is None:
         return
     kept = {m.digest() for m in visible}
     dropped = sum(count_tokens(m.content) + sum(count_tokens(a) for _, a in m.tool_calls)
                   for m in latest.messages if m.role != "tools" and m.digest() not in kept)
     if dropped >= COMPACTION_MIN_DROPPED_TOKENS:
-        services.triggers.compaction(memory.user, memory.session, latest, history_key(latest))
+        services.idle.triggers.compaction(memory.user, memory.session, latest, history_key(latest))
 
 
 def history_key(record: Record) -> bytes:

@@ -7,9 +7,9 @@ annotates with (the turn, the MCP tools, the routes that read and write a user's
 drift). The plain data that crosses the door is in `conductor.memory.turn` (a chat turn's)
 and `conductor.memory.types` (the parts' own types).
 
-What is not here the server still reaches as a part of `MemoryServices` (the ledger, the
-Responses store, the writer's triggers, the prefetch's and prewarm's queues): the idle-time
-services and the app that starts them, which annotate with `MemoryServices` itself."""
+Its parts (the ledger, the session tokens, the saver) are private; the idle-time services
+(server/idle/) read the ledger's records through the calls below and take their work from
+`idle` (conductor/memory/idle_work.py), the queues a turn fills."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from conductor.hidden.shared_context import SharedContext
+    from conductor.hidden.tail_notes import NotesShown
     from conductor.layers.user_layers import UserLayers
+    from conductor.ledger.records import Record
+    from conductor.ledger.stored_responses import ResponseStore
+    from conductor.memory.idle_work import IdleWork
     from conductor.memory.lease import LeaseKeeper
     from conductor.memory.settings import MemorySettings
     from conductor.memory.turn import LaidTurn, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
@@ -30,7 +34,8 @@ if TYPE_CHECKING:
 
 class MemoryDoor(Protocol):
     """What the server may ask of memory: a chat turn's three flat calls, a user's stores,
-    the session tokens and cache salts, the shared context, and a user's delete."""
+    the session tokens and cache salts, the shared context, a user's delete, the ledger's
+    records and the idle time's queues."""
 
     settings: MemorySettings  # server-wide: who the engine's own user is, the proxies
     # What the server counts for /metrics (server.http.metrics.TandemMetrics), or None.
@@ -39,6 +44,10 @@ class MemoryDoor(Protocol):
     on_change: Callable[[str | None], None]
     # Replicas: the keeper of this replica's user leases (None on one machine).
     leases: LeaseKeeper | None
+    # The profile's memory.notes_shown: the index's budget, the matches' size and format
+    notes_shown: NotesShown
+    # The queues a turn fills and the idle-time services take their work from
+    idle: IdleWork
 
     @property
     def root(self) -> Path:
@@ -65,10 +74,6 @@ class MemoryDoor(Protocol):
     def delete_user(self, user: str, via: str, also: dict[str, int]) -> dict[str, int]:
         """The user's delete, every file of theirs and what the process holds of them;
         what went, by kind."""
-        ...
-
-    def token_for(self, user: str, session: str) -> str:
-        """The session's token for the memory routes: the same one after a restart."""
         ...
 
     def cache_salt(self, user: str | None) -> str:
@@ -113,6 +118,50 @@ class MemoryDoor(Protocol):
         """A chat turn's one call up, on the event loop, once it is answered."""
         ...
 
+    def prewarms_branches(self, reads: bool) -> bool:
+        """The prewarm's choice for a group: whether its likely notes' branches are
+        prefilled after its shared context."""
+        ...
+
+    def prefetches_branches(self) -> bool:
+        """The prefetch's choice: whether the tails of a record's candidate notes are
+        prefilled after it."""
+        ...
+
     def seed_prewarm(self, mode: str) -> int:
         """At start: the prewarm's heads from the newest saved records; how many."""
+        ...
+
+    # -- the ledger's records, as the routes and the idle time read them; its saving
+    def latest_record(self, user: str, session: str) -> Record | None:
+        """The session's newest record: its prompt and answer, id for id."""
+        ...
+
+    def records(self, user: str, session: str | None = None) -> list[Record]:
+        """The session's records, oldest first; without `session`, all of `user`'s."""
+        ...
+
+    def sessions_of(self, user: str) -> list[str]:
+        """`user`'s sessions with records, most recently used first."""
+        ...
+
+    def extend_record(self, record: Record, longer: Record) -> bool:
+        """`longer` in `record`'s place while `record` is still its session's newest."""
+        ...
+
+    def serve_model(self, fingerprint: str, hybrid: bool) -> int:
+        """The engine's model, once ready: other models' saved records dropped, how many."""
+        ...
+
+    async def keep_saved(self, busy: Callable[[], bool]) -> None:
+        """Save the ledger, session tokens and shown answers behind, in `busy`'s gaps."""
+        ...
+
+    def save_now(self) -> None:
+        """Save what changed now (at shutdown)."""
+        ...
+
+    @property
+    def responses(self) -> ResponseStore:
+        """The Responses API's stored responses."""
         ...

@@ -1,6 +1,6 @@
 """The server's memory state, one object: stores per user, session tokens, the ledger,
-the Responses store, the writer's triggers and the idle-time services' queues; and a chat
-turn's flat calls, `begin_turn` and `admit_turn` on its way to the engine and
+the Responses store and the idle-time services' queues (`IdleWork`); and a chat turn's
+flat calls, `begin_turn` and `admit_turn` on its way to the engine and
 `record_turn` on its way back (their plain data: conductor/memory/turn.py)."""
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from conductor.hidden.branches import BranchesDone
-from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits, goes_on
-from conductor.hidden.prewarm import SEED_SESSIONS, PrewarmHeads, RecordsDue
+from conductor.hidden.prefetch import PrefetchLimits, goes_on
+from conductor.hidden.prewarm import SEED_SESSIONS
 from conductor.hidden.shared_context import (
     SHARED_KIND,
     SharedContext,
@@ -25,10 +24,10 @@ from conductor.hidden.shared_context import (
     shared_notes,
 )
 from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
-from conductor.layers.history import QuarantineReport
+from conductor.layers.history import journaled_quarantine
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
-from conductor.ledger.records import Ledger, Match, Record, VisibleMessage
+from conductor.ledger.records import MAX_TOKENS, Ledger, Match, Record
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
 from conductor.memory.context import MemoryContext, as_the_ledger_knows, session_after_answer
@@ -42,44 +41,33 @@ from conductor.memory.hiding import (
     note_miss,
     record_injections,
 )
+from conductor.memory.idle_work import IdleWork
 from conductor.memory.lease import LeaseKeeper
 from conductor.memory.session_tokens import SessionTokens
 from conductor.memory.settings import MemorySettings
 from conductor.memory.turn import LaidTurn, TurnFacts, TurnMemory, TurnOutcome, TurnPlan
+from conductor.memory.turn_command import turn_command
 from conductor.notes import NoteStore
 from conductor.storage.journal import Journal
 from conductor.storage.recovery import Recovery, recover
-from conductor.writing.command_classifier import recognise_learned
-from conductor.writing.command_writes import CommandOutcome, carry_out
-from conductor.writing.commands import recognise
-from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 
 log = logging.getLogger("tandem.memory")
 
 
 @dataclass
 class MemoryServices:
-    """The server's memory state: stores per user, session tokens, the ledger."""
+    """The server's memory state: stores per user, session tokens, the ledger. Its parts
+    are private; the server calls what `MemoryDoor` (interface.py) names."""
 
     home: Path
     settings: MemorySettings = field(default_factory=MemorySettings)
-    ledger: Ledger = field(default_factory=Ledger)
+    # The profile's memory section, as the parts below are made with it:
+    ledger_max_tokens: InitVar[int] = MAX_TOKENS  # memory.ledger_max_tokens
     notes_shown: NotesShown = DEFAULT_SHOWN  # the index's budget, the matches' size and format
-    # Prefetch (server/idle/prefetch.py): the sessions due, and how much a turn
-    prefetch_due: PrefetchDue = field(default_factory=PrefetchDue)
-    prefetch_limits: PrefetchLimits = PrefetchLimits()
-    # the notes branch-prefetched after each session's newest record (note ids only)
-    prefetch_branches: BranchesDone = field(default_factory=BranchesDone)
-    prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
-    # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
-    records_due: RecordsDue = field(default_factory=RecordsDue)
-    # answers with status lines (answers_shown, show_answer)
-    _shown: ShownAnswers = field(default_factory=ShownAnswers)
+    prefetch_limits: InitVar[PrefetchLimits] = PrefetchLimits()  # kept in `idle`
     # The profile's memory.command_recogniser: "rules", or "learned" (the rules, then a
     # classifier over n-grams where they find nothing: conductor/writing/command_classifier)
     command_recogniser: str = "rules"
-    triggers: WriterTriggers = field(default_factory=lambda: WriterTriggers(
-        idle_s=float(os.environ.get("TANDEM_WRITER_IDLE_S") or SESSION_IDLE_S)))
     # Told the user whose memory files changed (a note written, a job run): the search
     # index syncs in idle time.
     on_change: Callable[[str | None], None] = lambda user: None
@@ -89,11 +77,12 @@ class MemoryServices:
     # hiding decision counts a part's tokens with, and reads replayed notes back with.
     _count_tokens: Callable[[str], int] | None = None
     _decode: Callable[[list[int]], str] | None = None
+    _shown: ShownAnswers = field(default_factory=ShownAnswers)  # answers with status lines
     _stores: dict[str, NoteStore] = field(default_factory=dict)
     _layers: dict[str, UserLayers] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, ledger_max_tokens: int, prefetch_limits: PrefetchLimits) -> None:
         # What a restart keeps: session tokens and the ledger's records (saved behind
         # by `ledger_saver`, started and stopped with the app).
         # With replicas, this replica's own state stays in its home; the notes, layers
@@ -102,11 +91,14 @@ class MemoryServices:
         local = self.home / "memory"
         if self.settings.shared_memory is not None:
             os.environ.setdefault("TANDEM_INDEX_DIR", str(local / "replica-index"))
-        self.tokens = SessionTokens(local)
+        self._tokens = SessionTokens(local)
+        self._ledger = Ledger(max_tokens=ledger_max_tokens)
         ledger_files, shown_files = LedgerFiles(local), ShownAnswerFiles(local)
-        ledger_files.load_into(self.ledger)
+        ledger_files.load_into(self._ledger)
         shown_files.load_into(self._shown)
-        self.responses = ResponseStore(local)  # the Responses API's stored responses
+        self._responses = ResponseStore(local)
+        # the queues a turn fills and the idle-time services empty
+        self.idle = IdleWork(prefetch_limits=prefetch_limits)
         self.leases: LeaseKeeper | None = None
         if self.settings.etcd_url:
             from conductor.memory.etcd_leases import EtcdLeases
@@ -114,8 +106,53 @@ class MemoryServices:
             self.leases = LeaseKeeper(EtcdLeases(self.settings.etcd_url),
                                       self.settings.replica, self.settings.lease_ttl_s,
                                       self.settings.lease_idle_s)
-        self.ledger_saver = LedgerSaver(self.ledger, ledger_files, also=self.tokens.save,
-                                        shown=(self._shown, shown_files))
+        self._saver = LedgerSaver(self._ledger, ledger_files, also=self._tokens.save,
+                                  shown=(self._shown, shown_files))
+
+    # -- the ledger's records and the Responses store, as the routes and idle time read them
+    def latest_record(self, user: str, session: str) -> Record | None:
+        """The session's newest record: its prompt and answer, id for id."""
+        return self._ledger.latest(user, session)
+
+    def records(self, user: str, session: str | None = None) -> list[Record]:
+        """The session's records, oldest first; without `session`, all of `user`'s."""
+        if session is None:
+            return self._ledger.user_records(user)
+        return self._ledger.records(user, session)
+
+    def latest_in(self, user: str, session: str, project: str | None) -> Record | None:
+        """The session's newest record made in `project` (a miss compares with it)."""
+        return self._ledger.latest_in(user, session, project)
+
+    def sessions_of(self, user: str) -> list[str]:
+        """`user`'s sessions with records, most recently used first."""
+        return self._ledger.sessions_of(user)
+
+    def extend_record(self, record: Record, longer: Record) -> bool:
+        """`longer` (the record with a prefill's ids after it) in `record`'s place, while
+        `record` is still its session's newest; False when a turn came meanwhile."""
+        if self._ledger.latest(record.user, record.session) is not record:
+            return False
+        self._ledger.record(longer)
+        return True
+
+    def serve_model(self, fingerprint: str, hybrid: bool) -> int:
+        """The engine's model, once ready: other models' saved records dropped, how many;
+        `hybrid`: each turn's record is prefilled after it (one state a request)."""
+        self.idle.records_due.on = hybrid
+        return self._ledger.serve_fingerprint(fingerprint)
+
+    async def keep_saved(self, busy: Callable[[], bool]) -> None:
+        """Save the ledger, session tokens and shown answers behind, in `busy`'s gaps."""
+        self._saver.busy = busy
+        await self._saver.run()
+
+    def save_now(self) -> None:
+        self._saver.save_now()  # what changed, now (at shutdown)
+
+    @property
+    def responses(self) -> ResponseStore:  # the Responses API's stored responses
+        return self._responses
 
     @property
     def root(self) -> Path:
@@ -139,7 +176,7 @@ class MemoryServices:
         with self._lock:
             if user not in self._layers:
                 self._arrives(user)
-                layers = UserLayers(self.root, user, self._quarantine_report(user))
+                layers = UserLayers(self.root, user, journaled_quarantine(self.journal, user))
                 if self.leases is not None:  # history turns and layer files: fenced too
                     layers.fence = functools.partial(self.leases.token, user)
                 self._layers[user] = layers
@@ -170,45 +207,29 @@ class MemoryServices:
         again under the name starts afresh), what this process holds of them dropped,
         then every file of theirs removed and one journal entry of it written, with
         `also`'s counts (`conductor.memory.erase`). Returns what went, by kind."""
-        tokens = self.tokens.forget_user(user)
-        records = self.ledger.forget_user(user)
+        tokens = self._tokens.forget_user(user)
+        records = self._ledger.forget_user(user)
         shown = self._shown.forget_user(user)
-        self.triggers.forget_user(user)
-        self.prefetch_due.forget_user(user)
-        self.prefetch_branches.forget_user(user)
-        self.prewarm.forget_user(user)
-        self.records_due.forget_user(user)
+        self.idle.forget_user(user)
         with self._lock:
             self._stores.pop(user, None)
             self._layers.pop(user, None)
         drop_note_memos()
-        self.ledger_saver.save_now()  # a save in progress ends, the dropped files go
-        return erase_user(self.root, user, via=via, responses=self.responses, also={
+        self._saver.save_now()  # a save in progress ends, the dropped files go
+        return erase_user(self.root, user, via=via, responses=self._responses, also={
             **also, "session_tokens": tokens, "records": records, "shown_answers": shown})
-
-    def _quarantine_report(self, user: str) -> QuarantineReport:
-        journal = self.journal
-
-        def report(name: str, reason: str) -> None:
-            log.warning("history turn %s set aside: %s", name, reason)
-            try:  # file names and reasons only: a turn's text never reaches the journal
-                journal.append(op="history_quarantine", user=user, id=name[:200],
-                               reason=reason[:200].replace("\n", " "))
-            except (OSError, ValueError):
-                log.warning("journal not written for a set-aside turn")
-        return report
 
     def token_for(self, user: str, session: str) -> str:
         """The session's token for the memory routes: the same one after a restart."""
-        return self.tokens.token_for(user, session)
+        return self._tokens.token_for(user, session)
 
     def cache_salt(self, user: str | None) -> str:
         """The prefix-cache salt of `user`'s requests, client and background alike (a
         relayed request that names nobody has one of its own)."""
-        return self.tokens.cache_salt(user or "-relayed-")
+        return self._tokens.cache_salt(user or "-relayed-")
 
     def resolve_token(self, token: str | None) -> tuple[str, str] | None:
-        return self.tokens.resolve(token)
+        return self._tokens.resolve(token)
 
     def answers_shown(self, user: str | None) -> Callable[[str], str]:
         """`as_written` for the user's messages: an answer the client was shown with
@@ -252,9 +273,9 @@ class MemoryServices:
         user = memory.user
         # an answer sent back without its status lines is the one the ledger holds
         visible = as_the_ledger_knows(facts.visible, self._shown.for_shown(user))
-        match = self.ledger.find(user or "-relayed-", session_after_answer(memory, visible),
-                                 list(visible), memory.project,
-                                 bare=memory.off_reason is not None)
+        match = self._ledger.find(user or "-relayed-", session_after_answer(memory, visible),
+                                  list(visible), memory.project,
+                                  bare=memory.off_reason is not None)
         if match is not None and facts.tools_message:  # the tools' pseudo-message
             match = replace(match, matched_messages=match.matched_messages - 1)
 
@@ -281,7 +302,8 @@ class MemoryServices:
             if laid.missed and memory.off_reason is None:
                 note_miss(self, memory, list(laid.visible), self._count_tokens)
             # "remember that ...": carried out now, in the user's words (the request is valid)
-            command = self._command(memory, facts.command_text, facts.visible)
+            command = turn_command(memory, facts.command_text, facts.visible, self.store,
+                                   self.leases, self.command_recogniser)
         return TurnPlan(command, self.cache_salt(memory.user))
 
     def _deleted_notes(self, user: str | None, match: Match | None) -> frozenset[str]:
@@ -299,23 +321,6 @@ class MemoryServices:
             return False
         return memory.shows_card or (memory.reads and self.notes_shown.index_budget > 0)
 
-    def _command(self, memory: MemoryContext, text: str | None,
-                 said: Sequence[VisibleMessage] = ()) -> CommandOutcome | None:
-        """The memory command `text` opens with, carried out where memory may write (once
-        a message: `said`, the conversation up to it, keys a retry or a regenerate)."""
-        if text is None or not memory.writes or memory.user is None:
-            return None
-        command = (recognise_learned if self.command_recogniser == "learned" else recognise)(text)
-        if command is None:
-            return None
-        if self.leases is not None:  # replicas: only the user's writer carries it out
-            self.leases.token(memory.user)
-        outcome = carry_out(self.store(memory.user), command, session=memory.session,
-                            project=memory.project, said=said)
-        log.info("memory command: %s (%d note%s)", command.kind, len(outcome.note_ids),
-                 "" if len(outcome.note_ids) == 1 else "s")
-        return outcome
-
     def record_turn(self, outcome: TurnOutcome) -> None:
         """A chat turn's one call up, on the event loop, once it is answered or the client
         left: the shown answer, the ledger's record (and its idle-time prefill on a hybrid
@@ -328,13 +333,13 @@ class MemoryServices:
             messages = as_the_ledger_knows(outcome.messages, self._shown.for_shown(user))
             session = session_after_answer(memory, messages)
             if outcome.ledger_kept:
-                self.ledger.record(Record(
+                self._ledger.record(Record(
                     user=user or "-relayed-", session=session, project=memory.project,
                     bare=memory.off_reason is not None, messages=messages,
                     ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
                     spans=outcome.spans, shared_flags=None if memory.off_reason is not None
                     else (memory.shows_card, memory.reads)))
-                self.records_due.turn_recorded(user or "-relayed-", session)
+                self.idle.records_due.turn_recorded(user or "-relayed-", session)
             self._note_head(outcome)
             if injections_to_record(memory, list(outcome.hidden)):
                 asyncio.get_running_loop().run_in_executor(
@@ -342,26 +347,26 @@ class MemoryServices:
                     outcome.request_id)
             if outcome.blocks_written:  # blocks held back: notes may have been written
                 self.on_change(user)
-            if self.prefetch_limits.after_turn and outcome.ledger_kept and memory.reads \
+            if self.idle.prefetch_limits.after_turn and outcome.ledger_kept and memory.reads \
                     and user is not None \
                     and goes_on(memory.derived, [m.role for m in outcome.messages]):
-                self.prefetch_due.turn_recorded(user, session)
+                self.idle.prefetch_due.turn_recorded(user, session)
             if memory.writes:
-                self.triggers.turn_done(user, session, outcome.new_tokens)
+                self.idle.triggers.turn_done(user, session, outcome.new_tokens)
         if outcome.gave_up and memory.writes:  # the writer looks at what was said
-            self.triggers.give_up(user, session)
+            self.idle.triggers.give_up(user, session)
 
     def prewarms_branches(self, reads: bool) -> bool:
         """The prewarm's choice for a group (`reads`: it reads memory): whether its likely
         notes' branches are prefilled after its shared context (notes to prewarm, and
         notes matched and placed before the message)."""
         shown = self.notes_shown
-        return self.prewarm.notes > 0 and reads and shown.leads and shown.max_matches > 0
+        return self.idle.prewarm.notes > 0 and reads and shown.leads and shown.max_matches > 0
 
     def prefetches_branches(self) -> bool:
         """The prefetch's choice: whether the tails of a record's candidate notes are
         prefilled after it (branches to take, and notes placed before the message)."""
-        return self.prefetch_limits.branches > 0 and self.notes_shown.leads
+        return self.idle.prefetch_limits.branches > 0 and self.notes_shown.leads
 
     def seed_prewarm(self, mode: str) -> int:
         """At start, once the ledger holds only the served model's records: the prewarm's
@@ -370,7 +375,7 @@ class MemoryServices:
         after the restart. `mode` is the profile's memory mode. Returns the heads."""
         if mode == "off":  # no session gets a shared context
             return 0
-        return self.prewarm.seed(self.ledger.newest(SEED_SESSIONS), reads=mode == "on")
+        return self.idle.prewarm.seed(self._ledger.newest(SEED_SESSIONS), reads=mode == "on")
 
     def _note_head(self, outcome: TurnOutcome) -> None:
         """The head and the shared context the turn ran are cached now: the prewarm keeps
@@ -382,4 +387,4 @@ class MemoryServices:
         if shared is not None:
             # not checkpointed: no version is cached, so the prewarm runs in idle time
             version = outcome.shared_version if outcome.head_checkpointed else ""
-            self.prewarm.seen(group, tuple(outcome.ids[: shared.start]), version)
+            self.idle.prewarm.seen(group, tuple(outcome.ids[: shared.start]), version)

@@ -53,7 +53,7 @@ from conductor.layers.paths import LayerFiles
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.id_blocks import flat_ids
-from conductor.ledger.records import Ledger, Match, Record, Span, VisibleMessage
+from conductor.ledger.records import LatestRecord, Ledger, Match, Record, Span, VisibleMessage
 from conductor.ledger.stored_responses import (
     ChainBroken,
     ResponseStore,
@@ -99,6 +99,7 @@ from conductor.writing.writer import GenerationPiece, Writer, WriterRun
 __all__ = [
     # the ledger
     "ChainBroken",
+    "LatestRecord",
     "Ledger",
     "Match",
     "Record",

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, Protocol
 
-from conductor.ledger.records import Ledger, Record
+from conductor.ledger.records import LatestRecord, Record
 from conductor.notes import NoteStore
 from conductor.notes.note_format import SCOPES
 from conductor.storage.atomic import append_line, atomic_write
@@ -103,7 +103,7 @@ class WriterRun:
 
 @dataclass
 class Writer:
-    ledger: Ledger
+    latest_record: LatestRecord  # a session's newest record in the ledger
     store_for: Callable[[str], NoteStore]
     backend: WriterBackend
     runs_dir: Path
@@ -135,7 +135,7 @@ class Writer:
 
     async def _run(self, run: WriterRun, user: str, session: str, script: str | None,
                    gate_script: str | None, record: Record | None) -> None:
-        record = record or self.ledger.latest(user, session)
+        record = record or self.latest_record(user, session)
         if record is None:
             run.outcome = "no_record"
             return

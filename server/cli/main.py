@@ -72,14 +72,14 @@ def _build_model(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from server.access.keys import KeysError, KeyStore
+    from server.access.keys import KeysError, KeyStore, same_user
 
     store = KeyStore(tandem_home())
     try:
         if args.keys_command == "add":
             from conductor.memory.services import MemorySettings
 
-            if args.label == MemorySettings().user_name:
+            if same_user(args.label, MemorySettings().user_name):  # any spelling
                 raise KeysError(f"{args.label!r} is the engine's own user (its memory is the "
                                 "server owner's): give the person a name of their own")
             key = store.add(args.label)

@@ -193,7 +193,7 @@ def users_at_start(args: argparse.Namespace) -> set[str] | None:
     """The users the server may serve as it starts (None: any a trusted proxy names): the
     named keys' labels, and the engine's own user where it has a key of its own or no
     named key answers instead."""
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from engine.home import tandem_home
     from server.access.keys import KeyStore
 

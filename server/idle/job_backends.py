@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from conductor.memory.types import JobAnswer, JobPrompt, Ledger
+from conductor.memory.types import JobAnswer, JobPrompt, LatestRecord
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
 
@@ -22,13 +22,14 @@ ENDPOINT_TIMEOUT_S = 600.0
 class EngineJobBackend:
     provider = "engine"
 
-    def __init__(self, engine: EngineBackend, ledger: Ledger,
+    def __init__(self, engine: EngineBackend, latest_record: LatestRecord,
                  on_tokens: Callable[[int], None] = lambda n: None,
                  cache_salt: str | None = None) -> None:
         """`on_tokens(n)`: told of each step's new tokens (the bench watches a job decode);
-        `cache_salt`: the user's, so the job's prompt finds the conversation cached."""
+        `cache_salt`: the user's, so the job's prompt finds the conversation cached;
+        `latest_record`: a session's newest record in the ledger."""
         self._engine = engine
-        self._ledger = ledger
+        self._latest_record = latest_record
         self._on_tokens = on_tokens
         self._cache_salt = cache_salt
         self.model = engine.profile.name
@@ -41,7 +42,7 @@ class EngineJobBackend:
         limit = self._engine.profile.max_model_len - room_for
         turn = (f"<|im_start|>user\n{prompt.instruction}<|im_end|>\n"
                 "<|im_start|>assistant\n<think>\n\n</think>\n\n")
-        record = self._ledger.latest(prompt.user, CONTINUOUS_SESSION)
+        record = self._latest_record(prompt.user, CONTINUOUS_SESSION)
         if record is not None:
             closing = [] if record.ended_cleanly else [self._engine.tokens.end_of_turn]
             ids = [*record.ids, *closing, *tokenizer.encode("\n" + turn,

@@ -84,7 +84,7 @@ class JobService(IdleService):
     def backend(self, job: str, user: str | None = None) -> JobBackend:
         model = self.models.get(job)
         if model.inherits:
-            return EngineJobBackend(self.engine, self.memory.ledger, self._count_tokens,
+            return EngineJobBackend(self.engine, self.memory.latest_record, self._count_tokens,
                                     cache_salt=self.memory.cache_salt(user))
         if model.api_key_env and not key_env_allowed(model.api_key_env,
                                                      profile_key_envs(self.profile)):

@@ -66,10 +66,10 @@ class PrefetchService(IdleService):
         """Prefetch for every due session, the users in turns (PrefetchDue.take), while
         nobody is waiting; a session not reached stays due."""
         runs: list[PrefetchRun] = []
-        due = self.memory.prefetch_due.take()
+        due = self.memory.idle.prefetch_due.take()
         for n, (user, session) in enumerate(due):
             if self.client_busy():
-                self.memory.prefetch_due.put_back(due[n:])
+                self.memory.idle.prefetch_due.put_back(due[n:])
                 break
             run = await self._prefetch(user, session)
             if run is not None:
@@ -79,10 +79,10 @@ class PrefetchService(IdleService):
         return self.kept(runs)
 
     async def _prefetch(self, user: str, session: str) -> PrefetchRun | None:
-        due = self.memory.prefetch_due
-        limits = self.memory.prefetch_limits
+        due = self.memory.idle.prefetch_due
+        limits = self.memory.idle.prefetch_limits
         hint = due.hint(user, session) if limits.hints_on else None
-        record = self.memory.ledger.latest(user, session)
+        record = self.memory.latest_record(user, session)
         if record is None or not _fits(record, after_prefetch=hint is not None):
             return None
         if hint is None and not limits.on:
@@ -116,13 +116,11 @@ class PrefetchService(IdleService):
         if outcome == "done":
             if hint is not None:
                 due.hint_used(user, session, hint)
-            if self.memory.ledger.latest(user, session) is record:
-                span = Span(len(flat) + len(closing), len(flat) + len(part), PREFETCH_KIND,
-                            chosen.note_ids)
-                self.memory.ledger.record(dataclasses.replace(
+            span = Span(len(flat) + len(closing), len(flat) + len(part), PREFETCH_KIND,
+                        chosen.note_ids)
+            if not self.memory.extend_record(record, dataclasses.replace(
                     record, ids=[*flat, *part], spans=(*record.spans, span),
-                    ended_cleanly=True))
-            else:
+                    ended_cleanly=True)):
                 outcome = "moved_on"
         elif outcome == "preempted":  # a client came: due again in a later idle moment
             due.turn_recorded(user, session)
@@ -136,16 +134,16 @@ class PrefetchService(IdleService):
         """One background prefill a candidate note of the session's newest record not
         branched for yet, most likely first, while nobody waits; one that gave way (or a
         client's arrival) leaves the session due for the rest."""
-        limits = self.memory.prefetch_limits
+        limits = self.memory.idle.prefetch_limits
         if not self.memory.prefetches_branches() or self.engine.reuse_block is not None:
             return []
-        record = self.memory.ledger.latest(user, session)
+        record = self.memory.latest_record(user, session)
         if record is None or not _fits(record, after_prefetch=True):
             return []
         replays = next_turn_replays(self.engine.tokenizer, record)
         if not replays:  # the next turn renders the last answer afresh: no known prefix
             return []
-        done = self.memory.prefetch_branches.done(user, session, replays)
+        done = self.memory.idle.prefetch_branches.done(user, session, replays)
         already = {i for s in record.spans if s.kind in HOLDS_TEXT for i in s.note_ids}
         # file work (a scan, a search, usage.json) and some 50 tails counted: in a thread,
         # off the event loop that serves the clients
@@ -155,7 +153,7 @@ class PrefetchService(IdleService):
         runs: list[PrefetchRun] = []
         for note, text in candidates:
             if self.client_busy():
-                self.memory.prefetch_due.turn_recorded(user, session)
+                self.memory.idle.prefetch_due.turn_recorded(user, session)
                 break
             tail = hidden_message_ids(self.engine.tokenizer, text)
             prompt = [*replays, *tail]
@@ -167,9 +165,9 @@ class PrefetchService(IdleService):
             if self.memory.metrics is not None:
                 self.memory.metrics.background_run("prefetch_branch", outcome)
             if outcome != "done":  # a client came: the rest in a later idle moment
-                self.memory.prefetch_due.turn_recorded(user, session)
+                self.memory.idle.prefetch_due.turn_recorded(user, session)
                 break
-            self.memory.prefetch_branches.branched(user, session, replays, (note.id,))
+            self.memory.idle.prefetch_branches.branched(user, session, replays, (note.id,))
         if runs:
             log.info("prefetch branches: %d done of %d, %d tokens prefilled",
                      sum(r.outcome == "done" for r in runs), len(runs),

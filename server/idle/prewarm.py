@@ -39,7 +39,7 @@ class PrewarmService(IdleService):
         """Prewarm every stale head, most recent group first, then each head's likely
         notes' branches, while nobody is waiting."""
         runs: list[PrewarmRun] = []
-        heads = self.memory.prewarm
+        heads = self.memory.idle.prewarm
         for group in heads.groups():
             if self.client_busy():
                 break
@@ -72,7 +72,7 @@ class PrewarmService(IdleService):
         into `runs`; False when a client came."""
         if not self._branches_help(group):
             return True
-        heads = self.memory.prewarm
+        heads = self.memory.idle.prewarm
         likely = await asyncio.to_thread(likely_notes, self.memory.store(group.user),
                                          group.project, heads.notes)
         for branch in heads.branches_due(group, version, likely):

@@ -42,9 +42,9 @@ class RecordPrefillService(IdleService):
     async def tick(self) -> list[RecordPrefillRun]:
         """Prefill each due session's newest record, most recent first, while nobody waits."""
         runs: list[RecordPrefillRun] = []
-        due = self.memory.records_due
+        due = self.memory.idle.records_due
         while not self.client_busy() and (key := due.take()) is not None:
-            record = self.memory.ledger.latest(*key)
+            record = self.memory.latest_record(*key)
             ids = None if record is None else next_turn_replays(self.engine.tokenizer, record)
             if not ids or len(ids) + 2 > self.engine.profile.max_model_len:
                 continue  # gone, rendered afresh next turn, or no room for the token past

@@ -106,7 +106,7 @@ class WriterService(IdleService):
     def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str,
                  policy: WriterPolicy | None = None) -> None:
         super().__init__(memory, engine)
-        self.writer = Writer(memory.ledger, memory.store, EngineWriterBackend(engine),
+        self.writer = Writer(memory.latest_record, memory.store, EngineWriterBackend(engine),
                              memory.root / "cognition" / "runs", mode=mode)
         # A paid backend's budget: checked before each run, charged after it.
         self.budget = None if policy is None else WriterBudget(
@@ -136,13 +136,13 @@ class WriterService(IdleService):
         runs: list[WriterRun] = []
         if self.writer.mode == "off":
             return runs
-        for user, session, trigger in self.memory.triggers.due():
+        for user, session, trigger in self.memory.idle.triggers.due():
             if self.client_busy():
                 break
-            dropped = self.memory.triggers.dropped(user, session)
+            dropped = self.memory.idle.triggers.dropped(user, session)
             run = await self.run(user, session, trigger,
                                  record=dropped if isinstance(dropped, Record) else None)
-            self.memory.triggers.visited(user, session, preempted=run.outcome == "preempted")
+            self.memory.idle.triggers.visited(user, session, preempted=run.outcome == "preempted")
             if self.memory.metrics is not None:
                 self.memory.metrics.background_run("writer", run.outcome)
             runs.append(run)

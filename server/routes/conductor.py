@@ -39,7 +39,7 @@ def conductor_router(state) -> APIRouter:
     @router.get("/writer")
     async def writer_status(request: Request) -> dict:
         service = await admin(request)
-        due = [{"session": s, "trigger": t} for _u, s, t in state.memory.triggers.due()]
+        due = [{"session": s, "trigger": t} for _u, s, t in state.memory.idle.triggers.due()]
         return {"mode": service.writer.mode, "due": due}
 
     @router.put("/writer")
@@ -60,7 +60,7 @@ def conductor_router(state) -> APIRouter:
         user = (body.user or state.memory.settings.user_name).lower()
         run = await service.run(user, body.session, "admin", script=body.script,
                                 gate_script=body.gate_script)
-        state.memory.triggers.visited(user, body.session, preempted=run.outcome == "preempted")
+        state.memory.idle.triggers.visited(user, body.session, preempted=run.outcome == "preempted")
         return asdict(run)
 
     return router

@@ -89,12 +89,12 @@ def context_router(state) -> APIRouter:
     async def sessions(request: Request, user: str | None = None) -> dict:
         name = await state.admin.user(request, user)
         data = []
-        for session in memory.ledger.sessions_of(name):
-            record = memory.ledger.latest(name, session)
+        for session in memory.sessions_of(name):
+            record = memory.latest_record(name, session)
             if record is not None:
                 data.append({"session": session, "project": record.project,
                              "messages": len(record.messages), "tokens": len(record.ids),
-                             "records": len(memory.ledger.records(name, session))})
+                             "records": len(memory.records(name, session))})
         return {"object": "list", "user": name, "data": data}
 
     @router.get("/context")
@@ -104,7 +104,7 @@ def context_router(state) -> APIRouter:
         if engine is None:
             raise APIError(503, "the engine is still loading", code="engine_not_ready",
                            kind="server_error")
-        record = memory.ledger.latest(name, session)
+        record = memory.latest_record(name, session)
         if record is None:
             raise APIError(404, f"no recorded turn of session {session!r} for {name}: the "
                            "next prompt is rendered afresh", code="not_found")

@@ -109,15 +109,15 @@ def memory_router(services: MemoryServices,
         if len(hint) > HINT_MAX_CHARS:
             raise APIError(400, f"hint must be at most {HINT_MAX_CHARS} characters",
                            code="invalid_value", param="hint")
-        if not services.prefetch_limits.hints_on:
+        if not services.idle.prefetch_limits.hints_on:
             raise APIError(409, "this profile takes no prefetch hints (they need memory.mode "
                            "on, and memory.prefetch.hint_notes and budget above 0)",
                            code="prefetch_off")
-        record = services.ledger.latest(user, session)
+        record = services.latest_record(user, session)
         if record is None or record.bare:
             raise APIError(409, "this session has no recorded turn with memory on to "
                            "prefetch after", code="no_conversation")
-        services.prefetch_due.hinted(user, session, hint)
+        services.idle.prefetch_due.hinted(user, session, hint)
         return {"status": "queued"}
 
     @router.get("/search")

@@ -33,10 +33,9 @@ import uuid
 from collections.abc import Sequence
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import Tail
 from conductor.memory.interface import MemoryDoor
 from conductor.memory.lease import LeaseBusy, LeaseUnavailable
-from conductor.memory.turn import LaidTurn
+from conductor.memory.turn import LaidTurn, Tail
 from engine.backend import EngineBackend
 from engine.profiles import Profile
 from server.http.schema import ChatCompletionRequest

@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import SHARED_KIND, Tail
+from conductor.memory.hiding import SHARED_KIND
 from conductor.memory.interface import MemoryDoor
+from conductor.memory.turn import Tail
 from conductor.memory.types import (
     TIME_KIND,
     FenceRefused,

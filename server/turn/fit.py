@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import SHARED_KIND, HiddenContext, Tail, TurnFacts
-from conductor.memory.turn import TurnMemory
+from conductor.memory.hiding import SHARED_KIND
+from conductor.memory.turn import HiddenContext, Tail, TurnFacts, TurnMemory
 from conductor.memory.types import Span, VisibleMessage
 from engine.backend import EngineBackend
 from server.http.schema import ChatCompletionRequest

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from conductor.memory.context import MemoryContext, derive_session
-from conductor.memory.services import MemorySettings
+from conductor.memory.settings import MemorySettings
 from conductor.memory.types import VisibleMessage, valid_session
 from server.access.user_names import UserNameError, header_text, user_folder
 from server.http.errors import APIError

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conductor.memory.context import MemoryContext
-from conductor.memory.hiding import HiddenContext
+from conductor.memory.turn import HiddenContext
 from conductor.memory.types import Span, VisibleMessage
 from engine.generation import GenerationParams
 from server.turn.answering.answer import RecordedTurn

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from conductor.memory.hiding import Tail
+from conductor.memory.turn import Tail
 from conductor.memory.types import Span, VisibleMessage, flat_ids
 from server.http.errors import APIError
 from server.http.schema import ChatCompletionRequest, ChatMessage

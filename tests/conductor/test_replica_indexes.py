@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conductor.memory.services import MemoryServices, MemorySettings
+from conductor.memory.services import MemoryServices
+from conductor.memory.settings import MemorySettings
 from conductor.notes import NoteStore
 from conductor.search.index import SearchIndex
 

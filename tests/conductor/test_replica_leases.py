@@ -15,7 +15,8 @@ from conductor.layers.state import ConversationState
 from conductor.layers.turn_format import Part, Turn, TurnMessage
 from conductor.layers.user_layers import UserLayers
 from conductor.memory.lease import Lease, LeaseBusy, LeaseKeeper, MemoryLeases
-from conductor.memory.services import MemoryServices, MemorySettings
+from conductor.memory.services import MemoryServices
+from conductor.memory.settings import MemorySettings
 from conductor.notes import NoteStore
 from conductor.storage.fence import StaleToken, check_token, fenced, seen_token
 from conductor.storage.paths import Layout

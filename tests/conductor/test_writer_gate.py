@@ -44,7 +44,7 @@ def test_the_gate_skips_the_turn_only_on_a_sure_no(tmp_path, answer, probability
                          messages=(VisibleMessage.of("user", "hi"),
                                    VisibleMessage.of("assistant", "hello"))))
     backend = GateOnly(answer, probability)
-    writer = Writer(ledger, lambda user: NoteStore(tmp_path / "memory", user), backend,
+    writer = Writer(ledger.latest, lambda user: NoteStore(tmp_path / "memory", user), backend,
                     tmp_path / "runs", mode="on")
     run = asyncio.run(writer.run("u", "s", "admin"))
     assert (run.outcome == "gated") != turn_runs

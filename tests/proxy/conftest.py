@@ -50,7 +50,7 @@ def vllm_backend(url: str) -> Backend:
 def proxy_app(backend: Backend, tmp_path, model: str | None = None, writer_policy=None,
               timeout_s: float = 600.0, trusted_proxies: frozenset[str] = frozenset(),
               shared_cache: bool = False, profile_name: str = "tiny"):
-    from conductor.memory.services import MemorySettings
+    from conductor.memory.settings import MemorySettings
     from engine.engine import load_tokenizer
     from engine.home import tandem_home
     from engine.model_builder import models_dir

@@ -56,7 +56,7 @@ def test_turn_two_is_served_from_the_backends_prefix_cache(proxy, backend):
     second = chat(proxy.base_url, [*first, {"role": "assistant", "content": text},
                                    {"role": "user", "content": "and now?"}], script="Now.")
     assert second.status_code == 200, second.text
-    record = proxy.app.state.tandem.memory.ledger.records(USER, "kitchen")[0]
+    record = proxy.app.state.tandem.memory.records(USER, "kitchen")[0]
     usage = second.json()["usage"]
     if backend.kind == "vllm":
         hits, queries = (after - was for after, was in zip(cache_counters(backend.base),
@@ -97,15 +97,15 @@ def test_a_tool_loop_through_the_proxy_replays_the_call_as_the_backend_cached_it
     [call] = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "read_file"
     assert json.loads(call["function"]["arguments"]) == {"path": "setup.py"}
-    ledger = proxy.app.state.tandem.memory.ledger
-    previous = list(ledger.latest(USER, "tools").ids)
+    ledger = proxy.app.state.tandem.memory
+    previous = list(ledger.latest_record(USER, "tools").ids)
     history = [*question, {"role": "assistant", "content": None, "tool_calls": [call]},
                {"role": "tool", "tool_call_id": call["id"], "content": "from setuptools"}]
     answered = chat(proxy.base_url, history, script="It uses setuptools.", tools=TOOLS,
                     session="tools")
     assert answered.json()["choices"][0]["message"]["content"] == "It uses setuptools."
     # the call's turn is replayed with the ids the backend produced, not re-rendered
-    assert list(ledger.latest(USER, "tools").ids[:len(previous)]) == previous
+    assert list(ledger.latest_record(USER, "tools").ids[:len(previous)]) == previous
 
 
 def test_a_backend_that_does_not_answer_is_a_503_and_nothing_is_recorded(tmp_path):
@@ -129,7 +129,7 @@ def test_a_backend_that_does_not_answer_is_a_503_and_nothing_is_recorded(tmp_pat
         refused = chat(base, [{"role": "user", "content": "hello"}], script="hi")
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "backend_unreachable"
-        assert len(app.state.tandem.memory.ledger) == 0
+        assert len(app.state.tandem.memory._ledger) == 0
     finally:
         served.stop()
 
@@ -148,7 +148,7 @@ def test_a_request_the_backend_refuses_is_a_4xx_with_its_reason_and_nothing_is_r
             "model": "tiny", "stream": True, "script": "hi",
             "messages": [{"role": "user", "content": "hello"}]})
         assert streamed.status_code == 400
-        assert len(app.state.tandem.memory.ledger) == 0
+        assert len(app.state.tandem.memory._ledger) == 0
     finally:
         served.stop()
 

@@ -101,7 +101,7 @@ def test_a_paid_backends_writer_is_charged_a_ledger_row_a_request(plain_vllm_ser
         assert run["outcome"] == "wrote", run
         rows = spend_rows(served)
         assert [r["client"] for r in rows] == ["harness:writer"] * 2  # the gate, the turn
-        record = len(served.app.state.tandem.memory.ledger.latest(USER, "paid").ids)
+        record = len(served.app.state.tandem.memory.latest_record(USER, "paid").ids)
         assert all(r["prompt_tokens"] > record and r["run"] == run["run_id"] for r in rows)
         assert rows[1]["completion_tokens"] == run["tokens_generated"]
         # both prompts open with the session's record, which the backend holds cached
@@ -152,7 +152,7 @@ def test_a_cognition_job_runs_on_the_backend_over_the_conversations_cached_ids(
         assert record["outcome"] == "changed", record
         assert record["files_changed"] == ["WORKING_MEMORY.md"]
         # the job's prompt opened with the conversation's ids, which the backend held
-        last = memory.ledger.latest(USER, "continuous")
+        last = memory.latest_record(USER, "continuous")
         assert cache_counters(backend.base)[0] - hits >= len(last.ids) // 32 * 32 - 32
     finally:
         served.stop()
@@ -201,10 +201,10 @@ def test_proxy_mode_queues_no_record_prefill_and_sends_the_backend_nothing_more(
     mode's: the backend's cache is its own (HttpEngine.reuse_block is None), so after an
     answer nothing is queued and an idle moment sends no request."""
     tandem = proxy.app.state.tandem
-    assert tandem.engine.reuse_block is None and not tandem.memory.records_due.on
+    assert tandem.engine.reuse_block is None and not tandem.memory.idle.records_due.on
     assert chat(proxy.base_url, [{"role": "user", "content": "where is the kettle?"}],
                 script="On the stove.", session="no-record-prefill").status_code == 200
     started = tandem.engine.stats.requests_started["background"]
     assert proxy.run(tandem.record_prefill.tick()) == []
     assert tandem.engine.stats.requests_started["background"] == started
-    assert tandem.memory.records_due.take() is None
+    assert tandem.memory.idle.records_due.take() is None

@@ -56,7 +56,7 @@ def test_a_backend_that_fails_mid_answer_is_a_502_or_504_and_nothing_is_kept(
             error = response.json()["error"]
         assert error["code"] == code and reason in error["message"], error
         memory = served.app.state.tandem.memory
-        assert memory.ledger.records(USER, "faults") == []
+        assert memory.records(USER, "faults") == []
         assert memory.store(USER).list() == []
         assert httpx.get(f"{served.base_url}/readyz", timeout=10).status_code == 200
         relay.fault = None  # the backend is back: the same turn goes through whole

@@ -52,7 +52,7 @@ def test_turn_two_reads_turn_ones_prompt_and_answer_from_the_cache(plain_vllm_se
                                         {"role": "user", "content": "What first?"}],
                       script="The walk.", session="turns")
         cached = own_cached(second)
-        one = app.state.tandem.memory.ledger.records(USER, "turns")[0]
+        one = app.state.tandem.memory.records(USER, "turns")[0]
         # every full block of turn one's prompt and answer (all but the last token, which
         # vLLM never serves from the cache) came from the cache
         assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
@@ -81,11 +81,42 @@ def first_record(app, timeout: float = 10.0):
     """Turn one's record, once the turn has filed it (a stream files it as it ends)."""
     deadline = time.monotonic() + timeout
     while True:
-        records = app.state.tandem.memory.ledger.user_records(USER)
+        records = app.state.tandem.memory.records(USER)
         if records or time.monotonic() > deadline:
             assert len(records) == 1, records
             return records[0]
         time.sleep(0.05)
+
+
+def dog_owner_app(plain_vllm_server, tmp_path, profile: str) -> tuple:
+    """A proxy app of `profile` over the plain vLLM server, started, whose user has one
+    note that turn one's message matches."""
+    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path, profile_name=profile)
+    assert app.state.tandem.memory.store(USER).add(
+        title="the user's dog", body="The user has a dog called Biscuit, a beagle.",
+        kind="reference", scope="user", source="cli", has_user_message=True).ok
+    served = ServedApp(app)
+    served.start(ready_timeout=60)
+    return app, served
+
+
+# a system prompt and a long user message that matches the note
+FIRST_TURN = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle needs a walk "
+                       "every morning. Then the garden: " + " ".join(
+                           f"step{i} water the beds" for i in range(120))}]
+
+
+def turn_two_cached(served, first: list[dict], answer: str, session: str | None,
+                    profile: str, one) -> None:
+    """Turn two after `answer`: every full block of turn one's prompt and answer (all
+    but the last token, which vLLM never serves from the cache) came from the cache."""
+    second = chat(served.base_url, [*first, {"role": "assistant", "content": answer},
+                                    {"role": "user", "content": "What first?"}],
+                  script="The walk.", session=session, model=profile)
+    cached, prompt = own_cached(second), second.json()["usage"]["prompt_tokens"]
+    print(f"{profile} session={session}: cached {cached} of {prompt}, turn one "
+          f"{len(one.ids)}")
+    assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
 
 
 @pytest.mark.parametrize("profile", ["tiny", "tiny-qwen3-template"])
@@ -97,16 +128,9 @@ def test_turn_two_reads_turn_one_as_a_plain_client_sends_it(plain_vllm_server, t
     from the conversation's opening, turn one's answer included), streamed or not, under
     Tandem's template and under Qwen3's published one (which renders an earlier answer
     without the empty think block the thinking-off generation prompt put before it)."""
-    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path, profile_name=profile)
-    assert app.state.tandem.memory.store(USER).add(
-        title="the user's dog", body="The user has a dog called Biscuit, a beagle.",
-        kind="reference", scope="user", source="cli", has_user_message=True).ok
-    served = ServedApp(app)
-    served.start(ready_timeout=60)
+    app, served = dog_owner_app(plain_vllm_server, tmp_path, profile)
     try:
-        words = " ".join(f"step{i} water the beds" for i in range(120))
-        first = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle needs a "
-                          f"walk every morning. Then the garden: {words}"}]
+        first = FIRST_TURN
         if stream:
             text = streamed_text(served.base_url, first, BLOCK, session, profile)
         else:
@@ -115,14 +139,7 @@ def test_turn_two_reads_turn_one_as_a_plain_client_sends_it(plain_vllm_server, t
             assert answer.status_code == 200, answer.text
             text = answer.json()["choices"][0]["message"]["content"]
         assert "› remembered: the kettle is blue" in text
-        one = first_record(app)
-        second = chat(served.base_url, [*first, {"role": "assistant", "content": text},
-                                        {"role": "user", "content": "What first?"}],
-                      script="The walk.", session=session, model=profile)
-        cached, prompt = own_cached(second), second.json()["usage"]["prompt_tokens"]
-        print(f"{profile} stream={stream} session={session}: cached {cached} of {prompt}, "
-              f"turn one {len(one.ids)}")
-        assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+        turn_two_cached(served, first, text, session, profile, first_record(app))
     finally:
         served.stop()
 
@@ -143,16 +160,9 @@ def test_turn_two_reads_turn_one_when_the_client_sends_the_answer_without_its_st
     found: 480 of 1,266 cached) and a named one matched only up to the answer, which was
     rendered afresh without its block (1,312 of 1,351 where 1,376 were turn one's)."""
     profile = "tiny-qwen3-template"
-    app = proxy_app(vllm_backend(plain_vllm_server), tmp_path, profile_name=profile)
-    assert app.state.tandem.memory.store(USER).add(
-        title="the user's dog", body="The user has a dog called Biscuit, a beagle.",
-        kind="reference", scope="user", source="cli", has_user_message=True).ok
-    served = ServedApp(app)
-    served.start(ready_timeout=60)
+    app, served = dog_owner_app(plain_vllm_server, tmp_path, profile)
     try:
-        words = " ".join(f"step{i} water the beds" for i in range(120))
-        first = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle needs a "
-                          f"walk every morning. Then the garden: {words}"}]
+        first = FIRST_TURN
         answer = chat(served.base_url, first, script=BLOCK, max_tokens=120, session=session,
                       model=profile)
         assert answer.status_code == 200, answer.text
@@ -161,15 +171,9 @@ def test_turn_two_reads_turn_one_when_the_client_sends_the_answer_without_its_st
         one = first_record(app)
         sent = without_status_lines(text)
         assert sent == "Noted."
-        second = chat(served.base_url, [*first, {"role": "assistant", "content": sent},
-                                        {"role": "user", "content": "What first?"}],
-                      script="The walk.", session=session, model=profile)
-        cached, prompt = own_cached(second), second.json()["usage"]["prompt_tokens"]
-        print(f"stripped session={session}: cached {cached} of {prompt}, turn one "
-              f"{len(one.ids)}")
-        assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+        turn_two_cached(served, first, sent, session, profile, one)
         # and turn two's record goes on from turn one's, under one session
-        records = app.state.tandem.memory.ledger.user_records(USER)
+        records = app.state.tandem.memory.records(USER)
         assert len({r.session for r in records}) == 1, records
         two = max(records, key=lambda r: len(r.ids))
         assert list(two.ids[:len(one.ids)]) == list(one.ids)

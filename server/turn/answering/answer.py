@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conductor.memory.hiding import Tail
 from conductor.memory.interface import MemoryDoor
-from conductor.memory.turn import TurnOutcome
+from conductor.memory.turn import Tail, TurnOutcome
 from conductor.memory.types import Span, VisibleMessage
 from engine.generation import Delta, TokenLogprob
 from server.turn.answering.logprobs import chat_logprob
