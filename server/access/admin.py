@@ -31,10 +31,11 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from conductor.memory.types import valid_user
+from conductor.memory.types import UserNameError, user_folder, valid_user
 from server.access.admin_password import AdminPassword
 from server.access.attempts import Attempts
 from server.access.auth import is_loopback
+from server.access.keys import same_user
 from server.http.errors import APIError
 
 COOKIE = "tandem_admin"
@@ -110,13 +111,10 @@ class AdminGate:
                        code="admin_password_required", kind="invalid_request_error")
 
     async def user(self, request: Request, name: str | None) -> str:
-        """Check the admin rule, then the user an admin route is asked about (`?user=`,
-        default: the engine's own), lowercased as requests resolve users."""
+        """Check the admin rule, then the folder of the user an admin route is asked about
+        (`?user=`, default: the engine's own; `user_named`)."""
         await self.check(request)
-        user = (name or self.settings.user_name).lower()
-        if not valid_user(user):
-            raise APIError(400, "not a user name", code="invalid_value", param="user")
-        return user
+        return user_named(name, self.settings.user_name)
 
     def _check_local(self, request: Request) -> None:
         peer = _peer(request)
@@ -125,7 +123,7 @@ class AdminGate:
                            "password with `tandem admin password` to use them from "
                            "elsewhere)", code="admin_only", kind="permission_error")
         key_user = getattr(request.state, "key_user", None)
-        if key_user is not None and key_user.lower() != self.settings.user_name.lower():
+        if key_user is not None and not same_user(key_user, self.settings.user_name):
             raise APIError(403, "conductor routes answer the engine's own user only",
                            code="admin_only", kind="permission_error")
 
@@ -194,6 +192,24 @@ class AdminGate:
         finally:
             self.attempts.end(check, ok)
         return ok
+
+
+def user_named(name: str | None, default: str) -> str:
+    """The folder of the user an admin route is asked about: `name` (`?user=`, a body's
+    `user`), else `default` (the engine's own user). A user's name is mapped by
+    `user_folder`, as a key's label and a relayed X-Tandem-User are on the chat routes, so
+    `?user=josé` is the folder a key labelled josé writes; a folder as the screen lists
+    it (`users_under`: `jose--<hash>`) is that folder, since a name of that reserved form
+    is never filed as it is. A 400 `invalid_user` saying why for a name that is no
+    one's (empty, over 128 characters, a control character)."""
+    given = name or default
+    folder = given.lower()
+    try:
+        if valid_user(folder) and user_folder(folder) != folder:
+            return folder  # the mapped form: a folder listed, not a name to map again
+        return user_folder(given)
+    except UserNameError as exc:
+        raise APIError(400, f"user: {exc}", code="invalid_user", param="user") from None
 
 
 def delay_for(prior: int) -> float:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.memory.types import atomic_write, valid_user
+from conductor.memory.types import UserNameError, atomic_write, user_folder
 from server.access.attempts import Attempts
 
 KEYS_FILE = "keys.json"
@@ -48,6 +48,22 @@ HAS_KEYS_STAT_S = 1.0
 
 class KeysError(ValueError):
     """A `tandem keys` request that cannot be done (bad label, duplicate, unknown)."""
+
+
+def label_folder(label: str) -> str | None:
+    """The folder of the user a key's label names (`user_folder`, as a request with the
+    key is filed), or None for a label that names no one (a hand-edited file's)."""
+    try:
+        return user_folder(label)
+    except UserNameError:
+        return None
+
+
+def same_user(a: str, b: str) -> bool:
+    """Whether two names are one user: one folder (`José`, `josé` and its decomposed
+    spelling are one), never for a name that is no one's."""
+    folder = label_folder(a)
+    return folder is not None and folder == label_folder(b)
 
 
 @dataclass(frozen=True)
@@ -79,13 +95,17 @@ class KeyStore:
     # -- the command's side -------------------------------------------------------------
     def add(self, label: str) -> str:
         """A new key for `label`; returns its text, which is stored nowhere."""
-        if not valid_user(label):
-            raise KeysError(f"label {label!r}: use letters, digits and . _ @ - only (it is "
-                            "the user's name)")
+        # The label is the user's name, any a request may give (josé, o'brien, 山田);
+        # the folder it files under is derived wherever files are opened.
+        try:
+            folder = user_folder(label)
+        except UserNameError as exc:
+            raise KeysError(f"label {label!r}: {exc} (a key's label is its user's "
+                            "name)") from None
         entries = self._read()
-        if any(e.label.lower() == label.lower() for e in entries.values()):
+        if any(label_folder(e.label) == folder for e in entries.values()):
             raise KeysError(f"a key labelled {label!r} exists (user names are one user "
-                            "whatever their case); revoke it first")
+                            "whatever their case or spelling); revoke it first")
         key_id, secret, salt = secrets.token_hex(4), secrets.token_urlsafe(24), os.urandom(16)
         entries[key_id] = KeyEntry(label, key_id, salt.hex(), _hash(secret, salt).hex(),
                                    datetime.now(UTC).isoformat(timespec="seconds"))
@@ -93,17 +113,21 @@ class KeyStore:
         return f"{PREFIX}-{key_id}-{secret}"
 
     def revoke(self, label: str) -> None:
+        """Revoke the key labelled `label`, or one whose label is the same user's name in
+        another case or spelling."""
         entries = self._read()
-        kept = {i: e for i, e in entries.items() if e.label != label}
+        kept = {i: e for i, e in entries.items()
+                if e.label != label and not same_user(e.label, label)}
         if len(kept) == len(entries):
             raise KeysError(f"no key labelled {label!r}")
         self._write(kept)
 
     def revoke_user(self, user: str) -> int:
-        """Revoke every key whose label is `user`, whatever its case (it names one user);
-        returns how many (0: none, no error). The user's delete calls this."""
+        """Revoke every key of the user whose folder is `user`, as the admin routes resolve
+        it (the keys labelled josé, José ...: folder `user_folder("josé")`); returns how
+        many (0: none, no error). The user's delete calls this."""
         entries = self._read()
-        kept = {i: e for i, e in entries.items() if e.label.lower() != user.lower()}
+        kept = {i: e for i, e in entries.items() if label_folder(e.label) != user}
         if len(kept) != len(entries):
             self._write(kept)
         return len(entries) - len(kept)

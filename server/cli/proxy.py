@@ -179,7 +179,7 @@ def cache_sharing(args: argparse.Namespace, kind: str) -> None:
     users = users_at_start(args)
     if users is None or len(users) > 1:
         who = ("a trusted proxy relays any user" if users is None
-               else f"{len(users)} users have keys: {', '.join(sorted(users))}")
+               else f"{len(users)} users have keys: {', '.join(sorted(users.values()))}")
         raise ProfileError(f"the backend ({kind}) keeps one prefix cache for all users and "
                            f"this server would serve several ({who}): one user's cached "
                            "prompts would show to another; serve one user, or share the "
@@ -189,20 +189,25 @@ def cache_sharing(args: argparse.Namespace, kind: str) -> None:
           "--shared-backend-cache shares it)", flush=True)
 
 
-def users_at_start(args: argparse.Namespace) -> set[str] | None:
-    """The users the server may serve as it starts (None: any a trusted proxy names): the
-    named keys' labels, and the engine's own user where it has a key of its own or no
-    named key answers instead."""
+def users_at_start(args: argparse.Namespace) -> dict[str, str] | None:
+    """The users the server may serve as it starts (None: any a trusted proxy names), by
+    folder (`user_folder`: josé, José and its decomposed spelling are one user), each with
+    a name it goes by: the named keys' labels, and the engine's own user where it has a
+    key of its own or no named key answers instead."""
     from conductor.memory.settings import MemorySettings
     from engine.home import tandem_home
-    from server.access.keys import KeyStore
+    from server.access.keys import KeyStore, label_folder
 
     settings = MemorySettings()
     if args.trusted_proxy or settings.trusted_proxies:
         return None
-    users = {entry.label.lower() for entry in KeyStore(tandem_home()).list()}
+    users: dict[str, str] = {}
+    for entry in KeyStore(tandem_home()).list():
+        # a label that names no one is served to no one; counted apart all the same
+        users.setdefault(label_folder(entry.label) or entry.label, entry.label)
     if args.api_key or os.environ.get("TANDEM_API_KEY") or not users:
-        users.add((args.user or settings.user_name).lower())
+        own = args.user or settings.user_name
+        users.setdefault(label_folder(own) or own.lower(), own)
     return users
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from server.access.admin import user_named
 from server.http.errors import APIError
 
 
@@ -57,7 +58,7 @@ def conductor_router(state) -> APIRouter:
         if service.writer.mode == "off":
             raise APIError(409, "the writer is off; PUT /v1/conductor/writer to turn it on",
                            code="writer_off")
-        user = (body.user or state.memory.settings.user_name).lower()
+        user = user_named(body.user, state.memory.settings.user_name)  # their folder
         run = await service.run(user, body.session, "admin", script=body.script,
                                 gate_script=body.gate_script)
         state.memory.idle.triggers.visited(user, body.session, preempted=run.outcome == "preempted")

@@ -14,8 +14,8 @@ from conductor.memory.types import (
     endpoint_model,
     read_job_state,
     recent_runs,
-    valid_user,
 )
+from server.access.admin import user_named
 from server.http.errors import APIError
 from server.idle.jobs import JobBusy, JobService, profile_key_envs
 
@@ -47,10 +47,8 @@ def job_router(state) -> APIRouter:
         return state.jobs
 
     def user_of(name: str | None) -> str:
-        user = name or state.memory.settings.user_name
-        if not valid_user(user):
-            raise APIError(400, "not a user name", code="invalid_value", param="user")
-        return user.lower()  # one user whatever the case, as requests resolve it
+        """The folder of `?user=` (or the body's user), default the engine's own."""
+        return user_named(name, state.memory.settings.user_name)
 
     def known(job: str) -> str:
         if job not in JOBS:

@@ -21,8 +21,8 @@ from conductor.memory.types import (
     layer_file_path,
     read_job_state,
     summary,
-    valid_user,
 )
+from server.access.admin import user_named
 from server.http.body_limits import body_limits
 from server.http.errors import APIError, validated_body
 from server.http.schema import ChatCompletionRequest, StreamOptions
@@ -98,10 +98,7 @@ def layer_router(state, answer) -> APIRouter:
 
     async def admin_layers(request: Request, user: str | None):
         await state.admin.check(request)
-        name = user or memory.settings.user_name
-        if not valid_user(name):
-            raise APIError(400, "not a user name", code="invalid_value", param="user")
-        return memory.layers(name)
+        return memory.layers(user_named(user, memory.settings.user_name))
 
     @router.get("/memory/layers")
     async def layers(request: Request, user: str | None = None) -> dict:
