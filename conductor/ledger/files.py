@@ -59,6 +59,7 @@ def encode_record(record: Record) -> dict[str, Any]:
         "project": record.project,
         "bare": record.bare,
         **({"shared_flags": list(record.shared_flags)} if record.shared_flags else {}),
+        **({"shared_empty": True} if record.shared_empty else {}),
     }
 
 
@@ -74,7 +75,8 @@ def decode_record(user: str, session: str, data: dict[str, Any]) -> Record:
                   ended_cleanly=bool(data["ended_cleanly"]), spans=spans,
                   fingerprint=str(data.get("fingerprint") or ""),
                   project=str(data["project"]) if data.get("project") else None,
-                  bare=bool(data.get("bare")), shared_flags=_flags(data.get("shared_flags")))
+                  bare=bool(data.get("bare")), shared_flags=_flags(data.get("shared_flags")),
+                  shared_empty=data.get("shared_empty") is True)
 
 
 def _flags(value: Any) -> tuple[bool, bool] | None:

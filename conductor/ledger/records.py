@@ -93,6 +93,11 @@ class Record:
     # (conductor/hidden/prewarm.py, `PrewarmHeads.seed`); None: memory off, or a record
     # made before it was kept (such a record seeds nothing).
     shared_flags: tuple[bool, bool] | None = None
+    # Laid out without a shared context because it had nothing to show (no card, no note
+    # to list), not because it gave way to fit the context: a later turn with the same
+    # `shared_flags` replays it as it is when the first note appears (server/turn/fit.py).
+    # False (and in a file saved before it was kept): the shared context may come back.
+    shared_empty: bool = False
 
     @functools.cached_property
     def digests(self) -> tuple[bytes, ...]:

@@ -338,7 +338,7 @@ class MemoryServices:
                     bare=memory.off_reason is not None, messages=messages,
                     ids=outcome.ids, ended_cleanly=outcome.ended_cleanly,
                     spans=outcome.spans, shared_flags=None if memory.off_reason is not None
-                    else (memory.shows_card, memory.reads)))
+                    else (memory.shows_card, memory.reads), shared_empty=outcome.shared_empty))
                 self.idle.records_due.turn_recorded(user or "-relayed-", session)
             self._note_head(outcome)
             if injections_to_record(memory, list(outcome.hidden)):

@@ -57,6 +57,10 @@ class HiddenContext:
     head: Tail | None = None  # the shared context, placed after the system prompt and tools
     tails: list[Tail] = field(default_factory=list)  # around the new messages (Tail.leads)
     version: str | None = None  # the shared context's version, when the head carries it
+    # No head because the shared context had nothing to show (no card for the request, no
+    # note to list), not because it gave way to fit: a replay keeps the record as it is
+    # (server/turn/fit.py). False: a head, or one left out to fit.
+    shared_empty: bool = False
 
 
 # -- the turn's calls ------------------------------------------------------------------
@@ -123,6 +127,7 @@ class TurnOutcome:
     ledger_kept: bool = True  # False: answered and counted, not a record
     hidden: tuple[Tail, ...] = ()  # what this turn hid: the shared context and tails
     shared_version: str | None = None  # the shared context's version, when it carried it
+    shared_empty: bool = False  # laid out without one: it had nothing to show (HiddenContext)
     head_checkpointed: bool = True  # False: a hybrid model's fresh layout, to prewarm
     blocks_written: bool = False  # the answer held back blocks: notes may be written
     new_tokens: int = 0  # ids the engine read or wrote that the ledger did not replay

@@ -13,7 +13,10 @@ leaves too little room for the answer, memory's parts give way, least needed fir
 
 Each step costs this turn a prefix-cache miss. The ledger records the prompt as it was
 sent, and a part left out comes back as soon as it fits again: a replayed record without
-the shared context, when this turn would show one, is laid out afresh with it first.
+the shared context, when this turn would show one, is laid out afresh with it first;
+not one laid out without it because it had nothing to show (`Record.shared_empty`: no
+card for the request, no note yet), which is replayed as it is when the first note
+appears (the note reaches it as matched notes do, `choose_hidden`).
 Only when the client's own request does not fit is it refused. Memory's layouts must leave
 the answer its room: the client's `max_tokens`, or without one `ANSWER_RESERVE` (the
 client's own request needs one token, as on vLLM).
@@ -106,16 +109,18 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
     replay = replay_without_stale_reasoning(tokenizer, rendered, view.match)
     if replay is not None and any(i in view.deleted for s in replay.spans for i in s.note_ids):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
-    fresh = None
+    fresh, empty = None, replay is not None and _was_empty(view, replay)
     if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans) \
-            and view.shows_shared:
-        # A record laid out without the shared context: afresh with it, when it fits
+            and view.shows_shared and not empty:
+        # A record whose shared context gave way to fit: afresh with it, when it fits
         fresh = _rendered_whole(engine, view, memory, rendered, offered, engine_tools,
                                 visible, leading_tails)
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = view.hidden(replay)
+    hidden = view.hidden(replay) if replay is not None else _hidden_whole(view)
+    if empty:  # replayed as it was: the record made next says so too
+        hidden = replace(hidden, shared_empty=True)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
                             [*leading_tails, *hidden.tails], block),
@@ -153,10 +158,29 @@ def _rendered_whole(engine: EngineBackend, view: TurnMemory, memory: MemoryConte
     a new session would get it; None when memory is off."""
     if memory.off_reason is not None:
         return None
-    hidden = view.hidden(None)
+    hidden = _hidden_whole(view)
     return Layout(offered, engine_tools, visible, rendered, None, hidden,
                   assemble(engine.tokenizer, rendered, None, hidden.head,
                            [*leading_tails, *hidden.tails], engine.reuse_block))
+
+
+def _hidden_whole(view: TurnMemory) -> HiddenContext:
+    """The hiding decision for a prompt rendered whole, which says whether a shared context
+    this turn would show had nothing to show."""
+    hidden = view.hidden(None)
+    if view.shows_shared and hidden.head is None:
+        hidden = replace(hidden, shared_empty=True)
+    return hidden
+
+
+def _was_empty(view: TurnMemory, replay) -> bool:
+    """Whether the replayed record holds no shared context because it had nothing to show
+    (not: it gave way), under the parts this turn would show too (the card, the index): a
+    request that now shows the card gets it afresh."""
+    record, memory = view.match.record, view.facts.memory
+    return record.shared_empty and memory is not None \
+        and record.shared_flags == (memory.shows_card, memory.reads) \
+        and not any(s.kind == SHARED_KIND for s in replay.spans)
 
 
 def count_hidden(metrics, layout: Layout) -> None:

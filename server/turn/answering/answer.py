@@ -248,7 +248,8 @@ class Answer:
             ended_cleanly=bool(output) and output[-1] == self.end_of_turn,
             shown=shown, written=self.memory_filter.visible_text,
             ledger_kept=chat.ledger_kept, hidden=self._added(),
-            shared_version=chat.hidden.version, head_checkpointed=chat.head_checkpointed,
+            shared_version=chat.hidden.version, shared_empty=chat.hidden.shared_empty,
+            head_checkpointed=chat.head_checkpointed,
             blocks_written=bool(self.memory_filter.hidden),
             new_tokens=len(chat.prompt_ids) - chat.replayed_tokens + len(self.output_ids),
             gave_up=interrupted))

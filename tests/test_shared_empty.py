@@ -1,0 +1,88 @@
+"""A record laid out without a shared context because there was nothing to show (a new
+user: no note yet, and no card for the request) is replayed as it is when the first note
+appears: only a shared context that gave way to fit the context comes back afresh
+(server/turn/fit.py; the gave-way path: tests/test_prompt_fit.py). The new note reaches
+the replayed conversation as a matched note, the way a note written after a record's
+shared context reaches it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from conductor.ledger.files import decode_record, encode_record
+from conductor.ledger.records import Record
+from tests.inprocess import WITH_INDEX, InProcessApp
+
+READ = {"X-Tandem-Memory": "read"}  # no card: the shared context is the index alone
+FIRST = ("We are planning the garden for the spring. " + " ".join(
+    f"step {i}: weed the beds, then water them" for i in range(60)))
+BLOCK = ('Noted. <tandem_memory op="add" scope="user" kind="reference">\ntitle: the kettle '
+         'is blue\n\nThe user keeps a blue kettle on the left of the stove.\n</tandem_memory>')
+
+
+@pytest.fixture
+def app(served, tmp_path) -> InProcessApp:
+    """An index in the shared context, as the GPU profiles show it."""
+    return InProcessApp(served, tmp_path, memory_changes=WITH_INDEX)
+
+
+def whole_blocks(record: Record, block: int) -> int:
+    """Every full block of a record's ids but the last token's (vLLM never serves a
+    prompt's last token from the cache)."""
+    return (len(record.ids) - 1) // block * block
+
+
+def test_the_first_note_leaves_a_conversation_without_a_shared_context_replayed(
+        app, tiny_profile):
+    session = {"X-Tandem-Session": f"empty-{uuid.uuid4().hex[:6]}", **READ}
+    first = [{"role": "user", "content": FIRST}]
+    content, usage, _ = app.chat(first, "Fine, the beds first.", headers=session)
+    one = app.memory.latest_record("tester", session["X-Tandem-Session"])
+    assert not [s for s in one.spans if s.kind == "shared"]  # nothing to show: no notes
+    # The user's first note, written in another conversation of theirs
+    app.chat([{"role": "user", "content": "Remember that the garden hose is in the shed."}],
+             "Okay.", headers={"X-Tandem-Session": f"other-{uuid.uuid4().hex[:6]}"})
+    (note,) = app.memory.store("tester").list()
+    second = [*first, {"role": "assistant", "content": content},
+              {"role": "user", "content": "Where is the garden hose?"}]
+    _, later, _ = app.chat(second, "In the shed.", headers=session)
+    cached = later["prompt_tokens_details"]["cached_tokens"]
+    print(f"turn one {usage['prompt_tokens']}+{usage['completion_tokens']}, "
+          f"turn two {cached} of {later['prompt_tokens']} cached")
+    assert cached >= whole_blocks(one, tiny_profile.block_size) > 0
+    assert one.shared_empty
+    two = app.memory.latest_record("tester", session["X-Tandem-Session"])
+    assert list(two.ids[:len(one.ids)]) == list(one.ids)  # turn one replayed as it was
+    # the new note reaches the model all the same: matched to the message, in a tail
+    assert any(note.id in s.note_ids for s in two.spans if s.kind == "notes"), two.spans
+    assert two.shared_empty  # and the next turn replays this one too
+
+
+def test_a_new_users_first_turn_that_writes_a_note_stays_cached(app, tiny_profile):
+    """With the card (memory writes), a shared context is never empty: turn one's block
+    writes the user's first note and turn two replays turn one whole."""
+    session = {"X-Tandem-Session": f"writes-{uuid.uuid4().hex[:6]}"}
+    first = [{"role": "user", "content": FIRST}]
+    content, usage, _ = app.chat(first, BLOCK, headers=session)
+    assert "› remembered: the kettle is blue" in content
+    one = app.memory.latest_record("tester", session["X-Tandem-Session"])
+    assert [s for s in one.spans if s.kind == "shared"] and not one.shared_empty
+    second = [*first, {"role": "assistant", "content": content},
+              {"role": "user", "content": "What first?"}]
+    _, later, _ = app.chat(second, "The beds.", headers=session)
+    assert later["prompt_tokens_details"]["cached_tokens"] >= whole_blocks(
+        one, tiny_profile.block_size)
+
+
+def test_the_flag_is_saved_and_a_record_saved_without_it_loads_as_before():
+    record = Record(user="u", session="s", messages=(), ids=[1, 2, 3], ended_cleanly=True,
+                    shared_flags=(False, True), shared_empty=True)
+    saved = encode_record(record)
+    assert decode_record("u", "s", saved).shared_empty
+    del saved["shared_empty"]  # a file saved before the flag was kept
+    assert not decode_record("u", "s", saved).shared_empty  # its shared context may come back
+    plain = encode_record(Record(user="u", session="s", messages=(), ids=[1],
+                                 ended_cleanly=True))
+    assert "shared_empty" not in plain and not decode_record("u", "s", plain).shared_empty
