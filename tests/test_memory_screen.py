@@ -19,6 +19,7 @@ from server.access.admin_password import AdminPassword
 
 PASSWORD = "correct horse battery"
 USER = "tester"
+JOSE = "josé"  # files under jose--<hash>
 ZONE = "Asia/Tokyo"
 ARTIFACTS = Path(os.environ.get("TANDEM_TEST_ARTIFACTS")
                  or Path(__file__).resolve().parents[1] / "test-artifacts") / "memory-screen"
@@ -52,6 +53,16 @@ def browser():
 @pytest.fixture
 def screen(served, tmp_path):
     """A fresh home served over HTTP as `tandem serve` serves it (memory on, user tester)."""
+    yield from serving(served, tmp_path, USER)
+
+
+@pytest.fixture
+def jose_screen(served, tmp_path):
+    """As `screen`, with `tandem serve --user josé`: a name filed under a hashed folder."""
+    yield from serving(served, tmp_path, JOSE)
+
+
+def serving(served, tmp_path, user_name: str):
     from conductor.memory.settings import MemorySettings
     from server.app import create_app
     from server.cli.main import server_config
@@ -62,7 +73,7 @@ def screen(served, tmp_path):
     profile = dataclasses.replace(engine.profile, memory=dataclasses.replace(
         engine.profile.memory, mode="on"))
     app = create_app(profile, tmp_path, engine=engine,
-                     memory_settings=MemorySettings(user_name=USER))
+                     memory_settings=MemorySettings(user_name=user_name))
     server = AppOnLoop(served, app, config=server_config)
     server.start()
     yield server, InProcessApp.over(served, app)  # the test's own requests: the same app
@@ -248,4 +259,37 @@ def test_with_a_password_the_screen_signs_in_refuses_a_forged_write_and_signs_ou
     after = page.evaluate("async () => (await fetch('/v1/conductor/memory/notes')).status")
     assert after == 401
     shot(page, "09-signed-out")
+    assert not errors, errors
+
+
+def test_a_hashed_folders_user_is_one_entry_named_and_deleted_by_their_name(
+        browser, jose_screen):
+    from conductor.memory.types import user_folder
+
+    server, client = jose_screen
+    folder = user_folder(JOSE)
+    for who, title in ((JOSE, "José's bike lock"), ("o'brien", "O'Brien's bike lock")):
+        client.memory.store(user_folder(who)).add(
+            title=title, body=f"{title} is the red one.", kind="reference", scope="user",
+            source="route", has_user_message=True)
+    page, errors = page_of(browser)
+    page.goto(f"{server.base_url}/memory")
+    page.wait_for_selector("#notes-table tbody tr[data-id]")
+    options = page.locator("#user option")
+    expect(options).to_have_count(2)  # josé once (name and folder are one user), o'brien
+    jose = page.locator(f"#user option[value='{folder}']")
+    expect(jose).to_have_text(JOSE)
+    assert page.input_value("#user") == folder
+    assert "José's bike lock" in page.inner_text("#notes-table tbody")
+    shot(page, "10-hashed-user-picker")
+
+    page.fill("#delete-user-confirm", "o'brien")  # another user's name deletes nothing
+    page.click("#delete-user-form button")
+    page.wait_for_selector("#status.error")
+    assert client.memory.store(folder).list()
+    page.fill("#delete-user-confirm", JOSE)  # the name as the picker shows it
+    page.click("#delete-user-form button")
+    page.wait_for_selector(f"#status:has-text('deleted 1 notes of {JOSE}')")
+    assert not client.memory.store(folder).list(state="all")
+    assert client.memory.store(user_folder("o'brien")).list()
     assert not errors, errors

@@ -8,7 +8,7 @@ and the bench's latest figures.
     GET  /v1/conductor/memory/settings                      memory and writer switches
     PUT  /v1/conductor/memory/settings                      change them for this run
     GET  /v1/conductor/memory/export?user=                  the user's notes as a zip
-    POST /v1/conductor/memory/delete-user                   {"user", "confirm": the name}
+    POST /v1/conductor/memory/delete-user                   {"user", "confirm": their name}
     GET  /v1/conductor/bench                                each bench's summary and plots
     GET  /v1/conductor/bench/{path}                         one plot (PNG) or summary
 """
@@ -30,6 +30,7 @@ from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ConfigDict
 from starlette.background import BackgroundTask
 
+from server.access.admin import user_named
 from server.access.keys import KeyStore
 from server.http.errors import APIError
 from server.turn.prompt import drop_text_memos
@@ -124,7 +125,7 @@ def memory_admin_router(state) -> APIRouter:
     @router.post("/memory/delete-user")
     async def delete_user(body: UserDelete, request: Request) -> dict:
         name = await state.admin.user(request, body.user)
-        if body.confirm.strip().lower() != name:
+        if not _confirms(body.confirm, name):
             raise APIError(400, "type the user's name in confirm to delete their memory",
                            code="confirmation_mismatch", param="confirm")
         try:
@@ -153,6 +154,19 @@ def memory_admin_router(state) -> APIRouter:
         return FileResponse(files[path])
 
     return router
+
+
+def _confirms(typed: str, folder: str) -> bool:
+    """Whether `typed` names the user whose folder is `folder`: their name in any case or
+    spelling (josé, José, for the folder `jose--<hash>`) or the folder itself, as the
+    screen lists it (`user_named`). Empty, or a name that is no one's, confirms nothing."""
+    typed = typed.strip()
+    if not typed:  # user_named would take the engine's own user for it
+        return False
+    try:
+        return user_named(typed, folder) == folder
+    except APIError:  # a control character, too long: not this user's name
+        return False
 
 
 def _delete_user(state, name: str) -> dict[str, int]:

@@ -34,6 +34,7 @@ from conductor.memory.types import (
     parse_time,
     users_under,
 )
+from server.access.keys import KeysError, KeyStore, label_folder
 from server.http.errors import APIError
 
 MAX_PAGE = 200
@@ -65,6 +66,23 @@ def note_summary(store: NoteStore, note: Note, uses: dict[str, int] | None = Non
             "uses_7d": (uses if uses is not None else store.uses_of([note.id]))[note.id]}
 
 
+def _user_entries(state, folders: list[str]) -> list[dict]:
+    """One entry per user folder for the screen's picker, the engine's own user's first:
+    {folder, name}, the name the server knows for it (the engine user's, a key's label),
+    else the folder (`jose--<hash>` alone does not say it is josé)."""
+    engine = state.memory.settings.user_name
+    names = {}
+    try:
+        names = {label_folder(e.label): e.label for e in KeyStore(state.home).list()}
+    except KeysError:  # a hand-broken keys file: the folders still list
+        pass
+    own = label_folder(engine)  # None only for a name that is no one's
+    if own is not None:
+        names[own] = engine
+    ordered = dict.fromkeys([own, *folders] if own is not None else folders)
+    return [{"folder": f, "name": names.get(f, f)} for f in ordered]
+
+
 def notes_admin_router(state) -> APIRouter:
     router = APIRouter(prefix="/v1/conductor/memory")
     memory = state.memory
@@ -79,8 +97,10 @@ def notes_admin_router(state) -> APIRouter:
         branches = [{"scope": scope, "key": key, "live": c["live"], "archived": c["archived"]}
                     for (scope, key), c in sorted(counts.items(),
                                                   key=lambda kv: (kv[0][0], kv[0][1] or ""))]
-        return {"user": store.user, "users": users_under(memory.root), "kinds": list(KINDS),
-                "data": branches}
+        folders = await asyncio.to_thread(users_under, memory.root)
+        entries = await asyncio.to_thread(_user_entries, state, [store.user, *folders])
+        return {"user": store.user, "users": folders, "kinds": list(KINDS),
+                "user_entries": entries, "data": branches}
 
     @router.get("/notes")
     async def list_notes(request: Request, user: str | None = None, scope: str | None = None,

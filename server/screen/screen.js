@@ -163,8 +163,14 @@ $("#logout").addEventListener("click", async () => {
 
 async function loadUsers() {
   const tree = await api("GET", "/v1/conductor/memory/tree" + query({ user: view.user }));
-  const names = Array.from(new Set([view.user, ...tree.users]));
-  $("#user").replaceChildren(...names.map((n) => el("option", { value: n, selected: n === view.user }, n)));
+  // One entry per user folder: the session gives the engine user's name (josé), the tree
+  // its folder (jose--<hash>), one user. The value sent back is the folder; the label is
+  // the name where the server knows it.
+  view.user = tree.user;
+  const entries = tree.user_entries
+    || Array.from(new Set([tree.user, ...tree.users])).map((f) => ({ folder: f, name: f }));
+  $("#user").replaceChildren(...entries.map((u) => el("option", {
+    value: u.folder, selected: u.folder === view.user, title: u.folder }, u.name)));
 }
 
 $("#user").addEventListener("change", () => {
@@ -417,7 +423,8 @@ $("#delete-user-form").addEventListener("submit", (event) => {
     const answer = await api("POST", "/v1/conductor/memory/delete-user", {
       user: view.user, confirm: $("#delete-user-confirm").value });
     $("#delete-user-confirm").value = "";
-    say(`deleted ${answer.notes_deleted} notes of ${answer.user}`);
+    const label = $("#user").selectedOptions[0]?.textContent || answer.user;  // the name
+    say(`deleted ${answer.notes_deleted} notes of ${label}`);
     await loadNotesScreen();
   });
 });
