@@ -92,7 +92,8 @@ async def write_notes(engine: Engine, record: Record, max_tokens: int) -> dict[s
     ledger.record(record)
     with tempfile.TemporaryDirectory(prefix="tandem-bench-writer-") as scratch:
         root = Path(scratch) / "memory"
-        writer = Writer(ledger, lambda user: NoteStore(root, user), EngineWriterBackend(engine),
+        writer = Writer(ledger.latest, lambda user: NoteStore(root, user),
+                        EngineWriterBackend(engine),
                         root / "cognition" / "runs", mode="on", max_tokens=max_tokens)
         scripted = engine.profile.scripted
         run = await writer.run(record.user, record.session, "bench",

@@ -76,7 +76,7 @@ def test_tandem_writer_idle_s_moves_the_session_end(monkeypatch, tmp_path):
     from conductor.memory.services import MemoryServices
 
     monkeypatch.setenv("TANDEM_WRITER_IDLE_S", "7.5")
-    t = MemoryServices(tmp_path).triggers
+    t = MemoryServices(tmp_path).idle.triggers
     clock = Clock()
     t.clock = clock
     t.turn_done("u", "s", 1500)
