@@ -58,31 +58,46 @@ _LITTLE_WORDS = (r"a|an|the|my|your|our|his|her|their|its|this|that|these|those|
 _IRREGULAR = (r"sent|given|shown|told|made|done|taken|chosen|found|held|sold|lent|built|"
               r"put|left|bought|got|gotten|seen|spoken|stolen|broken|frozen|drawn|thrown|"
               r"known|meant|read|kept|set|hidden|written|forgotten|lost|shared|emailed")
-# A count describes ("the passphrase is three random words").
+# A count describes ("the passphrase is three random words", "... is more than 12
+# characters"): a number or quantity word counts only when a count noun follows within a
+# few words; "the passphrase is all good things come" states one.
+_QUANTITY = r"several|few|many|some|multiple|more|less|fewer|most|both|each|every|all"
 _NUMBER_WORDS = (r"two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
-                 r"several|few|many|some|multiple|more|less|fewer|most|both|each|every|all")
+                 + _QUANTITY)
+_COUNT_NOUN = (r"characters?|chars?|digits?|letters?|symbols?|words?|numbers?|numerals?|"
+               r"emojis?|syllables?|parts?|pieces?")
+_A_COUNT = (rf"(?:{_NUMBER_WORDS})(?:\s{{1,4}}[^\s.,;:!?]{{1,40}}){{0,3}}?"
+            rf"\s{{1,4}}(?:{_COUNT_NOUN})\b")
 _DESCRIBING = (r"same|different|written|kept|set|hidden|unknown|long|short|strong|weak|"
                r"wrong|right|correct|incorrect|invalid|valid|empty|blank|missing|new|old|"
                r"secret|private|safe|secure|insecure|easy|hard|simple|complex|fine|ok|okay|"
                r"good|bad|great|case|due|about|like|similar|identical|shorter|longer|"
                r"easier|harder|weaker|stronger|obvious|unique|random|optional|mandatory|"
-               r"visible|public|known|reset|lost|forgotten")
+               r"visible|public|known|reset|lost|forgotten|lowercase|uppercase|numeric|"
+               r"alphanumeric")
 _PARTICIPLE = r"[A-Za-z]{2,40}(?:ed|ly|ing|able|ible)\b"
-_NOT_A_PASSWORD = (rf"(?!(?:{_LITTLE_WORDS}|{_DESCRIBING}|{_IRREGULAR}|{_NUMBER_WORDS}|"
-                   rf"{_PLACEHOLDER})\b)(?!{_PARTICIPLE})")
+# One word alone: a quantity word before a word that describes or compares ("the password
+# is more secure", "... all lowercase", "... most likely") describes too.
+_QUANTIFIED = (rf"(?:{_QUANTITY})\s{{1,4}}(?:(?:{_LITTLE_WORDS}|{_DESCRIBING}|{_IRREGULAR}|"
+               rf"than)\b|{_PARTICIPLE}|[A-Za-z]{{2,40}}er\b)")
+_NOT_A_PASSWORD = (rf"(?!(?:{_LITTLE_WORDS}|{_DESCRIBING}|{_IRREGULAR}|{_PLACEHOLDER})\b)"
+                   rf"(?!{_PARTICIPLE})(?!{_A_COUNT})(?!{_QUANTIFIED})")
 _VALUE_END = r"(?=[\s\"'”’,;!?.)]|$)"
 _COUNTED = (r"(?!\s{0,4}(?:characters?|chars?|digits?|letters?|symbols?|words?|numbers?|"
             r"long|or (?:more|fewer|less)|min(?:imum)?|max(?:imum)?)\b)")
 # "the PIN for my bank card is ...", "the password to the wifi was ...", "PIN: ..."
 _FOR_SOME = r"\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}[^\s.,;:!?=]{1,40}){1,6}?"
 _FOR_WHAT = rf"(?:{_FOR_SOME})?"
-# A pin of a release or a version is no PIN ("the pin for the release is 2024").
-_VERSIONED = (r"releases?|versions?|builds?|packages?|dependency|dependencies|deps?|images?|"
+# A pin of a release or a version is no PIN ("the pin for the release is 2024", "... for
+# the base image is 20240101"): the last word of what it is for, its head noun, says so;
+# "the PIN for the build server", "... to my docker host" are PINs. "the build" alone may
+# be a CI job or a building: a PIN.
+_VERSIONED = (r"releases?|versions?|builds|packages?|dependency|dependencies|deps?|images?|"
               r"tags?|branch(?:es)?|commits?|librar(?:y|ies)|libs?|modules?|sdk|toolchain|"
               r"python|node|npm|pip|docker|charts?|plugins?|runtime|compiler|crates?|gems?|"
               r"schema|lockfile|requirements?|wheels?|distro|kernel|firmware")
-_FOR_A_PIN = (r"(?:\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}(?!(?i:" + _VERSIONED + r")\b)"
-              r"[^\s.,;:!?=]{1,40}){1,6}?)?")
+_FOR_A_PIN = (r"(?:\s{1,4}(?:for|to|of|on|at)(?:\s{1,4}[^\s.,;:!?=]{1,40}){0,5}?"
+              r"\s{1,4}(?!(?i:" + _VERSIONED + r")\b)[^\s.,;:!?=]{1,40})?")
 _QUOTE = r"[\"'“‘]?"
 _SAID_IS = r"\s{1,4}(?:is|was)(?:\s{0,4}:)?\s{1,4}" + _NOT_A_VALUE + _QUOTE
 _SAID_SET = r"\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE + _QUOTE
@@ -97,10 +112,16 @@ _PHRASE_WORD = rf"(?!(?:{_LITTLE_WORDS})\b)(?!{_PARTICIPLE})[A-Za-z]{{1,40}}"
 _STATED: list[tuple[str, str]] = [
     ("password_stated", r"(?i)\b(?:pin|pin\s{1,4}(?:code|number)|passcode|pass\s{1,4}code)"
      + _PIN_STATED_AS + r"(?P<value>\d{4,12})(?![\d.,]\d)" + _COUNTED),
-    ("password_stated", _PASSPHRASE_WORD + _STATED_AS + rf"(?!(?i:{_NUMBER_WORDS})\b)"
+    ("password_stated", _PASSPHRASE_WORD + _STATED_AS + rf"(?!{_A_COUNT})"
      rf"(?P<value>{_PHRASE_WORD}(?:\s{{1,4}}{_PHRASE_WORD}){{2,9}}){_VALUE_END}"),
     *[("password_stated", word + _STATED_AS + _NOT_A_PASSWORD
        + r"(?P<value>[^\s\"'”’,;!?]{0,63}[^\s\"'”’,;!?.])" + _VALUE_END + _COUNTED)
+      for word in (_PASSWORD_WORD, _PASSPHRASE_WORD)],
+    # "password: abc": a value too short for password_assignment (4+) is still one, unless
+    # it is a placeholder, a word that describes, or a setting ("Remember password: yes").
+    *[("password_stated", word + r"\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE + _NO_PLACEHOLDER
+       + _QUOTE + r"(?!(?:yes|off)\b)" + _NOT_A_PASSWORD
+       + r"(?P<value>(?=[^\s\"'”’,;!?()]{0,2}\w)[^\s\"'”’,;!?()]{1,3})" + _VALUE_END)
       for word in (_PASSWORD_WORD, _PASSPHRASE_WORD)],
 ]
 

@@ -216,6 +216,19 @@ STATED = [
     ("password: " + "sunshine", "sunshine"),
     # a year-shaped PIN is a PIN unless it pins a release or a version
     ("the PIN for the front door is " + "2024", "2024"),
+    # a version word in what a PIN is for is no release pin unless it is the head noun; a
+    # number or quantity word counts only before a count noun; "password:" takes a short
+    # value too (password_assignment wants 4+)
+    ("the PIN for the build server is " + "4417", "4417"),
+    ("the pin to my docker host is " + "8812", "8812"),
+    ("the pin for the build is " + "2024", "2024"),
+    ("the passphrase is " + "all good things come", "all good things come"),
+    ("the passphrase is " + "more coffee please" + " now", "more coffee please"),
+    ("the password is " + "seven", "seven"),
+    ("password: " + "abc", "abc"),
+    ("password: " + "ab", "ab"),
+    ("pwd=" + "x9", "x9"),
+    ('password: "' + "abc" + '"', "abc"),
 ]
 TALK_OF_PASSWORDS = [
     "I forgot my password yesterday",
@@ -248,6 +261,15 @@ TALK_OF_PASSWORDS = [
     "the pin for the base image is 20240101",
     "the passphrase is three random words",
     "the passphrase is four words",
+    "the passphrase is two or three words",
+    "the password is more than 12 characters",
+    "the password is more secure now",
+    "the password is all lowercase",
+    "the pin for the release server image is 2024",
+    "password: none",
+    "Password: no",
+    "Remember password: yes",
+    "password: ...",
 ]
 
 
