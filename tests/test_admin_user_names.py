@@ -174,6 +174,24 @@ def test_keys_take_any_name_and_refuse_one_that_is_no_ones_saying_why(tmp_path):
     assert JOSE not in {e.label for e in keys.list()}
 
 
+def test_a_label_in_the_hashed_folder_form_is_refused_in_any_case(tmp_path):
+    """A label shaped like the folder user_folder files a hashed name under
+    (`<slug>--<16 hex>`) would be two users at once: `?user=` and the delete's confirm take
+    that form as a folder as it is (user_named), while the key files under a hash of it.
+    Refused, in any case, saying why; a label that merely holds `--` is a name like any."""
+    keys = KeyStore(tmp_path)
+    folder = user_folder(JOSE)  # jose--<16 hex>
+    for reserved in (folder, folder.upper(), "Ann--0123456789ABCDEF"):
+        with pytest.raises(KeysError, match="hashed user folder"):
+            keys.add(reserved)
+    assert keys.list() == []
+    # not a folder's form (user_named maps these as names): a hex too short, a character a
+    # folder cannot hold, a leading dash
+    for fine in ("ann--dev", "ann--0123456789abcde", "josé--0123456789abcdef",
+                 "--0123456789abcdef"):
+        assert keys.label_for(keys.add(fine)) == fine
+
+
 def test_keys_command_refuses_the_engine_users_name_in_any_spelling(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TANDEM_HOME", str(tmp_path))

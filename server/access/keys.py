@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conductor.memory.types import UserNameError, atomic_write, user_folder
+from conductor.memory.types import UserNameError, atomic_write, user_folder, valid_user
 from server.access.attempts import Attempts
 
 KEYS_FILE = "keys.json"
@@ -79,6 +79,15 @@ def _hash(secret: str, salt: bytes) -> bytes:
     return hashlib.scrypt(secret.encode(), salt=salt, **SCRYPT)
 
 
+def folder_form(label: str) -> bool:
+    """Whether `label`, in any case, is a folder of the form user_folder files a hashed
+    name under (`jose--<16 hex>`): the form server.access.admin.user_named takes as that
+    folder as it is, so a key so labelled (filed under a hash of the label) would be one
+    user to the chat routes and another to the admin routes."""
+    folder = label.lower()
+    return valid_user(folder) and user_folder(folder) != folder
+
+
 class KeyStore:
     def __init__(self, home: Path) -> None:
         self.path = Path(home) / KEYS_FILE
@@ -102,6 +111,11 @@ class KeyStore:
         except UserNameError as exc:
             raise KeysError(f"label {label!r}: {exc} (a key's label is its user's "
                             "name)") from None
+        if folder_form(label):
+            raise KeysError(f"label {label!r} has the form of a hashed user folder "
+                            "(<name>--<16 hex digits>), which the admin routes' ?user= and "
+                            "a user's delete take as that folder, not as this name: choose "
+                            "another label")
         entries = self._read()
         if any(label_folder(e.label) == folder for e in entries.values()):
             raise KeysError(f"a key labelled {label!r} exists (user names are one user "
