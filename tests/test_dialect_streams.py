@@ -178,7 +178,9 @@ def test_a_backend_cut_mid_stream_ends_each_stream_with_its_wires_error(served, 
 def test_a_backend_that_fails_before_the_first_delta_is_a_502_in_each_wires_shape(
         served, tmp_path, stream):
     """Before the first event the failure is the route's own answer, as on the chat route
-    (server.http.sse.started): a 502 with the reason, not a stream of one error."""
+    (server.http.sse.started): a 502 with the reason, not a stream of one error, and no
+    failed response stored (red before: the Responses run stored one the client never
+    learnt the id of)."""
     app = cut_app(served, tmp_path, after=0)
     for wire in ("chat", "messages", "responses"):
         answer = post(app, wire, stream, wire)
@@ -190,3 +192,11 @@ def test_a_backend_that_fails_before_the_first_delta_is_a_502_in_each_wires_shap
         else:
             error = answer.json()["error"]
             assert error["code"] == "backend_error" and error["message"] == MESSAGE, wire
+    # The 502 is the answer: no failed response is stored whose id the client never saw
+    # (a cut run stores it behind the answer, in a worker thread: given time to land)
+    store = app.memory.responses
+    deadline = time.monotonic() + 2
+    while store.stored_bytes("tester") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert store.stored_bytes("tester") == 0, sorted(
+        p.name for p in store._user_folder("tester").iterdir())

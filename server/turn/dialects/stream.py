@@ -7,9 +7,10 @@ reasoning, text and tool calls to the dialect's builder, and on the answer's end
 delta, then the dialect's closing events. A client that leaves, a cancelled task or an
 engine that dies ends the answer where the client's text did (in the ledger too) and
 tells the dialect (`cut`); a backend that fails it (proxy mode) tells the dialect and
-records nothing. The error goes on to the stream's framing (`server.http.sse.
-typed_events`), which ends the stream with the dialect's error event. Each dialect keeps
-only its event shapes (`Emitter`).
+records nothing (before the first event, where the route's 502 is the answer, it does
+not tell the dialect either). The error goes on to the stream's framing (`server.http.
+sse.typed_events`), which ends the stream with the dialect's error event. Each dialect
+keeps only its event shapes (`Emitter`).
 """
 
 from __future__ import annotations
@@ -64,17 +65,22 @@ async def dialect_events(engine: EngineBackend, answer: Answer,
                          ) -> AsyncIterator[Event]:
     """The answer's events: `opened()` once the engine's first delta came, the builder's
     events as the deltas come, then those of the answer's last delta and `ended()`'s.
-    `cut` (which must not wait) has the error that stopped the answer early."""
+    `cut` (which must not wait) has the error that stopped the answer early; not a
+    backend's failure before the first event, which is the route's 502 alone."""
     deltas = answer_deltas(engine, answer, toolbox)
+    streamed = False  # an event gone to the client: server.http.sse.typed_events's `sent`
     try:
         first = await anext(deltas, None)
         for event in opened():
+            streamed = True
             yield event
         if first is not None:
             for event in fed(emitter, first):
+                streamed = True
                 yield event
             async for parsed in deltas:
                 for event in fed(emitter, parsed):
+                    streamed = True
                     yield event
     except (GeneratorExit, asyncio.CancelledError, EngineDead) as error:
         answer.stopped()  # the record ends where the client's text did
@@ -82,8 +88,11 @@ async def dialect_events(engine: EngineBackend, answer: Answer,
         raise
     except BackendFailed as error:
         # proxy mode keeps nothing of an answer its backend lost, as on the chat route:
-        # the same turn goes through whole once the backend is back
-        cut(error)
+        # the same turn goes through whole once the backend is back. Before any event the
+        # route's 502 is the whole answer: the dialect is not told (a Responses run would
+        # store a failed response whose id the client never saw)
+        if streamed:
+            cut(error)
         raise
     for event in fed(emitter, answer.finish()):
         yield event
