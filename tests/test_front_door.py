@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 TURN_CALLS = {"begin_turn", "admit_turn", "record_turn"}
 NOT_A_TURN = {
     "settings": "who a request is for (request_user), read before memory's part begins",
+    "derived_session": "the conversation's id when the client names none, found with who "
+                       "the request is for, before memory's part begins (its answers as "
+                       "the ledger knows them, with their status lines or without)",
     "metrics": "the server's own /metrics object, kept beside memory: the turn counts the "
                "hidden parts its layout added (fit.count_hidden)",
     "store": "the answer's own acts while it runs: a <tandem_memory> block the model "

@@ -27,6 +27,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import threading
 from array import array
 from collections.abc import Callable
@@ -147,7 +148,7 @@ class ShownAnswerFiles:
                                digest_size=16).hexdigest()
         return self.folder / f"{name}.json"
 
-    def save(self, changed: dict[str | None, list[tuple[str, str]]]) -> None:
+    def save(self, changed: dict[str | None, list[tuple[str, ...]]]) -> None:
         for user, pairs in changed.items():
             if not pairs:
                 remove_file(self.path_for(user), kind="ledger")
@@ -170,7 +171,10 @@ class ShownAnswerFiles:
                 if data.get("version") != FORMAT_VERSION:
                     raise ValueError("another format")
                 user = data["user"]
-                pairs = [(str(a), str(b)) for a, b in data["answers"]]
+                pairs = [tuple(str(part) for part in answer) for answer in data["answers"]]
+                if not all(len(answer) == 2 or (len(answer) == 3 and _HEX.fullmatch(answer[2]))
+                           for answer in pairs):  # (shown, written[, its place in hex])
+                    raise ValueError("an answer is a pair, or a triple with its place")
                 if user is not None and not isinstance(user, str):
                     raise TypeError("user")
             except (OSError, ValueError, KeyError, TypeError):
@@ -180,6 +184,9 @@ class ShownAnswerFiles:
             shown.load(user, pairs)
             loaded += len(pairs)
         return loaded
+
+
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
 
 
 def _mtime(path: Path) -> float:

@@ -114,15 +114,36 @@ def session_after_answer(memory: MemoryContext, messages: Sequence[VisibleMessag
 
 
 
-
 def as_the_ledger_knows(messages: Sequence[VisibleMessage],
-                        as_shown: Callable[[str], str]) -> tuple[VisibleMessage, ...]:
+                        as_shown: Callable[[str, bytes], str]) -> tuple[VisibleMessage, ...]:
     """The messages as the ledger files them: each answer in the form its client was
-    shown it, status lines included (`as_shown`: ShownAnswers.as_shown for the user). A
-    client that sends an answer back without the lines (what the model wrote) holds the
-    same conversation: without this it derived another session and missed the record, or
+    shown it, status lines included (`as_shown(text, place)`: ShownAnswers.as_shown for
+    the user, `place` the digest of the conversation before the answer). A client that
+    sends an answer back without the lines (what the model wrote) holds the same
+    conversation: without this it derived another session and missed the record, or
     matched it only up to that answer, which was then rendered afresh without its hidden
     block (and, under Qwen3's template, without the empty think block before it): all of
     the answer's tokens out of the backend's cache on the next turn."""
-    return tuple(replace(m, content=as_shown(m.content)) if m.role == "assistant" and
-                 m.content else m for m in messages)
+    out: list[VisibleMessage] = []
+    before = _digest()
+    for message in messages:
+        if message.role == "assistant" and message.content.strip():
+            message = replace(message, content=as_shown(message.content, before.digest()))
+        out.append(message)
+        if message.role != "tools":  # the tool definitions change beside the conversation
+            before.update(message.digest())
+    return tuple(out)
+
+
+def conversation_digest(messages: Sequence[VisibleMessage]) -> bytes:
+    """An answer's place: the digest of the messages before it (the tools' pseudo-message
+    left out), as `as_the_ledger_knows` computes it at each answer."""
+    digest = _digest()
+    for message in messages:
+        if message.role != "tools":
+            digest.update(message.digest())
+    return digest.digest()
+
+
+def _digest():
+    return hashlib.blake2b(digest_size=16)

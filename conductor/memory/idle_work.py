@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from conductor.hidden.branches import BranchesDone
 from conductor.hidden.prefetch import PrefetchDue, PrefetchLimits
 from conductor.hidden.prewarm import PrewarmHeads, RecordsDue
+from conductor.hidden.tail_notes import NotesShown
 from conductor.writing.triggers import SESSION_IDLE_S, WriterTriggers
 
 
@@ -38,6 +39,17 @@ class IdleWork:
     prewarm: PrewarmHeads = field(default_factory=PrewarmHeads)
     # A hybrid-attention engine's sessions whose record the idle time prefills (off: dense)
     records_due: RecordsDue = field(default_factory=RecordsDue)
+
+    def prewarms_branches(self, reads: bool, shown: NotesShown) -> bool:
+        """The prewarm's choice for a group (`reads`: it reads memory; `shown`: the
+        profile's notes_shown): whether its likely notes' branches are prefilled after its
+        shared context (notes to prewarm, and notes matched and placed before the message)."""
+        return self.prewarm.notes > 0 and reads and shown.leads and shown.max_matches > 0
+
+    def prefetches_branches(self, shown: NotesShown) -> bool:
+        """The prefetch's choice: whether the tails of a record's candidate notes are
+        prefilled after it (branches to take, and notes placed before the message)."""
+        return self.prefetch_limits.branches > 0 and shown.leads
 
     def forget_user(self, user: str) -> None:
         """A deleted user: nothing of theirs stays due."""

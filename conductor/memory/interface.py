@@ -13,7 +13,7 @@ Its parts (the ledger, the session tokens, the saver) are private; the idle-time
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from conductor.hidden.shared_context import SharedContext
     from conductor.hidden.tail_notes import NotesShown
     from conductor.layers.user_layers import UserLayers
-    from conductor.ledger.records import Record
+    from conductor.ledger.records import Record, VisibleMessage
     from conductor.ledger.stored_responses import ResponseStore
     from conductor.memory.idle_work import IdleWork
     from conductor.memory.lease import LeaseKeeper
@@ -95,6 +95,12 @@ class MemoryDoor(Protocol):
         status lines, back to what the model wrote (what render_chat takes)."""
         ...
 
+    def derived_session(self, user: str | None, project: str | None,
+                        messages: Sequence[VisibleMessage]) -> str:
+        """A conversation's id when the client sends none, its answers as the ledger
+        knows them (with their status lines or without)."""
+        ...
+
     def show_answer(self, user: str | None, shown: str, written: str) -> None:
         """An answer shown as `shown`, written by the model as `written`, made known."""
         ...
@@ -116,16 +122,6 @@ class MemoryDoor(Protocol):
 
     def record_turn(self, outcome: TurnOutcome) -> None:
         """A chat turn's one call up, on the event loop, once it is answered."""
-        ...
-
-    def prewarms_branches(self, reads: bool) -> bool:
-        """The prewarm's choice for a group: whether its likely notes' branches are
-        prefilled after its shared context."""
-        ...
-
-    def prefetches_branches(self) -> bool:
-        """The prefetch's choice: whether the tails of a record's candidate notes are
-        prefilled after it."""
         ...
 
     def seed_prewarm(self, mode: str) -> int:

@@ -10,7 +10,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,10 +27,16 @@ from conductor.hidden.tail_notes import DEFAULT_SHOWN, NotesShown
 from conductor.layers.history import journaled_quarantine
 from conductor.layers.user_layers import UserLayers
 from conductor.ledger.files import LedgerFiles, LedgerSaver, ShownAnswerFiles
-from conductor.ledger.records import MAX_TOKENS, Ledger, Match, Record
+from conductor.ledger.records import MAX_TOKENS, Ledger, Match, Record, VisibleMessage
 from conductor.ledger.shown_answers import ShownAnswers
 from conductor.ledger.stored_responses import ResponseStore
-from conductor.memory.context import MemoryContext, as_the_ledger_knows, session_after_answer
+from conductor.memory.context import (
+    MemoryContext,
+    as_the_ledger_knows,
+    conversation_digest,
+    derive_session,
+    session_after_answer,
+)
 from conductor.memory.erase import drop_indexes_of_gone_users, erase_user
 from conductor.memory.hiding import (
     HiddenContext,
@@ -236,6 +242,14 @@ class MemoryServices:
         status lines, back to what the model wrote (what render_chat takes)."""
         return self._shown.for_user(user)
 
+    def derived_session(self, user: str | None, project: str | None,
+                        messages: Sequence[VisibleMessage]) -> str:
+        """A conversation's id when the client sends none (`derive_session`), its answers
+        as the ledger knows them: the same whether the client sends them back with the
+        status lines or without."""
+        return derive_session(user, project,
+                              as_the_ledger_knows(messages, self._shown.for_shown(user)))
+
     def show_answer(self, user: str | None, shown: str, written: str) -> None:
         """An answer shown as `shown`, written by the model as `written`, made known (the
         continuous conversation's replayed answers, after a restart too)."""
@@ -300,7 +314,8 @@ class MemoryServices:
         command = None
         if not facts.counting:
             if laid.missed and memory.off_reason is None:
-                note_miss(self, memory, list(laid.visible), self._count_tokens)
+                note_miss(self, memory, list(as_the_ledger_knows(
+                    laid.visible, self._shown.for_shown(memory.user))), self._count_tokens)
             # "remember that ...": carried out now, in the user's words (the request is valid)
             command = turn_command(memory, facts.command_text, facts.visible, self.store,
                                    self.leases, self.command_recogniser)
@@ -329,8 +344,9 @@ class MemoryServices:
         memory = outcome.memory
         user, session = memory.user, memory.session
         if outcome.recorded:
-            self.show_answer(user, outcome.shown, outcome.written)
             messages = as_the_ledger_knows(outcome.messages, self._shown.for_shown(user))
+            self._shown.remember(user, outcome.shown, outcome.written,
+                                 before=conversation_digest(messages[:-1]))
             session = session_after_answer(memory, messages)
             if outcome.ledger_kept:
                 self._ledger.record(Record(
@@ -355,18 +371,6 @@ class MemoryServices:
                 self.idle.triggers.turn_done(user, session, outcome.new_tokens)
         if outcome.gave_up and memory.writes:  # the writer looks at what was said
             self.idle.triggers.give_up(user, session)
-
-    def prewarms_branches(self, reads: bool) -> bool:
-        """The prewarm's choice for a group (`reads`: it reads memory): whether its likely
-        notes' branches are prefilled after its shared context (notes to prewarm, and
-        notes matched and placed before the message)."""
-        shown = self.notes_shown
-        return self.idle.prewarm.notes > 0 and reads and shown.leads and shown.max_matches > 0
-
-    def prefetches_branches(self) -> bool:
-        """The prefetch's choice: whether the tails of a record's candidate notes are
-        prefilled after it (branches to take, and notes placed before the message)."""
-        return self.idle.prefetch_limits.branches > 0 and self.notes_shown.leads
 
     def seed_prewarm(self, mode: str) -> int:
         """At start, once the ledger holds only the served model's records: the prewarm's

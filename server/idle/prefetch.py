@@ -135,7 +135,8 @@ class PrefetchService(IdleService):
         branched for yet, most likely first, while nobody waits; one that gave way (or a
         client's arrival) leaves the session due for the rest."""
         limits = self.memory.idle.prefetch_limits
-        if not self.memory.prefetches_branches() or self.engine.reuse_block is not None:
+        if not self.memory.idle.prefetches_branches(self.memory.notes_shown) \
+                or self.engine.reuse_block is not None:
             return []
         record = self.memory.latest_record(user, session)
         if record is None or not _fits(record, after_prefetch=True):

@@ -64,7 +64,8 @@ class PrewarmService(IdleService):
         the message; and the engine caches a prompt block by block (a hybrid model keeps
         its recurrent state at one boundary a request, and a tail of about 90 tokens
         rarely holds one: no branch is worth its prefill there)."""
-        return self.memory.prewarms_branches(group.reads) and not self.engine.reuse_block
+        return self.memory.idle.prewarms_branches(group.reads, self.memory.notes_shown) \
+            and not self.engine.reuse_block
 
     async def _branches(self, group: ContextGroup, version: str, text: str,
                         runs: list[PrewarmRun]) -> bool:

@@ -139,7 +139,7 @@ def _resolve(request: ChatCompletionRequest, headers, peer: str | None, profile:
              services: MemoryDoor, key_user: str | None,
              session: str | None) -> MemoryContext:
     memory = resolve_context(request, headers, peer, profile.memory.mode, services.settings,
-                             key_user, session)
+                             key_user, session, services.derived_session)
     if request.runs_without_memory() and memory.header is None:
         # as with X-Tandem-Memory: off (see ChatCompletionRequest.runs_without_memory)
         memory = dataclasses.replace(memory, header="off")

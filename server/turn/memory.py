@@ -4,6 +4,7 @@ mode (`conductor.memory` decides what memory then does with it)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 
 from conductor.memory.context import MemoryContext, derive_session
 from conductor.memory.settings import MemorySettings
@@ -17,6 +18,8 @@ USER_HEADER = "x-tandem-user"
 SESSION_HEADER = "x-tandem-session"
 PROJECT_HEADER = "x-tandem-project"
 TOKEN_HEADER = "x-tandem-memory-token"
+# (user, project, the request's messages) -> the conversation's id
+DerivedSession = Callable[[str | None, str | None, Sequence[VisibleMessage]], str]
 MEMORY_SWITCHES = ("off", "read")  # what X-Tandem-Memory may say: it only turns memory down
 
 
@@ -71,14 +74,18 @@ def _folder(name: str, header: str | None) -> str:
 
 def resolve_context(request: ChatCompletionRequest, headers, peer: str | None, mode: str,
                     settings: MemorySettings, key_user: str | None = None,
-                    session: str | None = None) -> MemoryContext:
+                    session: str | None = None,
+                    derived_session: DerivedSession = derive_session) -> MemoryContext:
+    """Who the request is for and what memory does for it; `derived_session`: the
+    conversation's id when the client names none (`MemoryDoor.derived_session`, which
+    knows an answer sent back without its status lines)."""
     user = request_user(headers, peer, settings, key_user)
     header = memory_switch(headers.get(MEMORY_HEADER))
     project = headers.get(PROJECT_HEADER) or None
     session = session or headers.get(SESSION_HEADER)
     derived = not session
     if not session:
-        session = derive_session(user, project, request_messages(request))
+        session = derived_session(user, project, request_messages(request))
     if not valid_session(session):  # any header value is accepted, filed under its hash
         session = "h-" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
     last_role = request.messages[-1].role

@@ -107,7 +107,7 @@ FIRST_TURN = [SYSTEM, {"role": "user", "content": "My dog Biscuit the beagle nee
 
 
 def turn_two_cached(served, first: list[dict], answer: str, session: str | None,
-                    profile: str, one) -> None:
+                    profile: str, one) -> httpx.Response:
     """Turn two after `answer`: every full block of turn one's prompt and answer (all
     but the last token, which vLLM never serves from the cache) came from the cache."""
     second = chat(served.base_url, [*first, {"role": "assistant", "content": answer},
@@ -117,6 +117,7 @@ def turn_two_cached(served, first: list[dict], answer: str, session: str | None,
     print(f"{profile} session={session}: cached {cached} of {prompt}, turn one "
           f"{len(one.ids)}")
     assert cached >= (len(one.ids) - 1) // BLOCK_SIZE * BLOCK_SIZE > 0.9 * len(one.ids)
+    return second
 
 
 @pytest.mark.parametrize("profile", ["tiny", "tiny-qwen3-template"])
@@ -171,10 +172,13 @@ def test_turn_two_reads_turn_one_when_the_client_sends_the_answer_without_its_st
         one = first_record(app)
         sent = without_status_lines(text)
         assert sent == "Noted."
-        turn_two_cached(served, first, sent, session, profile, one)
+        second = turn_two_cached(served, first, sent, session, profile, one)
         # and turn two's record goes on from turn one's, under one session
         records = app.state.tandem.memory.records(USER)
         assert len({r.session for r in records}) == 1, records
+        # and the turn itself ran under that session (its memory token, its triggers)
+        token = second.headers["x-tandem-memory-token"]
+        assert app.state.tandem.memory.resolve_token(token) == (USER, records[0].session)
         two = max(records, key=lambda r: len(r.ids))
         assert list(two.ids[:len(one.ids)]) == list(one.ids)
     finally:
