@@ -112,8 +112,10 @@ def count_crossings(served, app: InProcessApp, path: str, body: dict) -> Counter
 
 
 # A turn's door calls: its three, the hiding decision once for the layout that fits, and
-# the store the answer's held-back memory blocks are written to (answering/answer.py).
-FLAT = Counter(begin_turn=1, hidden=1, admit_turn=1, record_turn=1, store=1)
+# the store the answer's held-back memory blocks are written to (answering/answer.py), and
+# for a client that names no session the conversation's id (derived_session).
+FLAT = Counter(begin_turn=1, hidden=1, admit_turn=1, record_turn=1, store=1,
+               derived_session=1)
 # The held-back block parser (conductor/writing/blocks.py), fed each chunk of the answer.
 PARSER = "conductor/writing/blocks.py"
 
