@@ -82,6 +82,7 @@ class ServerState:
     search: SearchService | None = None
     tools: EngineToolbox | None = None
     http: HTTPCounters = field(default_factory=HTTPCounters)
+    load: ServerLoad = field(default_factory=ServerLoad)  # generation requests in flight
     metrics: TandemMetrics = field(default_factory=TandemMetrics)
     started_at: float = field(default_factory=time.time)
 
@@ -105,16 +106,19 @@ class ServerState:
         if count_generation not in engine.stats.observers:  # the access log's tokens, once
             engine.stats.observers.append(count_generation)
         self.memory.metrics = self.metrics
+        # each starts nothing while a client's request is at the door or in the engine
+        door = self.load
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
-                                    self.writer_policy)
-        self.prewarm = PrewarmService(self.memory, engine)
-        self.record_prefill = RecordPrefillService(self.memory, engine)
-        self.prefetch = PrefetchService(self.memory, engine)
-        self.jobs = JobService(self.memory, engine, self.profile)
+                                    self.writer_policy, door=door)
+        self.prewarm = PrewarmService(self.memory, engine, door)
+        self.record_prefill = RecordPrefillService(self.memory, engine, door)
+        self.prefetch = PrefetchService(self.memory, engine, door)
+        self.jobs = JobService(self.memory, engine, self.profile, door=door)
         self.search = SearchService(self.memory, engine,
                                     qdrant_url=self.profile.memory.qdrant_url,
                                     endpoint=self.profile.memory.search_embedder,
-                                    allowed_roots=self.profile.memory.allowed_roots)
+                                    allowed_roots=self.profile.memory.allowed_roots,
+                                    door=door)
         self.memory.on_change = self.search.mark_stale
         self.tools = EngineToolbox(self.memory, self.search, engine.tokenizer)
 
@@ -192,7 +196,8 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
         await asyncio.to_thread(memory.recover)
         # background work: the saver waits while clients run
         saver = asyncio.create_task(memory.keep_saved(
-            busy=lambda: bool(state.engine and state.engine.running("client"))))
+            busy=lambda: state.load.in_flight > 0
+            or bool(state.engine and state.engine.running("client"))))
         loader = None
         if state.engine is None:
             loader = asyncio.create_task(_load_engine(state, progress, on_ready,
@@ -234,7 +239,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
     app.include_router(context_router(state))
     app.include_router(screen_router(state))
     app.include_router(completions_router(state))
-    load = ServerLoad()  # vLLM's /load: generation requests in flight
+    load = state.load  # vLLM's /load: generation requests in flight
     app.include_router(vllm_router(state, load))
 
     answer = answerer(state)

@@ -155,6 +155,22 @@ def test_a_prefetch_never_starts_while_a_client_request_is_in_flight(app, served
     assert [r.outcome for r in tick(app, served)] == ["done"]  # still due, done when idle
 
 
+def test_nothing_starts_while_a_client_request_is_at_the_door_before_the_engine_has_it(
+        branching, served):
+    """A request counts from the door (server/http/load_tracking.py): its turn is laid out
+    (notes matched, the prompt rendered) before the engine runs it, and on a loaded host
+    that took longer than the 20 branches of a prefetch (CI, stop 73)."""
+    two_turns(branching, "door")
+    door = branching.app.state.tandem.load
+    door.hold()  # as TrackServerLoad holds it for a generation request that came in
+    try:
+        assert tick(branching, served) == []
+        assert len(branching.memory.idle.prefetch_due) == 1  # still due
+    finally:
+        door.release()
+    assert [r.outcome for r in tick(branching, served)] == ["done"] * 3
+
+
 def test_a_client_request_beside_a_prefetch_gets_its_whole_answer(app, served):
     two_turns(app, "race")
     script = "The client's answer, whole and in order."

@@ -179,11 +179,12 @@ async def _get(app, path: str) -> httpx.Response:
         return await c.get(path)
 
 
-def test_load_counts_generation_requests_in_flight(client, served):
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_load_counts_generation_requests_in_flight(client, served, path):
     assert client.get("/load").json() == {"server_load": 0}
     seen: list[int] = []
-    with client.stream("POST", "/v1/chat/completions", json={
-            "model": "tiny", "messages": USER, "stream": True,
+    with client.stream("POST", path, json={
+            "model": "tiny", "messages": USER, "stream": True, "max_tokens": 400,
             "script": " ".join(["word"] * 200)}) as stream:
         for line in stream.iter_lines():
             if line.startswith("data: {") and not seen:

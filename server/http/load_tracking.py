@@ -17,15 +17,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.http.asgi import route_path
 
-# The routes that run the engine for a client: vLLM's chat and completions, SageMaker's
-# /invocations (either of them), and Tandem's continuous conversation.
+# The routes that run the engine for a client: vLLM's chat, completions, Responses and
+# Anthropic Messages (each `@load_aware_call` in vLLM), SageMaker's /invocations (either
+# of the first two), and Tandem's continuous conversation.
 GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/invocations",
-                               "/v1/responses",
+                               "/v1/responses", "/v1/messages",
                                "/v1/conductor/converse"})
 
 
 class ServerLoad:
-    """The number of generation requests in flight."""
+    """The number of generation requests in flight, from the door: a request counts while
+    its turn is still being laid out, before the engine has it, so idle work starts
+    nothing new once a client has arrived (`IdleService.client_busy`)."""
 
     def __init__(self) -> None:
         self.in_flight = 0

@@ -4,7 +4,9 @@ request runs (prewarm, prefetch, the writer, the cognition jobs, the search sync
 The app's idle loop visits each in its order (`server/app.py`, `background_loop`) and calls
 `tick`; a service checks `client_busy` before each unit of work and stops there, so a
 client's request never waits behind it (what the engine already runs for it is preempted
-at the next engine step by the scheduler).
+at the next engine step by the scheduler). A client counts from the door (`ServerLoad`:
+its request is being laid out, the engine does not have it yet) as well as in the
+engine, so no new unit starts in the time its turn takes to reach the engine.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from typing import Any, ClassVar
 from conductor.memory.services import MemoryServices
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
+from server.http.load_tracking import ServerLoad
 
 RUNS_KEPT = 64  # the runs a service remembers for /metrics and the tests, newest last
 PREFILL = GenerationParams(max_tokens=1, temperature=0.0)  # a prefill: one token, greedy
+
+
+def client_waits(engine: EngineBackend, door: ServerLoad) -> bool:
+    """A client's request is in the server, at its door or in the engine."""
+    return door.in_flight > 0 or bool(engine.running("client"))
 
 
 class IdleService(ABC):
@@ -26,13 +34,17 @@ class IdleService(ABC):
 
     name: ClassVar[str]  # in the log when a run fails, and in the loop's order
 
-    def __init__(self, memory: MemoryServices, engine: EngineBackend) -> None:
+    def __init__(self, memory: MemoryServices, engine: EngineBackend,
+                 door: ServerLoad | None = None) -> None:
+        """`door`: the server's generation requests in flight (none given: only the
+        engine's client requests count, as for a CLI run outside a server)."""
         self.memory = memory
         self.engine = engine
+        self.door = door or ServerLoad()
         self.runs: list[Any] = []  # this process's runs, newest last (bounded)
 
     def client_busy(self) -> bool:
-        return bool(self.engine.running("client"))
+        return client_waits(self.engine, self.door)
 
     @abstractmethod
     async def tick(self) -> list[Any]:

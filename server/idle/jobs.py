@@ -27,6 +27,7 @@ from conductor.memory.types import (
 )
 from engine.backend import EngineBackend
 from engine.profiles import Profile, ProfileError
+from server.http.load_tracking import ServerLoad
 from server.idle.idle import IdleService
 from server.idle.job_backends import EndpointJobBackend, EngineJobBackend
 from server.idle.prewarm import PrewarmRun
@@ -66,8 +67,8 @@ class JobService(IdleService):
     name = "jobs"
 
     def __init__(self, memory: MemoryServices, engine: EngineBackend, profile: Profile,
-                 clock: Callable[[], datetime] = utc_now) -> None:
-        super().__init__(memory, engine)
+                 clock: Callable[[], datetime] = utc_now, door: ServerLoad | None = None) -> None:
+        super().__init__(memory, engine, door)
         self.profile = profile
         self.mode = profile.memory.jobs_mode
         self.controller = JobController(memory.root, clock,

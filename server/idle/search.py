@@ -27,6 +27,7 @@ from conductor.memory.types import (
     drop_user_collections,
 )
 from engine.backend import EngineBackend
+from server.http.load_tracking import ServerLoad
 from server.idle.idle import IdleService
 
 log = logging.getLogger("tandem.search")
@@ -39,11 +40,11 @@ class SearchService(IdleService):
                  embedder: Embedder | None = None, load_default: bool = True,
                  qdrant_url: str | None = None,
                  endpoint: tuple[str, str, str | None] | None = None,
-                 allowed_roots: tuple[Path, ...] = ()) -> None:
+                 allowed_roots: tuple[Path, ...] = (), door: ServerLoad | None = None) -> None:
         """`qdrant_url`: a Qdrant server for the points ($TANDEM_QDRANT_URL wins);
         `endpoint`: (base_url, model, api_key_env) of an embeddings endpoint to use
         rather than the packaged model."""
-        super().__init__(memory, engine)
+        super().__init__(memory, engine, door)
         self._endpoint = endpoint
         self.qdrant_url = os.environ.get("TANDEM_QDRANT_URL") or qdrant_url
         self._embedder = embedder

@@ -12,15 +12,17 @@ from conductor.memory.services import MemoryServices
 from conductor.memory.types import GenerationPiece, Record, Writer, WriterRun
 from engine.backend import EngineBackend
 from engine.generation import GenerationParams
-from server.idle.idle import IdleService
+from server.http.load_tracking import ServerLoad
+from server.idle.idle import IdleService, client_waits
 from server.idle.writer_budget import RequestUsage, WriterBudget, WriterPolicy
 
 
 class EngineWriterBackend:
     """Runs the writer's turns as background requests of the engine."""
 
-    def __init__(self, engine: EngineBackend) -> None:
+    def __init__(self, engine: EngineBackend, door: ServerLoad | None = None) -> None:
         self._engine = engine
+        self._door = door or ServerLoad()  # the server's generation requests in flight
         # The user of the session the writer visits now (WriterService sets it per run):
         # their prefix-cache salt, so the turn finds their record cached.
         self.cache_salt: str | None = None
@@ -95,7 +97,7 @@ class EngineWriterBackend:
                 self.usage.append(RequestUsage(prompt, cached, generated))
 
     def client_busy(self) -> bool:
-        return bool(self._engine.running("client"))
+        return client_waits(self._engine, self._door)
 
 
 class WriterService(IdleService):
@@ -104,9 +106,10 @@ class WriterService(IdleService):
     name = "writer"
 
     def __init__(self, memory: MemoryServices, engine: EngineBackend, mode: str,
-                 policy: WriterPolicy | None = None) -> None:
-        super().__init__(memory, engine)
-        self.writer = Writer(memory.latest_record, memory.store, EngineWriterBackend(engine),
+                 policy: WriterPolicy | None = None, door: ServerLoad | None = None) -> None:
+        super().__init__(memory, engine, door)
+        self.writer = Writer(memory.latest_record, memory.store,
+                             EngineWriterBackend(engine, self.door),
                              memory.root / "cognition" / "runs", mode=mode)
         # A paid backend's budget: checked before each run, charged after it.
         self.budget = None if policy is None else WriterBudget(
