@@ -86,3 +86,43 @@ def test_the_flag_is_saved_and_a_record_saved_without_it_loads_as_before():
     plain = encode_record(Record(user="u", session="s", messages=(), ids=[1],
                                  ended_cleanly=True))
     assert "shared_empty" not in plain and not decode_record("u", "s", plain).shared_empty
+
+
+def test_a_conversation_begun_without_an_index_gets_it_once_it_would_list_many_notes(
+        app, tiny_profile):
+    """Kept as it is while the notes are few; at EMPTY_INDEX_KEPT_UNDER the session pays
+    one miss for the index (before, it never saw one in its life), then replays again."""
+    from server.turn.fit import EMPTY_INDEX_KEPT_UNDER
+
+    session = {"X-Tandem-Session": f"grows-{uuid.uuid4().hex[:6]}", **READ}
+    store = app.memory.store("tester")
+
+    def add_notes(count: int) -> None:
+        for _ in range(count):
+            n = len(store.list())
+            assert store.add(title=f"greenhouse shelf {n} holds seed tray {n}",
+                             body=f"Seed tray {n} sits on greenhouse shelf {n}.",
+                             kind="reference", scope="user", source="cli",
+                             has_user_message=True).ok
+
+    messages = [{"role": "user", "content": FIRST}]
+    records = []
+    for turn, (notes, answer) in enumerate([(0, "Beds first."), (EMPTY_INDEX_KEPT_UNDER - 1,
+                                            "Then water."), (1, "Then rest."),
+                                            (0, "Done.")]):
+        add_notes(notes)
+        content, usage, _ = app.chat(messages, answer, headers=session)
+        records.append((app.memory.latest_record("tester", session["X-Tandem-Session"]),
+                        usage["prompt_tokens_details"]["cached_tokens"]))
+        messages = [*messages, {"role": "assistant", "content": content},
+                    {"role": "user", "content": f"And after step {turn}?"}]
+    shared = [[s for s in record.spans if s.kind == "shared"] for record, _ in records]
+    assert shared[0] == [] and shared[1] == []  # nothing, then a few notes: kept as it was
+    assert records[1][0].shared_empty and records[1][1] >= whole_blocks(
+        records[0][0], tiny_profile.block_size)
+    assert shared[2] and not records[2][0].shared_empty  # the index, laid out afresh
+    index = shared[2][0]
+    assert len(index.note_ids) == EMPTY_INDEX_KEPT_UNDER
+    # and the turn after replays the new layout from the cache
+    assert records[3][1] >= whole_blocks(records[2][0], tiny_profile.block_size)
+    assert shared[3] == shared[2]

@@ -172,6 +172,7 @@ def _choose(services: HidingServices, memory: MemoryContext, replay: Replayed | 
     listed = shared_notes(store, memory.project) if store is not None and budget > 0 \
         else None
     own = session_notes(store, memory.session) if store is not None else []
+    hidden.index_notes = len(listed) if listed is not None else 0
     if replay is None:
         shared = build_shared_context(memory.shows_card, listed, count_tokens, budget)
         if shared is not None:

@@ -61,6 +61,9 @@ class HiddenContext:
     # note to list), not because it gave way to fit: a replay keeps the record as it is
     # (server/turn/fit.py). False: a head, or one left out to fit.
     shared_empty: bool = False
+    # The notes an index would list now (the request's user's and project's, live), when
+    # the shared context holds an index; a replay made without one re-lays out past a bound
+    index_notes: int = 0
 
 
 # -- the turn's calls ------------------------------------------------------------------

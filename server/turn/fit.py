@@ -16,7 +16,9 @@ sent, and a part left out comes back as soon as it fits again: a replayed record
 the shared context, when this turn would show one, is laid out afresh with it first;
 not one laid out without it because it had nothing to show (`Record.shared_empty`: no
 card for the request, no note yet), which is replayed as it is when the first note
-appears (the note reaches it as matched notes do, `choose_hidden`).
+appears (the note reaches it as matched notes do, `choose_hidden`), until the index
+would list `EMPTY_INDEX_KEPT_UNDER` notes: then it is laid out afresh once, with the
+index, as a session begun now would be.
 Only when the client's own request does not fit is it refused. Memory's layouts must leave
 the answer its room: the client's `max_tokens`, or without one `ANSWER_RESERVE` (the
 client's own request needs one token, as on vLLM).
@@ -89,6 +91,12 @@ class Layout:
 ANSWER_RESERVE = 1024
 
 
+# A record laid out with nothing to show keeps its prefix while its notes are few (each
+# reaches it as a matched note); once the index would list this many, the session pays
+# one prefix-cache miss to get it, rather than never seeing the index in its life.
+EMPTY_INDEX_KEPT_UNDER = 8
+
+
 def answer_reserve(max_model_len: int) -> int:
     return min(ANSWER_RESERVE, max_model_len // 8)
 
@@ -109,7 +117,8 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
     replay = replay_without_stale_reasoning(tokenizer, rendered, view.match)
     if replay is not None and any(i in view.deleted for s in replay.spans for i in s.note_ids):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
-    fresh, empty = None, replay is not None and _was_empty(view, replay)
+    hidden = view.hidden(replay) if replay is not None else _hidden_whole(view)
+    fresh, empty = None, replay is not None and _was_empty(view, replay, hidden)
     if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans) \
             and view.shows_shared and not empty:
         # A record whose shared context gave way to fit: afresh with it, when it fits
@@ -118,7 +127,6 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    hidden = view.hidden(replay) if replay is not None else _hidden_whole(view)
     if empty:  # replayed as it was: the record made next says so too
         hidden = replace(hidden, shared_empty=True)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
@@ -173,14 +181,16 @@ def _hidden_whole(view: TurnMemory) -> HiddenContext:
     return hidden
 
 
-def _was_empty(view: TurnMemory, replay) -> bool:
+def _was_empty(view: TurnMemory, replay, hidden: HiddenContext) -> bool:
     """Whether the replayed record holds no shared context because it had nothing to show
-    (not: it gave way), under the parts this turn would show too (the card, the index): a
-    request that now shows the card gets it afresh."""
+    (not: it gave way), under the parts this turn would show too (the card, the index),
+    and its index would still list few notes (`hidden`: this turn's on the replay): a
+    request that now shows the card, or an index of many notes, gets it afresh."""
     record, memory = view.match.record, view.facts.memory
     return record.shared_empty and memory is not None \
         and record.shared_flags == (memory.shows_card, memory.reads) \
-        and not any(s.kind == SHARED_KIND for s in replay.spans)
+        and not any(s.kind == SHARED_KIND for s in replay.spans) \
+        and hidden.index_notes < EMPTY_INDEX_KEPT_UNDER
 
 
 def count_hidden(metrics, layout: Layout) -> None:
