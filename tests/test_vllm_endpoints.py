@@ -197,6 +197,26 @@ def test_load_counts_generation_requests_in_flight(client, served, path):
     assert client.get("/load").json() == {"server_load": 0}  # a refusal is done at once
 
 
+def test_a_request_whose_body_stalls_is_not_counted_until_its_body_is_whole(client, served):
+    """The count is what idle-time work reads as "a client is here": a client that sends
+    its headers and trickles its body must not stop it (uvicorn has no body timeout)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    body = json.dumps({"model": "tiny", "messages": USER, "max_tokens": 1,
+                       "script": "Hi."}).encode()
+    where = urlsplit(served.base_url)
+    with socket.create_connection((where.hostname, where.port), timeout=60) as raw:
+        raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                    b"Content-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+        time.sleep(0.3)  # the server has the headers and a part of the body
+        assert client.get("/load").json() == {"server_load": 0}
+        raw.sendall(body[10:])
+        assert raw.recv(65536).startswith(b"HTTP/1.1 200")
+    eventually(lambda: client.get("/load").json()["server_load"] == 0)
+
+
 # /invocations
 
 def test_invocations_answers_as_the_route_the_body_is_for(client):

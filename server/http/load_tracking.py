@@ -1,10 +1,15 @@
 """The server's load as vLLM's `/load` reports it: generation requests in flight on the API.
 
-vLLM counts a request of its generation routes from the moment its handler starts until
-its response (a stream's last event included) has been sent, and `GET /load` answers
-`{"server_load": N}` (`--enable-server-load-tracking`; always on here). Plain ASGI, like
-the server's other middleware, so counting costs a request no task of its own; it sits
-inside the key check, so a refused request is not counted.
+vLLM counts a request of its generation routes from the moment its handler starts (its
+body read and parsed) until its response (a stream's last event included) has been sent,
+and `GET /load` answers `{"server_load": N}` (`--enable-server-load-tracking`; always on
+here). Here a request counts once its body has been read whole, so a client that sends
+its headers and stalls its body holds nothing up. Plain ASGI, like the server's other
+middleware, so counting costs a request no task of its own; it sits inside the key
+check, so a refused request is not counted. The count is also what the idle-time work
+reads as "a client is here" (`server/idle/idle.py`), so it holds the routes that run the
+engine for a client, and not vLLM's other counted ones (count_tokens, a stored
+response read back or cancelled), which run no generation.
 
 A background response (`POST /v1/responses` with `background: true`) is answered at once
 but runs on: the route counts it from its creation to its end (`ServerLoad.hold`), found
@@ -13,16 +18,16 @@ on the request as `request.state.server_load`, so a balancer reading `/load` see
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.http.asgi import route_path
 
-# The routes that run the engine for a client: vLLM's chat, completions, Responses and
-# Anthropic Messages (each `@load_aware_call` in vLLM), SageMaker's /invocations (either
-# of the first two), and Tandem's continuous conversation.
-GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/invocations",
-                               "/v1/responses", "/v1/messages",
-                               "/v1/conductor/converse"})
+# The routes that run the engine for a client: vLLM's chat (one conversation or a batch),
+# completions, Responses and Anthropic Messages (each `@load_aware_call` in vLLM),
+# SageMaker's /invocations (either of the first two), and Tandem's continuous conversation.
+GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/chat/completions/batch",
+                               "/v1/completions", "/invocations", "/v1/responses",
+                               "/v1/messages", "/v1/conductor/converse"})
 
 
 class ServerLoad:
@@ -55,8 +60,19 @@ class TrackServerLoad:
             await self.app(scope, receive, send)
             return
         scope.setdefault("state", {})["server_load"] = self.load  # for work that outlives it
-        self.load.hold()
+        held = False
+
+        async def counted_once_read() -> Message:
+            nonlocal held
+            message = await receive()
+            if not held and message["type"] == "http.request" \
+                    and not message.get("more_body", False):
+                held = True  # the body is whole: the handler runs next
+                self.load.hold()
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, counted_once_read, send)
         finally:
-            self.load.release()
+            if held:
+                self.load.release()
