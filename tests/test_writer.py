@@ -154,6 +154,32 @@ def test_a_client_request_preempts_the_writer_and_keeps_the_prefix_cache(app, se
     assert second["prompt_tokens_details"]["cached_tokens"] >= floor
 
 
+def test_a_client_that_arrives_during_the_gate_keeps_the_writers_turn_from_starting(
+        app, served):
+    """Checked again after the gate: a client whose turn is still being laid out (at the
+    door, not yet in the engine) would otherwise share the CPUs with a long background
+    turn, and a paid backend be sent (and bill) a request only to close it."""
+    converse(app, "door")
+    tandem = app.app.state.tandem
+    backend = tandem.writer.writer.backend
+    gate = backend.gate
+
+    async def gate_then_a_client_comes(prompt_ids, script):
+        answer = await gate(prompt_ids, script)
+        tandem.load.hold()  # as the door holds it for a generation request that came in
+        return answer
+
+    backend.gate = gate_then_a_client_comes
+    try:
+        run = served.run(tandem.writer.run("tester", "door", "admin", gate_script="yes",
+                                           script=BLOCK.replace("{title}", "door")))
+    finally:
+        tandem.load.release()
+        backend.gate = gate
+    assert run.gate_answer == "yes" and run.outcome == "preempted"
+    assert run.tokens_generated == 0 and app.memory.store("tester").list() == []
+
+
 def test_a_preempted_writer_turn_leaves_its_task_text_in_the_prefix_cache(app, served,
                                                                            tiny_profile):
     converse(app, "task-cache")

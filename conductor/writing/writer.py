@@ -161,6 +161,9 @@ class Writer:
         if answer == "no" and probability >= GATE_CONFIDENCE:
             run.outcome = "gated"
             return
+        if self.backend.client_busy():  # came during the gate: the long turn waits too
+            run.outcome = "preempted"
+            return
         # a project note only where the conversation ran in one
         scopes = SCOPES if record.project else tuple(x for x in SCOPES if x != "project")
         grammar = writer_grammar(listed, scopes) if self.constrained else None
