@@ -134,6 +134,18 @@ def test_a_hint_about_a_message_already_sent_is_dropped(app, served):
     assert app.memory.idle.prefetch_due.hint("tester", "late") is None
 
 
+def test_a_prompt_counted_before_it_is_sent_leaves_the_hint_about_it(app, served):
+    """Claude Code counts a message's tokens (/v1/messages/count_tokens) before it sends
+    it: the count lays the turn out, and used to spend the hint as if it had come."""
+    history, routes = one_turn(app, "counted")
+    assert hint(app, routes, KAFKA_HINT).status_code == 202
+    counted = app.request("POST", "/v1/messages/count_tokens", headers={SESSION: "counted"},
+                          json={"model": "tiny", "messages": [
+                              *history, user("how do I restart the kafka consumer?")]})
+    assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
+    assert app.memory.idle.prefetch_due.hint("tester", "counted") == KAFKA_HINT
+
+
 def test_a_hint_matching_nothing_new_prefetches_nothing(app, served):
     history, routes = one_turn(app, "nothing")
     assert hint(app, routes, "tell me a joke about penguins please").status_code == 202

@@ -120,7 +120,9 @@ def choose_hidden(services: HidingServices, memory: MemoryContext, replay: Repla
     if memory.off_reason is not None:
         return HiddenContext()
     hidden = HiddenContext(token=services.token_for(memory.user, memory.session))
-    if memory.has_user_message:  # a hint is about the user's next message, not a tool's
+    # a hint is about the user's next message, not a tool's; a prompt laid out only to be
+    # counted (Claude Code's count_tokens before it sends) is not the message arriving
+    if memory.has_user_message and not facts.counting:
         services.idle.prefetch_due.message_came(memory.user, memory.session)
     store = services.store(memory.user)
     with store.one_scan():  # on the way to the first token: read the files once
