@@ -88,6 +88,38 @@ def test_the_flag_is_saved_and_a_record_saved_without_it_loads_as_before():
     assert "shared_empty" not in plain and not decode_record("u", "s", plain).shared_empty
 
 
+def add_shelf_notes(store, count: int, **scope) -> None:
+    for _ in range(count):
+        n = len(store.list())
+        assert store.add(title=f"greenhouse shelf {n} holds seed tray {n}",
+                         body=f"Seed tray {n} sits on greenhouse shelf {n}.",
+                         kind="reference", source="cli", has_user_message=True,
+                         **scope).ok
+
+
+def test_a_conversations_own_notes_do_not_count_toward_the_index_it_would_get(
+        app, tiny_profile):
+    """Session notes are never in the index (they reach the session as its tail): eight of
+    them leave a conversation begun with nothing to show replayed as it was."""
+    from server.turn.fit import EMPTY_INDEX_KEPT_UNDER
+
+    name = f"own-{uuid.uuid4().hex[:6]}"
+    session = {"X-Tandem-Session": name, **READ}
+    first = [{"role": "user", "content": FIRST}]
+    content, _, _ = app.chat(first, "Beds first.", headers=session)
+    one = app.memory.latest_record("tester", name)
+    add_shelf_notes(app.memory.store("tester"), EMPTY_INDEX_KEPT_UNDER, scope="session",
+                    session=name)
+    _, later, _ = app.chat([*first, {"role": "assistant", "content": content},
+                            {"role": "user", "content": "And then?"}], "Water.",
+                           headers=session)
+    two = app.memory.latest_record("tester", name)
+    assert two.shared_empty and not [s for s in two.spans if s.kind == "shared"]
+    assert list(two.ids[:len(one.ids)]) == list(one.ids)
+    assert later["prompt_tokens_details"]["cached_tokens"] >= whole_blocks(
+        one, tiny_profile.block_size)
+
+
 def test_a_conversation_begun_without_an_index_gets_it_once_it_would_list_many_notes(
         app, tiny_profile):
     """Kept as it is while the notes are few; at EMPTY_INDEX_KEPT_UNDER the session pays
@@ -98,12 +130,7 @@ def test_a_conversation_begun_without_an_index_gets_it_once_it_would_list_many_n
     store = app.memory.store("tester")
 
     def add_notes(count: int) -> None:
-        for _ in range(count):
-            n = len(store.list())
-            assert store.add(title=f"greenhouse shelf {n} holds seed tray {n}",
-                             body=f"Seed tray {n} sits on greenhouse shelf {n}.",
-                             kind="reference", scope="user", source="cli",
-                             has_user_message=True).ok
+        add_shelf_notes(store, count, scope="user")
 
     messages = [{"role": "user", "content": FIRST}]
     records = []

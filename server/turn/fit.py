@@ -118,7 +118,10 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
     if replay is not None and any(i in view.deleted for s in replay.spans for i in s.note_ids):
         replay = None  # its ids hold a deleted note's text: rendered afresh, without it
     hidden = view.hidden(replay) if replay is not None else _hidden_whole(view)
-    fresh, empty = None, replay is not None and _was_empty(view, replay, hidden)
+    was_empty = replay is not None and _was_empty(view, replay)
+    # kept as it was, unless its index would now list many notes (then tried afresh)
+    empty = was_empty and hidden.index_notes < EMPTY_INDEX_KEPT_UNDER
+    fresh = None
     if replay is not None and not any(s.kind == SHARED_KIND for s in replay.spans) \
             and view.shows_shared and not empty:
         # A record whose shared context gave way to fit: afresh with it, when it fits
@@ -127,7 +130,7 @@ def layouts(engine: EngineBackend, view: TurnMemory, memory: MemoryContext,
         if fresh is not None and fresh.hidden.head is not None:
             yield fresh
     replayed = replay.spans if replay is not None else None
-    if empty:  # replayed as it was: the record made next says so too
+    if was_empty:  # replayed as it was (the fresh one, if tried, did not fit): still so
         hidden = replace(hidden, shared_empty=True)
     whole = Layout(offered, engine_tools, visible, rendered, replayed, hidden,
                    assemble(tokenizer, rendered, replay, hidden.head,
@@ -181,16 +184,14 @@ def _hidden_whole(view: TurnMemory) -> HiddenContext:
     return hidden
 
 
-def _was_empty(view: TurnMemory, replay, hidden: HiddenContext) -> bool:
+def _was_empty(view: TurnMemory, replay) -> bool:
     """Whether the replayed record holds no shared context because it had nothing to show
-    (not: it gave way), under the parts this turn would show too (the card, the index),
-    and its index would still list few notes (`hidden`: this turn's on the replay): a
-    request that now shows the card, or an index of many notes, gets it afresh."""
+    (not: it gave way), under the parts this turn would show too (the card, the index): a
+    request that now shows the card gets it afresh."""
     record, memory = view.match.record, view.facts.memory
     return record.shared_empty and memory is not None \
         and record.shared_flags == (memory.shows_card, memory.reads) \
-        and not any(s.kind == SHARED_KIND for s in replay.spans) \
-        and hidden.index_notes < EMPTY_INDEX_KEPT_UNDER
+        and not any(s.kind == SHARED_KIND for s in replay.spans)
 
 
 def count_hidden(metrics, layout: Layout) -> None:
