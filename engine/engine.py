@@ -100,9 +100,22 @@ async def _alive(stream):
             yield out
     except EngineDeadError:
         raise EngineDead() from None
-    except (ValueError, RuntimeError, VLLMClientError) as error:
+    except (ValueError, RuntimeError, OverflowError, VLLMClientError) as error:
+        # OverflowError: a number past int64, refused as the request is sent to the core
         if started or isinstance(error, EngineDead):
             raise
+        raise RequestRejected(str(error)) from None
+
+
+def _sampling(sampling_params: type, **fields):
+    """vLLM's SamplingParams, its own refusal of a value (an empty stop string, a
+    min_tokens past max_tokens) as RequestRejected: a 400, not a 500, for whatever the
+    request schemas let through."""
+    from vllm.exceptions import VLLMClientError
+
+    try:
+        return sampling_params(**fields)
+    except (ValueError, TypeError, VLLMClientError) as error:
         raise RequestRejected(str(error)) from None
 
 
@@ -248,7 +261,8 @@ class Engine:
         ban = params.ban_tool_call if params.ban_tool_call is not None else kind == "background"
         if ban and self.tokens.tool_call is not None:  # a model without the token: a no-op
             extra["banned_token_ids"] = [self.tokens.tool_call]
-        sampling = SamplingParams(
+        sampling = _sampling(
+            SamplingParams,
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             top_p=params.top_p,

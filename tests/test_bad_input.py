@@ -56,11 +56,48 @@ def test_unknown_model_is_404(client):
     ("temperature", -0.1), ("temperature", 2.5), ("top_p", 0), ("top_p", 1.5),
     ("max_tokens", 0), ("n", 17), ("seed", 2**63), ("presence_penalty", 3), ("top_k", 0),
     ("stop", ["a", "b", "c", "d", "e"]),
+    # past int64, or empty: vLLM's engine refused these itself, as a 500
+    ("top_k", 10**30), ("min_tokens", 2**63), ("thinking_token_budget", 2**64),
+    ("stop", ""), ("stop", ["a", ""]),
 ])
 def test_out_of_range_sampling_values_are_400(client, field, value):
     response = client.post("/v1/chat/completions",
                            json={"model": "tiny", "messages": USER, field: value})
     assert assert_error(response, 400, "invalid_value")["param"] == field
+
+
+def test_a_value_vllm_refuses_as_it_builds_or_sends_the_request_is_a_refusal_not_a_500():
+    """The engine's net under the schemas: vLLM's SamplingParams refusing a value was
+    raised outside it (a 500 with a traceback), and so was the int64 overflow of sending
+    the request to the core; both are RequestRejected (a 400) now."""
+    import asyncio
+
+    from vllm import SamplingParams
+
+    from engine.backend import RequestRejected
+    from engine.engine import _alive, _sampling
+
+    with pytest.raises(RequestRejected, match="empty string"):
+        _sampling(SamplingParams, max_tokens=4, stop=[""])
+
+    async def overflowing():
+        raise OverflowError("can't serialize ints < -2**63 or > 2**64 - 1")
+        yield  # an async generator, as vLLM's stream
+
+    async def first():
+        return [out async for out in _alive(overflowing())]
+
+    with pytest.raises(RequestRejected, match="serialize"):
+        asyncio.run(first())
+
+
+def test_a_schema_the_grammar_cannot_compile_is_400_without_the_compilers_source_place(
+        client):
+    response = client.post("/v1/chat/completions", json={
+        "model": "tiny", "messages": USER, "max_tokens": 4, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nope"}}}})
+    message = assert_error(response, 400, "invalid_value")["message"]
+    assert ".cc:" not in message and "/project/" not in message, message
 
 
 def test_a_prompt_over_max_model_len_is_400(client, tiny_profile):

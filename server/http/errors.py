@@ -111,7 +111,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestRejected)
     async def _rejected(request: Request, exc: RequestRejected) -> JSONResponse:
-        return answer(request, APIError(400, f"the engine refused the request: {exc}",
+        return answer(request, APIError(400, "the engine refused the request: "
+                                        f"{_without_source_places(str(exc))}",
                                         code="invalid_value"))
 
     @app.exception_handler(APIError)
@@ -133,10 +134,28 @@ def install_error_handlers(app: FastAPI) -> None:
         # A route whose body FastAPI parses: a lone surrogate reached a file or a hash.
         return answer(request, _lone_surrogate())
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, _exc: Exception) -> JSONResponse:
+        # A bug: still an error body in the route's dialect (an SDK reads Anthropic's on the
+        # Messages routes), never Starlette's plain text; the traceback goes to the log as
+        # before (Starlette raises it on after this answer).
+        return answer(request, APIError(500, "the server failed on this request (its log "
+                                        "says where)", code="internal_error",
+                                        kind="server_error"))
+
     @app.exception_handler(json.JSONDecodeError)
     async def _bad_json(request: Request, _exc: json.JSONDecodeError) -> JSONResponse:
         return answer(request, APIError(400, "request body is not valid JSON",
                                         code="invalid_json"))
+
+
+# xgrammar's C++ errors open with the time and the source file and line that raised them
+# ("[02:31:31] /project/cpp/json_schema_converter.cc:4950: "): nothing a client can use
+_SOURCE_PLACE = re.compile(r"\[\d\d:\d\d:\d\d\] \S+\.(?:cc|cpp|cxx|h|hpp):\d+: ")
+
+
+def _without_source_places(message: str) -> str:
+    return _SOURCE_PLACE.sub("", message)
 
 
 def validation_error(exc) -> APIError:

@@ -95,6 +95,22 @@ def _fingerprint() -> str:
 
 log = logging.getLogger("tandem.server")
 
+# vLLM's engine client sends a request's numbers as int64: a larger one failed there (a
+# 500); each count a request may name is bounded by it, so the 400 names the field.
+INT64_MAX = 2**63 - 1
+
+
+def checked_stops(value: str | list[str] | None) -> str | list[str] | None:
+    """A `stop` (or `stop_sequences`): at most 4, none empty (vLLM refuses an empty one
+    in the engine, where the 400 would name no field)."""
+    stops = [value] if isinstance(value, str) else value or []
+    if len(stops) > 4:
+        raise ValueError("at most 4 stop sequences")
+    if any(stop == "" for stop in stops):
+        raise ValueError("a stop sequence cannot be empty")
+    return value
+
+
 # Sent as `system_fingerprint`, as vLLM and OpenAI send theirs: what served the answer.
 SYSTEM_FINGERPRINT = _fingerprint()
 
@@ -197,9 +213,9 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)  # vLLM's: an int64
+    seed: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -228,7 +244,7 @@ class ChatCompletionRequest(BaseModel):
     verbosity: Any = None
     chat_template_kwargs: dict[str, Any] | None = None
     # vLLM's request extras, with vLLM's meaning (the README's table says "as vLLM").
-    min_tokens: int = Field(default=0, ge=0)
+    min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
     prompt_logprobs: int | None = Field(default=None, ge=-1)
     logprob_token_ids: list[int] | None = Field(default=None, min_length=1,
                                                 max_length=MAX_LOGPROB_TOKEN_IDS)
@@ -237,7 +253,7 @@ class ChatCompletionRequest(BaseModel):
     include_reasoning: StrictBool = True
     structured_outputs: StructuredOutputs | None = None
     return_tokens_as_token_ids: StrictBool | None = None
-    thinking_token_budget: int | None = Field(default=None, ge=-1)  # -1: no budget
+    thinking_token_budget: int | None = Field(default=None, ge=-1, le=INT64_MAX)  # -1: none
     # The prompt's end, as vLLM: the generation prompt left out, or the last (assistant)
     # message left open for the answer to continue; `echo` repeats that message first.
     add_generation_prompt: StrictBool = True
@@ -253,10 +269,8 @@ class ChatCompletionRequest(BaseModel):
 
     @field_validator("stop")
     @classmethod
-    def _at_most_four_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError("at most 4 stop sequences")
-        return value
+    def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
+        return checked_stops(value)
 
     @model_validator(mode="after")
     def _refuse_what_is_not_served(self) -> ChatCompletionRequest:

@@ -26,10 +26,12 @@ from server.http.body_limits import body_limits
 from server.http.disconnect import unless_disconnected
 from server.http.errors import APIError, json_body, validation_error
 from server.http.schema import (
+    INT64_MAX,
     MAX_CHOICES,
     MAX_LOGPROB_TOKEN_IDS,
     SYSTEM_FINGERPRINT,
     StreamOptions,
+    checked_stops,
 )
 from server.http.server_defaults import with_server_defaults
 from server.http.sse import DONE, event_stream, frame, started
@@ -53,15 +55,15 @@ class CompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     echo: StrictBool = False
     stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    seed: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
     # vLLM's extras, as vLLM
-    min_tokens: int = Field(default=0, ge=0)
+    min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
     prompt_logprobs: int | None = Field(default=None, ge=-1)
     return_token_ids: StrictBool | None = None
     return_tokens_as_token_ids: StrictBool | None = None
@@ -79,10 +81,8 @@ class CompletionRequest(BaseModel):
 
     @field_validator("stop")
     @classmethod
-    def _at_most_four_stops(cls, value):
-        if isinstance(value, list) and len(value) > 4:
-            raise ValueError("at most 4 stop sequences")
-        return value
+    def _stops(cls, value):
+        return checked_stops(value)
 
     def prompts(self) -> list[str | list[int]]:
         """One item a prompt: text or token ids."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from server.http.schema import ignore_unknown, refuse_unserved
+from server.http.schema import INT64_MAX, checked_stops, ignore_unknown, refuse_unserved
 
 # Anthropic's least thinking budget (its API refuses a smaller one, as vLLM's protocol does)
 MIN_THINKING_BUDGET = 1024
@@ -48,7 +48,7 @@ class Thinking(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # `display` and later fields: no effect here
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: int | None = Field(default=None, ge=MIN_THINKING_BUDGET)
+    budget_tokens: int | None = Field(default=None, ge=MIN_THINKING_BUDGET, le=INT64_MAX)
 
     @model_validator(mode="after")
     def _budget_when_enabled(self) -> Thinking:
@@ -105,7 +105,7 @@ class MessagesRequest(MessagesInput):
     stop_sequences: list[str] | None = Field(default=None, max_length=4)
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=1)
+    top_k: int | None = Field(default=None, ge=1, le=INT64_MAX)
     # Accepted, no effect: nothing is monitored, there is one tier, the prefix cache needs
     # no breakpoints (`cache_control`, anywhere, is ignored the same way).
     metadata: dict[str, Any] | None = None
@@ -113,6 +113,11 @@ class MessagesRequest(MessagesInput):
     # Scripted profiles only, as on the chat route: the answer's forced text (with
     # Anthropic's SDK: extra_body={"script": ...}).
     script: str | list[str | None] | None = None
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, value: list[str] | None) -> list[str] | None:
+        return checked_stops(value)
 
     @model_validator(mode="after")
     def _budget_under_max_tokens(self) -> MessagesRequest:
