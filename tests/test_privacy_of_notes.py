@@ -300,3 +300,27 @@ def test_memory_read_never_follows_sources_json_out_of_the_users_folders(served,
          "path": "library/{user}"}]}))
     assert "Pip" in read("lib/mine.md")
     assert "8812" not in read("lib/linked.md")
+
+
+@pytest.mark.parametrize("switch", ["read", "off", "READ "])
+def test_the_memory_write_route_honours_a_read_only_request(served, tmp_path, switch):
+    """`X-Tandem-Memory: read` writes nothing on the chat routes and /mcp; POST /v1/memory
+    wrote (an archive went through) and took any value of the header."""
+    app = InProcessApp(served, tmp_path)
+    store = app.memory.store("tester")
+    added = store.add(title="walrus fact", body="walruses sleep in water", kind="reference",
+                      scope="user", source="cli", has_user_message=True)
+    headers = {"X-Tandem-Session": "s-read"}
+    _, _, response = app.chat([{"role": "user", "content": "hi"}], "Hi.", headers=headers)
+    token = {**headers, "X-Tandem-Memory-Token": response.headers["x-tandem-memory-token"]}
+    refused = app.request("POST", "/v1/memory", headers={**token, "X-Tandem-Memory": switch},
+                          json={"op": "archive", "id": added.note.id, "reason": "t"})
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "memory_read_only"
+    assert store.get(added.note.id).status != "archived"
+    bogus = app.request("POST", "/v1/memory", headers={**token, "X-Tandem-Memory": "maybe"},
+                        json={"op": "archive", "id": added.note.id, "reason": "t"})
+    assert bogus.status_code == 400 and bogus.json()["error"]["param"] == "X-Tandem-Memory"
+    written = app.request("POST", "/v1/memory", headers=token,
+                          json={"op": "archive", "id": added.note.id, "reason": "t"})
+    assert written.status_code == 200, written.text

@@ -27,7 +27,7 @@ from conductor.memory.types import (
 )
 from server.http.errors import APIError, not_the_writer
 from server.idle.search import SearchService
-from server.turn.memory import TOKEN_HEADER, request_user
+from server.turn.memory import MEMORY_HEADER, TOKEN_HEADER, memory_switch, request_user
 
 
 class PrefetchHint(BaseModel):
@@ -80,6 +80,11 @@ def memory_router(services: MemoryServices,
     @router.post("")
     async def write(body: MemoryWrite, request: Request) -> dict:
         user, session = session_of(request)
+        switch = memory_switch(request.headers.get(MEMORY_HEADER))  # a 400 for another
+        if switch is not None:  # "read" or "off": this request may not write, as on /mcp
+            raise APIError(403, f"memory is read-only for this request ({MEMORY_HEADER}: "
+                           f"{switch}): nothing was written; the search and read routes "
+                           "still answer", code="memory_read_only", kind="permission_error")
         # The store's rules (the secret check among them), the visibility check and the
         # file writes run in a worker thread: never on the event loop that streams every
         # client's answer.
