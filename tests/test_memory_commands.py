@@ -216,6 +216,11 @@ def test_a_forget_sent_again_on_the_responses_api_archives_nothing_more(app):
     "Remember that my password is sunshine",
     "Remember that my bank PIN is 4417",
     "Remember that my online banking password is correcthorsebatterystaple",
+    # an abbreviation, and the commands' other languages (each was remembered, the secret
+    # in the title, the status line and the file name)
+    "Remember that my pw is dragon98",
+    "Recuerda que mi contraseña es dragon96",
+    "Souviens-toi que mon mot de passe est hunter4",
 ])
 def test_a_stated_password_is_refused_whatever_its_shape(app, said):
     """Issue 68: a plain-word password is a secret once said to be one; it is not kept and

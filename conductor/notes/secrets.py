@@ -106,8 +106,16 @@ _SAID_SET = r"\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE + _QUOTE
 _STATED_AS = rf"(?:{_FOR_WHAT}{_SAID_IS}|{_FOR_SOME}{_SAID_SET})"
 # A PIN has no name password_assignment knows: "PIN: 4417" is stated too.
 _PIN_STATED_AS = rf"{_FOR_A_PIN}(?:{_SAID_IS}|{_SAID_SET})"
-_PASSWORD_WORD = r"(?i)\b(?:password|passwd|passcode|pass\s{1,4}code|pwd)"
+_PASSWORD_WORD = r"(?i)\b(?:password|passwd|passcode|pass\s{1,4}code|pwd|pw)"
 _PASSPHRASE_WORD = r"(?i)\b(?:passphrase|pass\s{1,4}phrase)"
+_FOREIGN_PASSWORD = (r"(?i)\b(?:contraseña|contrasena|passwort|kennwort|mot\s{1,4}de\s{1,4}passe"
+                     r"|senha|wachtwoord)")
+# What describes a password rather than states it, in those languages ("ist sicher
+# gespeichert", "es larga", "est dans le coffre")
+_FOREIGN_DESCRIBES = (r"(?!(?i:sicher|geheim|lang|kurz|stark|schwach|im|in|auf|seguro|segura"
+                      r"|largo|larga|corto|corta|fuerte|débil|en|el|la|un|una|long|longue"
+                      r"|court|courte|fort|forte|faible|dans|sur|le|un|une|ein|eine|der|die"
+                      r"|das)\b)")
 _PHRASE_WORD = rf"(?!(?:{_LITTLE_WORDS})\b)(?!{_PARTICIPLE})[A-Za-z]{{1,40}}"
 _STATED: list[tuple[str, str]] = [
     ("password_stated", r"(?i)\b(?:pin|pin\s{1,4}(?:code|number)|passcode|pass\s{1,4}code)"
@@ -123,6 +131,22 @@ _STATED: list[tuple[str, str]] = [
        + _QUOTE + r"(?!(?:yes|off)\b)" + _NOT_A_PASSWORD
        + r"(?P<value>(?=[^\s\"'”’,;!?()]{0,2}\w)[^\s\"'”’,;!?()]{1,3})" + _VALUE_END)
       for word in (_PASSWORD_WORD, _PASSPHRASE_WORD)],
+    # The languages the memory commands take (conductor/writing/commands): "mi contraseña
+    # es dragon96", "mon mot de passe est hunter4", "mein Passwort ist x" and, verb last,
+    # "dass mein Passwort dragon95 ist", "mot de passe: x".
+    ("password_stated", _FOREIGN_PASSWORD + r"\s{1,4}(?:es|era|ist|war|est|était|é|era)"
+     r"(?:\s{0,4}:)?\s{1,4}" + _NOT_A_VALUE + _QUOTE + _FOREIGN_DESCRIBES
+     + r"(?P<value>[^\s\"'”’,;!?]{0,63}[^\s\"'”’,;!?.])"),
+    ("password_stated", r"(?i)\b(?:passwort|kennwort)\s{1,4}" + _NOT_A_VALUE + _QUOTE
+     + _FOREIGN_DESCRIBES + r"(?P<value>[^\s\"'”’,;!?]{1,63})[\"'”’]?\s{1,4}(?:ist|war)\b"),
+    ("password_stated", _FOREIGN_PASSWORD + r"\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE
+     + _NO_PLACEHOLDER + _QUOTE + r"(?P<value>[^\s\"'”’,;!?()]{1,512})"),
+    # "pw: hunter2" (not a name password_assignment takes: PWM_DUTY=8000 is none)
+    ("password_stated", r"(?i)\bpw\s{0,4}[:=]\s{0,4}" + _NOT_A_VALUE + _NO_PLACEHOLDER
+     + _QUOTE + r"(?P<value>[^\s\"'”’,;!?()]{1,512})"),
+    # A US social security number, named so: 078-05-1120
+    ("ssn", r"(?i)\b(?:ssn|social\s{1,4}security(?:\s{1,4}(?:number|no\.?|#))?)\D{0,24}?"
+     r"(?P<value>(?<!\d)\d{3}-?\d{2}-?\d{4})(?!\d)"),
 ]
 
 # (family, pattern). Order matters: specific provider formats before generic ones.
@@ -180,7 +204,7 @@ _PATTERNS: list[tuple[str, str]] = [
     ),
     ("cli_password", r"(?:\s-u|--user)\s{1,8}[^\s:]{1,256}:" + _NOT_A_VALUE
      + r"(?P<value>[^\s@]{4,512})"),
-    ("login_password", r"(?i)\blogin\s{1,8}\S{1,256}?\s{0,8}/\s{0,8}" + _NOT_A_VALUE
+    ("login_password", r"(?i)\blogin(?:\s{0,4}:)?\s{1,8}\S{1,256}?\s{0,8}/\s{0,8}" + _NOT_A_VALUE
      + r"(?P<value>\S{6,512})"),
     (
         # KEY=value, key: value, "key": "value", for every name that says secret

@@ -46,6 +46,7 @@ SAMPLES: dict[str, str] = {
     "card": "4111 " + "1111 1111 1111",
     "hex_token": "0123456789abcdef" * 2 + "89abcdef",
     "password_stated": "the wifi password is " + "sunshine",
+    "ssn": "my SSN is " + "078-05-1120",
 }
 EXTRA: list[tuple[str, str]] = [
     ("aws", "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"),
@@ -60,6 +61,8 @@ EXTRA: list[tuple[str, str]] = [
     ("tandem", "use the key tdm-" + "9f8e7d6c-" + A20 + "QRSTuvwx09 for the bot"),
     ("card", "card number 5555-" + "5555-5555-4444, expires 12/29"),
     ("hex_token", "the deploy token is now " + "9f8e7d6c5b4a3f2e" * 3),
+    ("login_password", "login: alice / " + "hunter2"),
+    ("ssn", "Social Security number: " + "078051120"),
 ]
 # Like a secret, and not one: a commit named as one, a card number that fails the Luhn
 # check, a run of one digit.
@@ -229,8 +232,24 @@ STATED = [
     ("password: " + "ab", "ab"),
     ("pwd=" + "x9", "x9"),
     ('password: "' + "abc" + '"', "abc"),
+    # an abbreviation, and the languages the memory commands take
+    ("Remember that my pw is " + "dragon98.", "dragon98"),
+    ("pw: " + "hunter2", "hunter2"),
+    ("Recuerda que mi contraseña es " + "dragon96.", "dragon96"),
+    ("Merk dir, dass mein Passwort " + "dragon95" + " ist.", "dragon95"),
+    ("Mein Kennwort ist " + "sonnenschein", "sonnenschein"),
+    ("Souviens-toi que mon mot de passe est " + "hunter4.", "hunter4"),
+    ("mot de passe: " + "hunter2", "hunter2"),
+    ("a senha é " + "girassol", "girassol"),
 ]
 TALK_OF_PASSWORDS = [
+    "Mein Passwort ist sicher gespeichert",
+    "mi contraseña es larga",
+    "mon mot de passe est dans le coffre",
+    "mot de passe: TBD",
+    "pw: TBD",
+    "PWM_DUTY=8000",
+    "the pwm signal is 50%",
     "I forgot my password yesterday",
     "password managers are useful",
     "the password is long",
