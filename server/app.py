@@ -29,6 +29,7 @@ from server.access.browser_guard import BrowserGuard, BrowserPolicy
 from server.access.key_check import KeyCheckAndCount
 from server.access.keys import KeyStore
 from server.http.access_log import AccessLog, count_generation
+from server.http.disconnect import QuietDisconnects
 from server.http.errors import (
     APIError,
     engine_dead_error,
@@ -106,8 +107,7 @@ class ServerState:
         if count_generation not in engine.stats.observers:  # the access log's tokens, once
             engine.stats.observers.append(count_generation)
         self.memory.metrics = self.metrics
-        # each starts nothing while a client's request is at the door or in the engine
-        door = self.load
+        door = self.load  # each starts nothing while a client is at the door or in the engine
         self.writer = WriterService(self.memory, engine, self.profile.memory.writer_mode,
                                     self.writer_policy, door=door)
         self.prewarm = PrewarmService(self.memory, engine, door)
@@ -117,8 +117,7 @@ class ServerState:
         self.search = SearchService(self.memory, engine,
                                     qdrant_url=self.profile.memory.qdrant_url,
                                     endpoint=self.profile.memory.search_embedder,
-                                    allowed_roots=self.profile.memory.allowed_roots,
-                                    door=door)
+                                    allowed_roots=self.profile.memory.allowed_roots, door=door)
         self.memory.on_change = self.search.mark_stale
         self.tools = EngineToolbox(self.memory, self.search, engine.tokenizer)
 
@@ -259,6 +258,7 @@ def create_app(profile: Profile, home: Path, engine: Engine | None = None,
                            allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["X-Tandem-Memory-Token"])
     app.add_middleware(BrowserGuard, policy=browser)  # before any other work
+    app.add_middleware(QuietDisconnects)  # a client gone mid-body: no 500, no traceback
     app.add_middleware(AccessLog)  # outermost: times every request, refusals included
 
     @app.get("/healthz")

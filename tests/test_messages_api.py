@@ -285,12 +285,8 @@ def test_stop_sequences_max_tokens_and_a_named_tool(client):
      "thinking.budget_tokens"),
     ({"max_tokens": 8, "top_k": 10**30, "messages": [{"role": "user", "content": "hi"}]},
      400, "invalid_request_error", "top_k"),
-    ({"max_tokens": 2**64, "thinking": {"type": "enabled", "budget_tokens": 2**63},
-      "messages": [{"role": "user", "content": "hi"}]}, 400, "invalid_request_error",
-     "thinking.budget_tokens"),
-    ({"max_tokens": 8, "stop_sequences": [""], "messages": [{"role": "user",
-                                                             "content": "hi"}]},
-     400, "invalid_request_error", "stop_sequences"),
+    ({"max_tokens": 8, "stop_sequences": [""], "messages": [
+        {"role": "user", "content": "hi"}]}, 400, "invalid_request_error", "stop_sequences"),
     ({"model": "claude-sonnet-4-5", "max_tokens": 8,
       "messages": [{"role": "user", "content": "hi"}]}, 404, "not_found_error", "model"),
     # a tool is named by its place in the client's list, a server tool left out before it

@@ -16,6 +16,8 @@ from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 T = TypeVar("T")
 
@@ -44,3 +46,19 @@ async def unless_disconnected(request: Request, answer: Awaitable[T]) -> T | Res
     if work.cancelled():
         return Response(status_code=CLIENT_CLOSED)
     return work.result()
+
+
+class QuietDisconnects:
+    """A client that leaves before its body is read whole is gone, not a server fault:
+    Starlette raises ClientDisconnect from the route's read, which became a 500 and a
+    traceback in the log, one a closed socket (a key holder could fill the log so). Here
+    it ends the request quietly; the access log, outside, shows it as the client gone."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            return

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access.body_credentials import MAX_MEMORY_BODY_BYTES
 from server.http.errors import APIError, error_response
@@ -97,6 +97,36 @@ def mount_mcp(app: FastAPI, services: MemoryDoor,
 
 
 
+async def _whole_body(receive: Receive) -> bytes | None:
+    """The request's body, or None when the client left before it was whole; read no
+    further than one byte past MAX_BODY_BYTES (the SDK's 413 says so)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES or not message.get("more_body", False):
+            return b"".join(chunks)[:MAX_BODY_BYTES + 1]
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive` with the body given back first, whole, then the connection's own."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def _gated(route: Any, caller_of: Callable[[Request], str | None]) -> Any:
     """The SDK's `/mcp` route behind `PostOnly`; any other route of its app as it is."""
     if isinstance(route, Route) and route.path == PATH:
@@ -122,6 +152,13 @@ class PostOnly:
                 self.caller_of(Request(scope))
             except APIError as exc:
                 error = exc
+        if error is None and scope["type"] == "http":
+            # read whole here: the SDK answers a client gone mid-body with a 500 and a
+            # traceback in the log, one a closed socket
+            body = await _whole_body(receive)
+            if body is not None:
+                await self.app(scope, _replaying(body, receive), send)
+            return
         if error is None:
             await self.app(scope, receive, send)
             return
